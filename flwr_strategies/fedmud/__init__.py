@@ -13,6 +13,8 @@ Modules: :mod:`.kron` (BKD layout), :mod:`.sizing` (layer selection, factor size
 from .aggregation import aggregation_weights, weighted_mean
 from .baselines import BASELINE_SCHEMES, svd_factors
 from .delta import UpdateDecomposition
+from .options import METHOD_OPTIONS, MUDOptions
+from .protocol import MUDClientCore, MUDServer
 from .kron import batched_kron, bkd_blocks, bkd_delta, bkd_side
 from .schedule import is_push_round, validate_reset_interval
 from .seeds import draw_factor, factor_generator
@@ -39,7 +41,7 @@ VARIANTS = {
 }
 
 __all__ = [
-    "VARIANTS", "BASELINE_SCHEMES", "DecomposedModel", "LayerPlan", "ModelPlan", "UnreachableRatioError",
+    "VARIANTS", "METHOD_OPTIONS", "MUDOptions", "MUDClientCore", "MUDServer", "BASELINE_SCHEMES", "DecomposedModel", "LayerPlan", "ModelPlan", "UnreachableRatioError",
     "UpdateDecomposition", "aggregation_weights", "batched_kron", "bkd_blocks", "bkd_delta", "bkd_side",
     "compressible_layers", "default_init_scale", "draw_factor", "factor_generator", "is_push_round",
     "layer_view", "plan_at_rho", "plan_model", "smallest_reachable_ratio", "svd_factors",
