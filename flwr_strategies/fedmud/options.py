@@ -107,7 +107,8 @@ class MUDOptions:
 
 # method name -> options (the six FedMUD variants and the low-rank baselines)
 METHOD_OPTIONS: dict[str, MUDOptions] = {
-    "fedmud": MUDOptions(decomp="mat", pattern="ab"),
+    "fedmud": MUDOptions(),  # FedMUD+BKD+AAD, the paper's best; every option settable
+    "fedmud_mat": MUDOptions(decomp="mat", pattern="ab"),  # the paper's plain "FedMUD"
     "fedmud_f": MUDOptions(decomp="mat", pattern="freeze"),
     "fedmud_aad": MUDOptions(decomp="mat", pattern="aad"),
     "fedmud_bkd": MUDOptions(decomp="kron", pattern="ab"),

@@ -111,14 +111,15 @@ class MUDServer:
         self.opts = options
         self.seed = int(seed)
         plain = copy.deepcopy(model)
-        self.float_keys = plain_float_keys(plain)
+        self.state_keys = list(plain.state_dict().keys())
         if initial_parameters is not None:
-            if len(initial_parameters) != len(self.float_keys):
+            if len(initial_parameters) != len(self.state_keys):
                 raise ValueError(f"initial_parameters has {len(initial_parameters)} arrays, the model has "
-                                 f"{len(self.float_keys)} float state entries")
+                                 f"{len(self.state_keys)} state entries")
             state = plain.state_dict()
-            for k, a in zip(self.float_keys, initial_parameters):
-                state[k].copy_(torch.as_tensor(np.asarray(a)).reshape(state[k].shape))
+            with torch.no_grad():
+                for k, a in zip(self.state_keys, initial_parameters):
+                    state[k].copy_(torch.as_tensor(np.asarray(a)).reshape(state[k].shape).to(state[k].dtype))
         self.base_seed = round_seed(self.seed, 0)
         self.factor_seed = round_seed(self.seed, 1)
         plan = plan_model(plain, options.decomp, options.pattern, options.target_ratio, skip_first=options.skip_first,
@@ -224,10 +225,11 @@ class MUDServer:
 
     # ------------------------------------------------------------------ model views
     def global_weights(self) -> list[np.ndarray]:
-        """Plain float weights of the global model (``W_base + dW(aggregated)``; FedHM: full W)."""
+        """Plain weights of the global model, every state entry in state-dict order
+        (``W_base + dW(aggregated)``; FedHM: full W)."""
         eff = self.dm.effective_state_dict()
         out = []
-        for k in self.float_keys:
+        for k in self.state_keys:
             owner = k.rpartition(".")[0]
             if self.opts.fedhm and k.endswith(".weight") and owner in self.full:
                 out.append(self.full[owner].copy())
