@@ -132,13 +132,13 @@ class DecomposedModel:
     def payload_keys(self) -> list[str]:
         """Keys of the wrapped state dict exchanged every round: trainable parameters (factors and
         dense parameters) and float buffers outside the parametrisations (e.g. BN statistics)."""
-        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        params = dict(self.model.named_parameters())
         keys = []
         for key, value in self.model.state_dict().items():
-            if key in trainable:
-                keys.append(key)
-            elif _PMARK not in key and not key.startswith("parametrizations.") and value.is_floating_point() \
-                    and key not in dict(self.model.named_parameters()):
+            if key in params:
+                if params[key].requires_grad:
+                    keys.append(key)
+            elif _PMARK not in "." + key and value.is_floating_point():
                 keys.append(key)
         return keys
 
