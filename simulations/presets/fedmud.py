@@ -139,7 +139,7 @@ def render(out: Path, preset: Preset) -> str:
     reset = _load(out / "ablation_reset")
     lines += ["", "## Reset interval s (FedMUD+BKD+AAD, Non-IID-1; paper Fig. 3)", "", "| s | best / final |", "|---|---|"]
     lines.append(f"| 1 | {_acc(parts['Non-IID-1'].get('FedMUD+BKD+AAD'))} |")
-    for label, r in reset.items():
+    for label, r in sorted(reset.items(), key=lambda kv: int(kv[0][2:]) or 10**9):
         s = label[2:]
         lines.append(f"| {'R (never reset)' if s == '0' else s} | {_acc(r)} |")
     init = _load(out / "ablation_init")
