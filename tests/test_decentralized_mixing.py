@@ -59,8 +59,9 @@ def test_inplace_and_chunked_mixing_match():
     W = mixing_matrix(Topology("random", m, seed=1, neighbours=4).graph(3), allow_disconnected=True)
     ref = mix(W, X)
     Y = X.copy()
-    mix(W, Y, out=Y, chunk=100)
+    mix(W, Y, out=Y, block=100)
     np.testing.assert_array_equal(Y, ref)
+    np.testing.assert_allclose(ref, W.toarray() @ X, rtol=1e-5, atol=1e-5)
     assert ref.dtype == np.float32
 
 

@@ -190,22 +190,49 @@ def spectral_gap(W: sp.spmatrix) -> float:
     return 1.0 - second_eigenvalue_modulus(W)
 
 
-def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, chunk: int = 1 << 16) -> np.ndarray:
+def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, block: int | None = None) -> np.ndarray:
     """One gossip step ``W @ X`` on the contiguous ``(m, d)`` table ``X``.
 
-    Works column block by column block (each coordinate mixes independently), so ``out`` may
-    be ``X`` itself (in-place mixing with only a ``m x chunk`` temporary). Cost: ``nnz(W) * d``.
-    The weights are cast to ``X.dtype``.
+    Neighbour-list axpys on contiguous rows (``out_i = sum_j w_ij x_j`` over the non-zeros of
+    row i), so the cost is ``nnz(W) * d`` multiply-adds and no ``m x d`` temporary is needed.
+    ``out`` may be ``X`` itself: the table is then processed in column blocks through a
+    ``m x block`` buffer (about 64 MiB by default). Weights are applied in ``X.dtype``.
+    Single-threaded (torch's CPU kernels on zero-copy views of the numpy arrays).
     """
-    W = sp.csr_matrix(W, dtype=X.dtype)
+    import torch
+
+    W = sp.csr_matrix(W)
     m, d = X.shape
     if W.shape != (m, m):
         raise MixingError(f"mixing matrix shape {W.shape} does not match table with {m} rows")
+    if not X.flags["C_CONTIGUOUS"] or not X.flags["WRITEABLE"]:
+        X = np.ascontiguousarray(X).copy()
+    inplace = out is not None and np.shares_memory(out, X)
     if out is None:
         out = np.empty_like(X)
-    for s in range(0, d, chunk):
-        e = min(d, s + chunk)
-        out[:, s:e] = W @ np.ascontiguousarray(X[:, s:e])
+    elif out.shape != X.shape or out.dtype != X.dtype or not out.flags["C_CONTIGUOUS"]:
+        raise ValueError("out must be a C-contiguous array with the shape and dtype of X")
+    if block is None:
+        block = max(1 << 16, (64 << 20) // max(1, m * X.itemsize)) if inplace else max(d, 1)
+    Xt = torch.from_numpy(X)
+    Ot = torch.from_numpy(out)
+    tmp = torch.empty((m, min(block, d)), dtype=Xt.dtype) if inplace else None
+    indptr, indices, data = W.indptr, W.indices, W.data.astype(np.float64)
+    for s0 in range(0, d, block):
+        e0 = min(d, s0 + block)
+        Xb = Xt[:, s0:e0]
+        Ob = tmp[:, : e0 - s0] if inplace else Ot[:, s0:e0]
+        for i in range(m):
+            a, b = indptr[i], indptr[i + 1]
+            o = Ob[i]
+            if a == b:
+                o.zero_()
+                continue
+            torch.mul(Xb[int(indices[a])], float(data[a]), out=o)
+            for k in range(a + 1, b):
+                o.add_(Xb[int(indices[k])], alpha=float(data[k]))
+        if inplace:
+            Ot[:, s0:e0].copy_(Ob)
     return out
 
 
