@@ -13,7 +13,8 @@ the round's start point is both the initial iterate and the proximal anchor:
 Optional ``weight_decay`` (``+ wd x``) and ``clip_norm`` (global-norm clip of the *data*
 gradient; the prox gradient is added after clipping, spec A4).
 
-The minibatch order comes only from the given ``torch.Generator``.
+The minibatch order (and the optional per-batch ``augment(xb, generator)``) comes only from
+the given ``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def local_update(
     weight_decay: float = 0.0,
     clip_norm: float | None = None,
     loss_fn: LossFn | None = None,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Run the local rule in place on ``model`` (its current weights are x_0 / the anchor).
 
@@ -94,7 +96,10 @@ def local_update(
     model.train()
     total, count = 0.0, 0
     for idx in batch_indices(x.shape[0], batch_size, generator, epochs=epochs, steps=steps):
+        idx = idx.to(x.device)
         xb, yb = x[idx], y[idx]
+        if augment is not None:
+            xb = augment(xb, generator)
         loss0 = loss_fn(model, xb, yb)
         grads = torch.autograd.grad(loss0, params)
         total += float(loss0.detach())
