@@ -54,10 +54,12 @@ def test_fraction_fit_below_one_is_rejected_for_decentralized():
         _run("dfedavg", fraction_fit=0.5)
 
 
+@pytest.mark.ray
 def test_same_numbers_on_inprocess_and_ray():
     kw = dict(params={"beta": 0.9, "neighbours": 4}, rounds=2, num_clients=4)
     a = _run("dfedcata", backend="inprocess", **kw)
-    b = _run("dfedcata", backend="ray", **kw)
+    b = _run("dfedcata", backend="ray", client_cpus=2, **kw)
+    assert len(a["rounds"]) == len(b["rounds"]) == 3
     for ra, rb in zip(a["rounds"], b["rounds"]):
         for k in KEYS + ("loss", "bytes_up", "bytes_down"):
             if k in ra:
