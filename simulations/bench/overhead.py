@@ -24,7 +24,6 @@ from clients.base import train_settings
 from clients.training import client_generator, get_weights, local_sgd, set_weights
 
 from ..experiment import ExperimentConfig, get_experiment
-from ..runner import run_experiment
 
 
 def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[float]]:
@@ -89,7 +88,6 @@ def main(argv: list[str]) -> int:
     floor_w, floor_s, floor_acc = plain_loop(cfg)
     rows = [("(a) plain PyTorch loop", floor_s, None, floor_acc, 0.0)]
 
-    res_b = run_experiment(cfg)
     from ..backends import run_inprocess
 
     t0 = time.perf_counter()
@@ -97,7 +95,6 @@ def main(argv: list[str]) -> int:
     b_s = time.perf_counter() - t0
     b_acc = [r["accuracy"] for r in strat_b.rounds]
     rows.append(("(b) inprocess backend", b_s, None, b_acc, _max_diff(floor_w, _final_weights(strat_b))))
-    del res_b
 
     if not args.skip_ray:
         from ..backends import run_ray
