@@ -133,9 +133,13 @@ class MeZOEngine:
 
     @torch.no_grad()
     def perturb(self, seed: int, scale: float) -> None:
-        """``theta += scale * z(seed)`` in place, one tensor at a time."""
+        """``theta += scale * z(seed)`` in place, one tensor at a time.
+
+        ``scale*z`` is rounded before the add (no fused multiply-add), so +mu, -2mu, +mu returns an
+        exactly-zero tensor (LoRA B at init) to exactly zero in regenerate mode.
+        """
         for p, z in zip(self.tensors, iter_z(self.tensors, seed, self.z_device)):
-            p.add_(z, alpha=scale)
+            p.add_(z.mul_(scale))
 
     @torch.no_grad()
     def apply_update(self, seed: int, lr: float, coef: float) -> None:
