@@ -108,7 +108,7 @@ class LoRAFedAvgClient(_LoRAClient):
             with torch.no_grad():
                 for p, g in zip(params, grads):
                     p.add_(g, alpha=-lr)
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         self.model.eval()
         metrics = {**self.base_metrics(), "train_loss": float(np.mean(losses)), "lr_used": lr, "n_skipped": 0}
         return self.get_parameters({}), H * B, metrics
