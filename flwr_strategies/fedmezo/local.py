@@ -8,7 +8,6 @@ are stateless, so example ``s`` of client ``i``'s stream (``s = ((round-1)*H + k
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np

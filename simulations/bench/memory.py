@@ -5,8 +5,8 @@
 
 - CUDA: ``torch.cuda.max_memory_allocated`` during the step, minus the allocation before it
   (model + batch resident), and the absolute peak.
-- CPU: peak resident set size (``ru_maxrss``) of a fresh subprocess per mode, minus its RSS just
-  before the step (so model, batch and library overhead are excluded). This is an OS RSS figure,
+- CPU: peak resident set size (``ru_maxrss``) of a fresh subprocess per mode, and that peak minus
+  the RSS once model and batch are loaded (so model, batch and library overhead are excluded). This is an OS RSS figure,
   not an allocator count; it includes allocator caching/fragmentation.
 
 Wall time is the mean over ``--repeat`` steps after one warm-up. Upload bytes per client and
@@ -98,13 +98,16 @@ def measure(args, mode: str) -> dict:
     model, batch, name, n_total, n_lora = _build(args)
     engine = MeZOEngine(model, mu=1e-3)
     cuda = args.device.startswith("cuda")
-    _one_step(mode, model, batch, engine, 0)  # warm-up (kernels, allocator)
+    # baseline: model + batch resident, before any step (the peak then covers warm-up and timed steps)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
         base = _rss_kib() * 1024
+    _one_step(mode, model, batch, engine, 0)  # warm-up (kernels, allocator)
+    if cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for k in range(args.repeat):
         _one_step(mode, model, batch, engine, k + 1)
@@ -162,7 +165,7 @@ def run(argv: list[str]) -> dict:
     mib = lambda b: b / 2**20
     print(f"model: {r0['model']} ({r0['params']:,} params, {r0['lora_params']:,} LoRA), batch {args.batch_size} "
           f"({r0['tokens']} token slots), device {r0['device']}; memory figure: {r0['figure']}\n")
-    print("| step | peak (MiB) | extra over pre-step (MiB) | wall / step (ms) |")
+    print("| step | peak (MiB) | extra over model+batch resident (MiB) | wall / step (ms) |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {mib(r['peak_bytes']):.1f} | {mib(r['extra_bytes']):.2f} | {1e3 * r['wall_s']:.1f} |")
