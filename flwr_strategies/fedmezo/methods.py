@@ -9,7 +9,7 @@ from .strategy import FedMeZO, lora_indices
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
 
 LM_DEFAULTS = {"model_dir": "", "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.05, "lora_targets": "q_proj,v_proj",
-               "max_len": 320, "n_examples": 1200, "test_fraction": 1 / 12, "eval_every": 1}
+               "max_len": 320, "base_dtype": "fp32", "n_examples": 1200, "test_fraction": 1 / 12, "eval_every": 1}
 
 FEDMEZO_DEFAULTS = {**LM_DEFAULTS, "mu": 1e-3, "num_perturbations": 1, "lr_strategy": "frozen", "lr_alpha": 5e-6,
                     "lr_alpha_rel": 0.0, "lr_window": 5, "weighting": "uniform", "comm_mode": "params",
@@ -19,7 +19,6 @@ FEDMEZO_DEFAULTS = {**LM_DEFAULTS, "mu": 1e-3, "num_perturbations": 1, "lr_strat
 def _strategy(setup: ServerSetup, params: dict, *, zo: bool) -> FedMeZO:
     model = setup.model_fn()
     keys = list(model.state_dict().keys())
-    pad = getattr(getattr(model, "config", None), "pad_token_id", 0) or 0
     lr = float(setup.train.lr)
     alpha = float(params.get("lr_alpha_rel", 0.0)) * lr or float(params.get("lr_alpha", 5e-6))
     return FedMeZO(
@@ -32,7 +31,7 @@ def _strategy(setup: ServerSetup, params: dict, *, zo: bool) -> FedMeZO:
         comm_mode=str(params.get("comm_mode", "params")) if zo else "params",
         z_device=str(params.get("z_device", "cpu")), restore_mode=str(params.get("restore_mode", "snapshot")),
         eval_every=int(params.get("eval_every", 1)), num_rounds=setup.num_rounds, run_seed=setup.seed,
-        fraction_fit=setup.fraction_fit, extra_config={"pad_id": int(pad)}, evaluate_full_fn=setup.evaluate_fn)
+        fraction_fit=setup.fraction_fit, evaluate_full_fn=setup.evaluate_fn)
 
 
 def _client_zo(setup: ClientSetup, params: dict):

@@ -135,6 +135,7 @@ def load_causal_lm(model_dir: str | Path, dtype: torch.dtype = torch.float32):
     if tok.pad_token_id is None:
         tok.add_special_tokens({"pad_token": "[PAD]"})
         model.resize_token_embeddings(len(tok))
+    model.config.pad_token_id = tok.pad_token_id
     return model, tok
 
 

@@ -44,6 +44,11 @@ class CausalLMTask:
                          dropout=float(params.get("lora_dropout", 0.05)),
                          targets=tuple(t.strip() for t in str(params.get("lora_targets", "q_proj,v_proj")).split(",") if t.strip()))
         self.seed = int(cfg.seed)
+        dt = str(params.get("base_dtype", "fp32"))
+        dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+        if dt not in dtypes:
+            raise ValueError(f"base_dtype must be one of {sorted(dtypes)}, got {dt!r}")
+        self.base_dtype = dtypes[dt]
         self.device = torch.device(cfg.device)
         base, tok = self._base()
         self.tokenizer = tok
@@ -92,8 +97,11 @@ class CausalLMTask:
             torch.manual_seed(self.seed)
             base = AutoModelForCausalLM.from_config(config)
             base.load_state_dict(sd)
-            model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
-                               targets=self.lora["targets"])
+            model = apply_lora(base.to(self.base_dtype), r=self.lora["r"], alpha=self.lora["alpha"],
+                               dropout=self.lora["dropout"], targets=self.lora["targets"])
+        for p in model.parameters():  # frozen base in base_dtype, LoRA adapters in fp32 (spec 1.3 rule 8)
+            if p.requires_grad:
+                p.data = p.data.float()
         return model.to(self.device)
 
     def client_data(self, partition_id: int) -> tuple[LMData, None]:
