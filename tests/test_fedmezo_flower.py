@@ -119,10 +119,10 @@ def test_bad_strategy_options(exp):
 
 
 def test_end_to_end_learns_and_is_deterministic():
-    cfg = _cfg(rounds=10, local_steps=30, params={"n_examples": 600})
+    cfg = _cfg(rounds=8, local_steps=20, params={"n_examples": 360})
     r1 = run_experiment(cfg)
     losses = [r["loss"] for r in r1["rounds"]]
     assert all(np.isfinite(losses))
-    assert min(losses[-3:]) <= 0.97 * losses[0]
-    r2 = run_experiment(_cfg(rounds=2, local_steps=30, params={"n_examples": 600}))
+    assert min(losses[-3:]) <= 0.985 * losses[0]
+    r2 = run_experiment(_cfg(rounds=2, local_steps=20, params={"n_examples": 360}))
     assert [r["loss"] for r in r2["rounds"]] == losses[:3]
