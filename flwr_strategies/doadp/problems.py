@@ -85,19 +85,18 @@ class LogRegProblem:
 
     def per_sample_grads(self, i: int, x: np.ndarray, idx: np.ndarray, ridge: bool = True) -> np.ndarray:
         """Per-sample gradients ``-b a sigmoid(-b a^T x) + x/q`` of agent i, shape (len(idx), d)."""
-        a = self.A[i, idx]
-        b = self.B[i, idx]
-        coef = -b * _sigmoid(-b * (a @ x))
-        g = coef[:, None] * a
-        if ridge:
-            g = g + x[None, :] / self.q
-        return g
+        return self.batched_grads(np.array([i]), np.asarray(x)[None, :], np.asarray(idx)[None, :], ridge)[0]
 
     def batched_grads(self, agents: np.ndarray, X: np.ndarray, idx: np.ndarray, ridge: bool = True) -> np.ndarray:
-        """Per-sample gradients for several agents at once: X (m, d), idx (m, b) -> (m, b, d)."""
+        """Per-sample gradients for several agents at once: X (m, d), idx (m, b) -> (m, b, d).
+
+        Row-wise arithmetic only, so the result for an agent does not depend on the batch it is in
+        (the simulator and the per-agent Flower client get bit-identical gradients).
+        """
+        agents = np.asarray(agents)
         a = self.A[agents[:, None], idx]                 # (m, b, d)
         b = self.B[agents[:, None], idx]                 # (m, b)
-        z = np.einsum("mbd,md->mb", a, X)
+        z = (a * X[:, None, :]).sum(axis=-1)
         coef = -b * _sigmoid(-b * z)
         g = coef[..., None] * a
         if ridge:
