@@ -15,6 +15,7 @@ from typing import Any
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.centralized",
     "flwr_strategies.dfedcata.method",
+    "flwr_strategies.doadp.method",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}
