@@ -88,14 +88,14 @@ def test_flower_path_equals_reference_simulator():
     assert net.active_steps == sum(m["active"] for m in log)
 
 
-def test_budget_stop_and_spent_epsilon():
+def test_budget_stop_and_spent_epsilon():  # noqa: D103
     from flwr_strategies.privacy import doadp_sigma
 
-    T_cal = 6
-    sigma = doadp_sigma(0.5, 1e-5, T_cal, 0.8, 10, 53, Q, 1.0, strict=False)
+    # calibrated for 100 iterations, then a quarter of that noise: the budget runs out after ~10 rounds
+    sigma = doadp_sigma(0.5, 1e-5, 100, 0.8, 10, 53, Q, 1.0, strict=True) / 4
     params = DOADPParams(alpha=0.05, p=0.8, k=10, sigma=sigma, G=1.0, seed=0)
     priv = {"epsilon": 0.5, "delta0": 1e-5, "q": Q, "mode": "paper"}
-    strat, _, _, log = _flower_run(params, 200, privacy=priv)
+    strat, _, _, log = _flower_run(params, 40, privacy=priv)
     spent = [m["epsilon_spent"] for m in log if m]
     assert all(a < b for a, b in zip(spent, spent[1:]))
     assert spent[-1] <= 0.5 and log[-1] is None and strat.budget_exhausted
@@ -117,7 +117,8 @@ def test_disconnected_or_time_varying_graph_rejected():
 
 
 def test_e2e_runner_learns():
-    from simulations.experiment import ExperimentConfig, run_experiment
+    from simulations.experiment import ExperimentConfig
+    from simulations.runner import run_experiment
 
     cfg = ExperimentConfig(method="dmsgd", dataset="digits", num_clients=10, rounds=60, seed=0, lr=0.3,
                            local_steps=1, batch_size=8, model="logreg", params={"eval_every": 20, "hops": 2})
