@@ -16,6 +16,7 @@ from typing import Any
 _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
     "simulations.presets.dfedcata",
+    "simulations.presets.doadp",
 )
 
 _PRESETS: dict[str, "Preset"] = {}
