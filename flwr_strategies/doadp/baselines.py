@@ -89,7 +89,7 @@ def run_dpdo(problem, W, x0, *, epsilon: float, T: int, c: float = 0.001, rs: fl
 # ------------------------------------------------------------------------------------- DP-DDA
 def run_dpdda(problem, W, x0, *, epsilon: float, delta0: float, T: int, p_s: float = 0.24,
               beta0: float = 1000.0, G: float = 1.0, reg: float | None = None, rescale: bool = False,
-              seed: int = 0, evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
+              sigma: float | None = None, seed: int = 0, evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
     """DP-DDA with ``a_t = 1``, ``beta_t = beta0 sqrt(t+1)``, ``h(x) = reg ||x||^2 / 2``.
 
     ``reg`` defaults to 1/q (the logistic-regression ridge, which is then removed from the sampled
@@ -100,7 +100,8 @@ def run_dpdda(problem, W, x0, *, epsilon: float, delta0: float, T: int, p_s: flo
     n, d, q = W.shape[0], len(x0), problem.q
     reg = 1.0 / q if reg is None else float(reg)
     ridge = reg == 0.0
-    sigma = doadp_sigma(epsilon, delta0, T, p_s, d, d, q, G, allow_low_p=True)
+    if sigma is None:  # calibrated with the DO-ADP chain at p = p_s, k = d
+        sigma = doadp_sigma(epsilon, delta0, T, p_s, d, d, q, G, allow_low_p=True)
     X = np.tile(np.asarray(x0, float), (n, 1))
     Z = np.zeros_like(X)
     hist = {"t": [], "sigma": sigma}
