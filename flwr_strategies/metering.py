@@ -81,6 +81,7 @@ class MeteredStrategy(Strategy):
         self.failure_log: list[dict[str, Any]] = []
         self._current: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
+        self.latest_parameters: Parameters | None = None  # global model passed to evaluate() last
 
     def __repr__(self) -> str:
         return f"MeteredStrategy({self.inner!r})"
@@ -216,6 +217,7 @@ class MeteredStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         rec = self._record(server_round)
+        self.latest_parameters = parameters
         res = self.inner.evaluate(server_round, parameters)
         if res is not None:
             loss, metrics = res

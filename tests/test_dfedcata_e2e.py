@@ -54,11 +54,21 @@ def test_fraction_fit_below_one_is_rejected_for_decentralized():
         _run("dfedavg", fraction_fit=0.5)
 
 
+@pytest.mark.ray
 def test_same_numbers_on_inprocess_and_ray():
     kw = dict(params={"beta": 0.9, "neighbours": 4}, rounds=2, num_clients=4)
     a = _run("dfedcata", backend="inprocess", **kw)
-    b = _run("dfedcata", backend="ray", **kw)
+    b = _run("dfedcata", backend="ray", client_cpus=2, **kw)
+    assert len(a["rounds"]) == len(b["rounds"]) == 3
     for ra, rb in zip(a["rounds"], b["rounds"]):
         for k in KEYS + ("loss", "bytes_up", "bytes_down"):
             if k in ra:
                 assert ra[k] == rb[k], (k, ra["round"], ra[k], rb[k])
+
+
+def test_sequential_inplace_runs_through_the_runner():
+    # 4 clients x 2 algorithm rounds = 8 Flower rounds
+    res = _run("dfedcata", num_clients=4, rounds=8, params={"beta": 0.9, "neighbours": 3, "sequential_inplace": True,
+                                                              "extrapolation_anchor": "prev_local", "client_eval_every": 4})
+    assert [r.get("fit_client") for r in res["rounds"] if r["round"] > 0] == [0, 1, 2, 3] * 2
+    assert res["rounds"][-1]["accuracy"] > 0.3

@@ -185,5 +185,32 @@ def test_constructor_validation():
         _make(DFedCata, lam=-1.0)
     with pytest.raises(ValueError, match="lr \\* lam"):
         _make(DFedCata, lam=20.0, lr=0.1)
-    with pytest.raises(NotImplementedError, match="reference.simulate"):
-        _make(DFedCata, sequential_inplace=True)
+
+
+@pytest.mark.parametrize("anchor", ["prev_mixed", "prev_local"])
+def test_sequential_inplace_matches_reference(anchor):
+    # one Flower round per client: m * T Flower rounds = T algorithm rounds
+    beta, lam, T = 0.8, 0.05, 3
+    s = _make(DFedCata, beta=beta, lam=lam, extrapolation_anchor=anchor, sequential_inplace=True)
+    seen = []
+
+    def client(pid, r, x, cfg):
+        seen.append((cfg["flower_round"], pid))
+        return quad_client(pid, r, x, cfg)
+
+    for r in range(1, M * T + 1):
+        ins = s.configure_fit(r, None, None)
+        assert len(ins) == 1
+        proxy, fi = ins[0]
+        y = client(proxy.pid, r, parameters_to_ndarrays(fi.parameters)[0], fi.config)
+        s.aggregate_fit(r, [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([y]), 1, {"partition-id": proxy.pid}))], [])
+    assert [p for _, p in seen] == list(range(M)) * T
+    W = lambda t: mixing_matrix(Topology("random", M, seed=4, neighbours=4).graph(t), allow_disconnected=True)  # noqa: E731
+
+    def loc(i, t, x0):
+        return quad_client(i, t + 1, x0, {"lam": lam, "lr": 0.1 * 0.998**t})
+
+    ref = simulate(np.tile(X0, (M, 1)), loc, W, T, beta=beta, anchor=anchor, sequential_inplace=True)
+    np.testing.assert_allclose(s.models.data, ref, atol=1e-12)
+    sync = simulate(np.tile(X0, (M, 1)), loc, W, T, beta=beta, anchor=anchor)
+    assert not np.allclose(ref, sync)  # order matters by design

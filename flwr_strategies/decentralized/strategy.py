@@ -252,7 +252,7 @@ class DecentralizedStrategy(Strategy):
             "consensus_distance": consensus_distance(self.models.data),
             "failures": n_failed,
             "links": live_links,
-            "p2p_bytes": live_links * self.layout.size * 4,
+            "p2p_bytes": live_links * self.layout.size * self.models.data.itemsize,
             "connected": int(is_connected(self.topology.graph(server_round - 1))),
         }
         if losses:

@@ -12,6 +12,10 @@ Shared decentralized hyperparameters (``--set key=value``):
 - ``failure_policy`` (str, "renormalize" or "self");
 - ``client_eval_every`` (int, 1; 0 = off), ``client_eval_max`` (int, 0 = all clients).
 
+DFedCata only: ``beta`` (0.99), ``lam`` (0.05), ``extrapolation_anchor`` ("prev_mixed" = paper,
+"prev_local" = public code), ``sequential_inplace`` (False; True = public-code order, one Flower
+round per client, so ``--rounds`` must be ``num_clients x`` the algorithm rounds).
+
 Paper settings (arXiv:2410.07272): lr 0.1 decayed x0.998 per round (``--lr 0.1 --lr-decay
 0.998``), weight decay 5e-4 and clipping 10 from the reference code (``--weight-decay``,
 ``--grad-clip``), SAM rho 0.1, DFedAvgM momentum 0.9. Decentralized methods need
@@ -92,6 +96,7 @@ def _dfedcata(setup: ServerSetup, params: dict) -> DFedCata:
         lam=float(params["lam"]),
         lr=setup.train.lr,
         extrapolation_anchor=str(params["extrapolation_anchor"]),
+        sequential_inplace=bool(params["sequential_inplace"]),
         **decentralized_kwargs(setup, params),
     )
 
@@ -117,7 +122,8 @@ SPECS = [
         name="dfedcata",
         summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
         paper=PAPER,
-        defaults={"beta": 0.99, "lam": 0.05, "extrapolation_anchor": "prev_mixed", **GRAPH_DEFAULTS},
+        defaults={"beta": 0.99, "lam": 0.05, "extrapolation_anchor": "prev_mixed", "sequential_inplace": False,
+                  **GRAPH_DEFAULTS},
         build_strategy=_dfedcata,
         build_client=_client,
         decentralized=True,

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.common import Scalar
+from flwr.common import FitIns, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 
+from ..decentralized.consensus import consensus_distance
 from ..decentralized.mixing import mix
 from ..decentralized.strategy import DecentralizedStrategy
 from .extrapolation import extrapolate
@@ -64,9 +65,14 @@ class DFedCata(DecentralizedStrategy):
         ``"prev_mixed"``: paper rule ``x_i^t + beta (x_i^t - x_i^{t-1})`` on consecutive mixed
         models; ``"prev_local"``: public-code rule ``x_i^t + beta (x_i^t - x_{i,K}^{t-1})``.
     sequential_inplace : bool (default: False)
-        The public code's sequential in-place update order cannot run as one parallel Flower
-        round; it is available in :func:`flwr_strategies.dfedcata.reference.simulate`. Passing
-        True here raises ``NotImplementedError``.
+        The public code's sequential in-place order (spec A6): clients are processed in index
+        order, client i mixes the *current* table of local models (already holding this round's
+        models of clients j < i), extrapolates, trains and overwrites its slot. Emulated with one
+        Flower round per client: Flower round ``r`` is algorithm round ``t = (r-1) // m`` for
+        client ``i = (r-1) % m``, so run ``m * T`` Flower rounds for T algorithm rounds; the
+        clients get ``on_fit_config_fn(t + 1)`` (same lr, seed and minibatches as synchronous
+        round t). The table then holds local models; x_bar is their mean (as in the code).
+        Order-dependent by design; for reproduction experiments only.
     **kwargs
         Every :class:`~flwr_strategies.decentralized.strategy.DecentralizedStrategy` argument
         (num_clients, initial_parameters, topology, weights, evaluate_fn, on_fit_config_fn...).
@@ -87,12 +93,9 @@ class DFedCata(DecentralizedStrategy):
         **kwargs: Any,
     ) -> None:
         validate_dfedcata(beta, lam, lr, extrapolation_anchor)
-        if sequential_inplace:
-            raise NotImplementedError(
-                "sequential_inplace needs clients trained one after another inside a round; use "
-                "flwr_strategies.dfedcata.reference.simulate for that mode"
-            )
         super().__init__(**kwargs)
+        self.sequential_inplace = bool(sequential_inplace)
+        self._seq_z: np.ndarray | None = None
         self.beta = float(beta)
         self.lam = float(lam)
         self.extrapolation_anchor = extrapolation_anchor
@@ -115,3 +118,43 @@ class DFedCata(DecentralizedStrategy):
         else:
             self.prev[alive] = returned[alive]
         self.models.data = mixed
+
+    # ------------------------------------------------------------ sequential in-place mode
+    def _seq_index(self, server_round: int) -> tuple[int, int]:
+        return divmod(server_round - 1, self.num_clients)
+
+    def configure_fit(self, server_round, parameters, client_manager):  # noqa: D102
+        if not self.sequential_inplace:
+            return super().configure_fit(server_round, parameters, client_manager)
+        t, i = self._seq_index(server_round)
+        proxies = self._resolver(client_manager)
+        if i not in proxies:
+            return []
+        W = self.mixing_matrix(t + 1)
+        L = self.models.data
+        z = np.asarray(W.getrow(i) @ L).ravel().astype(L.dtype)
+        a = self.prev[i] if self.extrapolation_anchor == "prev_mixed" else L[i]
+        y0 = z + L.dtype.type(self.beta) * (z - a) if self.beta else z.copy()
+        self._seq_z = z
+        cfg = self.fit_config(t + 1, i)
+        cfg["flower_round"] = int(server_round)
+        return [(proxies[i], FitIns(ndarrays_to_parameters(self.layout.unflatten(y0)), cfg))]
+
+    def aggregate_fit(self, server_round, results, failures):  # noqa: D102
+        if not self.sequential_inplace:
+            return super().aggregate_fit(server_round, results, failures)
+        t, i = self._seq_index(server_round)
+        metrics: dict[str, Scalar] = {"failures": len(failures), "client": i, "algorithm_round": t}
+        for proxy, res in results:
+            if self._pid(proxy, res) != i:
+                raise ValueError(f"flower round {server_round} expected partition {i}")
+            row = self.layout.flatten(parameters_to_ndarrays(res.parameters), dtype=self.models.data.dtype)
+            if not np.all(np.isfinite(row)):
+                raise FloatingPointError(f"client {i} returned a non-finite model (diverged)")
+            self.models.data[i] = row
+            if self.extrapolation_anchor == "prev_mixed":
+                self.prev[i] = self._seq_z
+            if "train_loss" in res.metrics:
+                metrics["train_loss"] = float(res.metrics["train_loss"])
+        metrics["consensus_distance"] = consensus_distance(self.models.data)
+        return ndarrays_to_parameters(self.network_average()), metrics
