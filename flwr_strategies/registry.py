@@ -16,6 +16,7 @@ _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.centralized",
     "flwr_strategies.fedmezo.methods",
     "flwr_strategies.dfedcata.method",
+    "flwr_strategies.doadp.method",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}

@@ -17,6 +17,7 @@ _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
     "simulations.presets.fedmezo",
     "simulations.presets.dfedcata",
+    "simulations.presets.doadp",
 )
 
 _PRESETS: dict[str, "Preset"] = {}
