@@ -138,7 +138,8 @@ def _run_local(seed):
     model = DropMLP()
     x, y = _data()
     gen = torch.Generator().manual_seed(seed)
-    stats = armijo_local_train(model, x, y, _batches(96, 32, gen), ArmijoConfig(), gen, batch_size=32)
+    batches = ((x[i], y[i]) for i in _batches(96, 32, gen))
+    stats = armijo_local_train(model, batches, ArmijoConfig(), gen, batch_fraction=32 / 96)
     return [p.detach().clone() for p in model.parameters()], stats
 
 
@@ -172,8 +173,9 @@ def test_local_train_reports_last_step_and_mean_loss():
     x, y = _data()
     gen = torch.Generator().manual_seed(0)
     seen = []
+    batches = [(x[i], y[i]) for i in _batches(96, 32, gen)]
     stats = armijo_local_train(
-        model, x, y, _batches(96, 32, gen), ArmijoConfig(), gen, batch_size=32, on_step=lambda k, r: seen.append(r)
+        model, batches, ArmijoConfig(), gen, batch_fraction=32 / 96, on_step=lambda k, r: seen.append(r)
     )
     assert stats["steps"] == 3 == len(seen)
     assert stats["step_size"] == seen[-1].step_size

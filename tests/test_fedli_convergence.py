@@ -115,8 +115,7 @@ def test_o10_global_descent_homogeneous_clients():
         for i in range(3):  # identical objective, full-batch gradients
             _set(model, glob)
             gen = torch.Generator().manual_seed(100 * t + i)
-            armijo_local_train(model, x, y, [torch.arange(300)] * 4, ArmijoConfig(), gen, batch_size=300,
-                               loss_fn=_reg_loss(model))
+            armijo_local_train(model, [(x, y)] * 4, ArmijoConfig(), gen, batch_fraction=1.0, loss_fn=_reg_loss(model))
             models.append(_get(model))
         glob = gd_server_step(glob, weighted_average(models, aggregation_weights([300] * 3)), 1.0)
         _set(model, glob)
@@ -147,7 +146,8 @@ def test_o12_logistic_regression_ls_beats_fixed_step_fedavg():
     x, y = _logreg_problem()
 
     def armijo(model, xi, yi, batches, gen):
-        armijo_local_train(model, xi, yi, batches, ArmijoConfig(), gen, batch_size=32, loss_fn=_reg_loss(model))
+        pairs = ((xi[i], yi[i]) for i in batches)
+        armijo_local_train(model, pairs, ArmijoConfig(), gen, batch_fraction=32 / len(xi), loss_fn=_reg_loss(model))
 
     def sgd(model, xi, yi, batches, gen):
         loss_fn = _reg_loss(model)

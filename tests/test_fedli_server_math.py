@@ -276,7 +276,7 @@ def test_o22_scaffold_zero_controls_equals_fedavg_round_one():
     for i in range(3):
         m1, m2 = _lin_model(1), _lin_model(1)
         zeros = [torch.zeros_like(p) for p in m1.parameters()]
-        stats = scaffold_local_sgd(m1, x[i], y[i], batches, 0.1, zeros, zeros)
+        stats = scaffold_local_sgd(m1, [(x[i][b], y[i][b]) for b in batches], 0.1, zeros, zeros)
         _plain_sgd(m2, x[i], y[i], batches, 0.1)
         a = [p.detach().numpy().copy() for p in m1.parameters()]
         b = [p.detach().numpy().copy() for p in m2.parameters()]
@@ -318,7 +318,7 @@ def test_scaffold_correction_shifts_gradient():
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     v = [torch.full_like(p, 0.25) for p in m1.parameters()]
     zeros = [torch.zeros_like(p) for p in m1.parameters()]
-    scaffold_local_sgd(m1, x, y, [torch.arange(8)], 0.1, v, zeros)
+    scaffold_local_sgd(m1, [(x, y)], 0.1, v, zeros)
     _plain_sgd(m2, x, y, [torch.arange(8)], 0.1)
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(p1, p2 - 0.1 * 0.25)

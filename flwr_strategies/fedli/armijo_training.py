@@ -39,18 +39,17 @@ def make_closure(
 
 def armijo_local_train(
     model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    batches: Iterable[torch.Tensor],
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     config: ArmijoConfig,
     generator: torch.Generator,
     *,
-    batch_size: int,
+    batch_fraction: float,
     loss_fn: LossFn = F.cross_entropy,
     on_step: Callable[[int, object], None] | None = None,
 ) -> dict[str, float | int]:
-    """Run Armijo-SGD over ``batches`` (index tensors into ``x``/``y``), updating ``model`` in place.
+    """Run Armijo-SGD over ``batches`` (``(inputs, labels)`` minibatches), updating ``model`` in place.
 
+    ``batch_fraction`` is ``b / n_i`` (batch size over local training-set size) for reset option 2.
     The step size restarts at ``config.eta_max`` at the first step (no state across rounds).
     ``generator`` (the client's seeded generator) draws one seed per step for the closure.
     No weight decay and no gradient clipping (they would break the sufficient-decrease test, §10 A13).
@@ -59,10 +58,8 @@ def armijo_local_train(
     of the last local step, the mean minibatch loss before each step, total reductions, the number
     of steps where no trial was accepted, and the number of steps.
     """
-    n = int(x.shape[0])
-    if n <= 0:
-        raise ValueError("armijo_local_train needs at least one training example")
-    batch_fraction = float(batch_size) / float(n)
+    if not batch_fraction > 0:
+        raise ValueError(f"`batch_fraction` (b / n_i) must be > 0, got {batch_fraction!r}")
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     eta = float(config.eta_max)
@@ -70,10 +67,10 @@ def armijo_local_train(
     backtracks = 0
     fallbacks = 0
     k = 0
-    for idx in batches:
+    for xb, yb in batches:
         k += 1
         seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        closure = make_closure(model, x[idx], y[idx], seed, loss_fn)
+        closure = make_closure(model, xb, yb, seed, loss_fn)
         res = armijo_step(params, closure, eta, k, config, batch_fraction)
         eta = res.step_size
         losses.append(res.loss)

@@ -28,9 +28,7 @@ __all__ = ["scaffold_client_control_update", "scaffold_local_sgd", "scaffold_ser
 
 def scaffold_local_sgd(
     model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    batches: Iterable[torch.Tensor],
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     lr: float,
     c_global: Sequence[torch.Tensor],
     c_local: Sequence[torch.Tensor],
@@ -39,7 +37,7 @@ def scaffold_local_sgd(
     weight_decay: float = 0.0,
     grad_clip: float | None = None,
 ) -> dict[str, float | int]:
-    """Corrected local SGD over ``batches``; the controls are aligned with ``model.parameters()``.
+    """Corrected local SGD over ``(inputs, labels)`` minibatches; controls align with ``model.parameters()``.
 
     Gradient clipping (if any) applies to the raw minibatch gradient before the correction.
     Returns ``{"train_loss": mean minibatch loss, "steps": K}``. Raises ``FloatingPointError`` on a
@@ -56,10 +54,10 @@ def scaffold_local_sgd(
     corr = [(cg - cl).to(p.dtype) for p, cg, cl in zip(params, c_global, c_local)]
     model.train()
     losses: list[float] = []
-    for idx in batches:
+    for xb, yb in batches:
         for p in params:
             p.grad = None
-        loss = loss_fn(model(x[idx]), y[idx])
+        loss = loss_fn(model(xb), yb)
         val = float(loss.detach())
         if not math.isfinite(val):
             raise FloatingPointError(f"SCAFFOLD client: non-finite minibatch loss at local step {len(losses) + 1}")
