@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m simulations bench NAME [args]`` runs ``simulations.bench.NAME.main(args)``."""

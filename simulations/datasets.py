@@ -1,0 +1,269 @@
+"""Dataset loaders: every dataset is read from local files or generated; nothing is downloaded.
+
+- ``digits``: scikit-learn's bundled 8x8 handwritten digits (1,797 images), the embedded default.
+- ``mnist``: the standard idx files (raw or gzip) from ``data_dir``, in torchvision's
+  ``MNIST/raw`` layout or flat. When only the official test split (t10k) is present, a seeded
+  80/20 train/test split is carved from it and the bundle's ``notes`` say so.
+- ``cifar10`` / ``cifar100``: the standard python-pickle layout (``cifar-10-batches-py``,
+  ``cifar-100-python``) from ``data_dir`` through torchvision's dataset classes.
+- ``synthetic``: FedProx's Synthetic(alpha, beta) heterogeneous logistic-regression data with one
+  natural group per client.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clients.training import TensorData
+
+DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760  # pixel mean/std of all 1,797 sklearn digits after /16
+CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+
+
+@dataclass
+class DatasetBundle:
+    """A loaded dataset: train and test splits as tensors, plus facts about it."""
+
+    name: str
+    train: TensorData
+    test: TensorData
+    num_classes: int
+    input_shape: tuple[int, ...]
+    notes: list[str] = field(default_factory=list)
+    groups: np.ndarray | None = None  # natural client id of each training sample (synthetic)
+
+
+class DataFilesMissing(FileNotFoundError):
+    """Raised when a dataset's files are not where ``--data-dir`` points."""
+
+
+def _seeded_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+def load_digits_bundle(seed: int = 0, test_fraction: float = 0.2) -> DatasetBundle:
+    """scikit-learn's digits, pixel values scaled to [0, 1], seeded train/test split."""
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    x = (torch.tensor(raw.images, dtype=torch.float32).unsqueeze(1) / 16.0 - DIGITS_MEAN) / DIGITS_STD
+    y = torch.tensor(raw.target, dtype=torch.long)
+    tr, te = _seeded_split(len(y), test_fraction, seed)
+    return DatasetBundle(
+        "digits",
+        TensorData(x[tr], y[tr]),
+        TensorData(x[te], y[te]),
+        10,
+        (1, 8, 8),
+        [f"sklearn digits: {len(tr)} train / {len(te)} test (seeded {1 - test_fraction:.0%}/{test_fraction:.0%} split, seed {seed})"],
+    )
+
+
+# -- MNIST -----------------------------------------------------------------------------------
+def read_idx(path: Path) -> np.ndarray:
+    """Read an idx file (optionally gzip-compressed) into an array."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(f"{path} is not an idx file")
+    dtype = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}[data[2]]
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    arr = np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: header says {shape} but holds {arr.size} values")
+    return arr.reshape(shape)
+
+
+def _find(data_dir: Path, stem: str) -> Path | None:
+    for sub in ("", "MNIST/raw", "raw", "mnist"):
+        for suffix in ("", ".gz"):
+            p = data_dir / sub / f"{stem}{suffix}"
+            if p.exists():
+                return p
+    return None
+
+
+def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fraction: float = 0.2) -> DatasetBundle:
+    """MNIST from idx files; carves a seeded train/test split when only t10k is present."""
+    if data_dir is None:
+        raise DataFilesMissing(
+            "dataset 'mnist' needs --data-dir pointing to the idx files "
+            "(t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], optionally train-*)"
+        )
+    root = Path(data_dir)
+    files = {k: _find(root, k) for k in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+    norm = lambda a: (torch.tensor(a, dtype=torch.float32).unsqueeze(1) / 255.0 - MNIST_MEAN) / MNIST_STD  # noqa: E731
+    notes = []
+    if files["t10k-images-idx3-ubyte"] is None or files["t10k-labels-idx1-ubyte"] is None:
+        raise DataFilesMissing(
+            f"MNIST idx files not found under --data-dir {root}: expected t10k-images-idx3-ubyte[.gz] and "
+            "t10k-labels-idx1-ubyte[.gz] (and optionally train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]) "
+            "directly in it or in MNIST/raw/"
+        )
+    xt = read_idx(files["t10k-images-idx3-ubyte"])
+    yt = read_idx(files["t10k-labels-idx1-ubyte"]).astype(np.int64)
+    if files["train-images-idx3-ubyte"] and files["train-labels-idx1-ubyte"]:
+        xtr = read_idx(files["train-images-idx3-ubyte"])
+        ytr = read_idx(files["train-labels-idx1-ubyte"]).astype(np.int64)
+        train, test = TensorData(norm(xtr), torch.tensor(ytr)), TensorData(norm(xt), torch.tensor(yt))
+        notes.append(f"MNIST official split: {len(ytr)} train / {len(yt)} test")
+    else:
+        tr, te = _seeded_split(len(yt), test_fraction, seed)
+        train = TensorData(norm(xt[tr]), torch.tensor(yt[tr]))
+        test = TensorData(norm(xt[te]), torch.tensor(yt[te]))
+        notes.append(
+            f"MNIST: only the official test split (t10k, {len(yt)} images) was found in {root}; "
+            f"carved a seeded {1 - test_fraction:.0%}/{test_fraction:.0%} train/test split from it "
+            f"({len(tr)} train / {len(te)} test, seed {seed})"
+        )
+    return DatasetBundle("mnist", train, test, 10, (1, 28, 28), notes)
+
+
+# -- CIFAR -----------------------------------------------------------------------------------
+def random_crop_flip(padding: int = 4):
+    """Batched CIFAR augmentation: random crop from a zero-padded image and horizontal flip (p=0.5).
+
+    Uses the caller's generator only, so augmented batches are reproducible.
+    """
+
+    def augment(xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        n, _, h, w = xb.shape
+        flip = torch.rand(n, generator=gen) < 0.5
+        dx = torch.randint(0, 2 * padding + 1, (n,), generator=gen)
+        dy = torch.randint(0, 2 * padding + 1, (n,), generator=gen)
+        padded = torch.nn.functional.pad(xb, (padding,) * 4)
+        rows = (dy.view(n, 1) + torch.arange(h).view(1, h)).to(xb.device)
+        cols = (dx.view(n, 1) + torch.arange(w).view(1, w)).to(xb.device)
+        out = padded[torch.arange(n, device=xb.device).view(n, 1, 1, 1), torch.arange(xb.shape[1], device=xb.device).view(1, -1, 1, 1), rows.view(n, 1, h, 1), cols.view(n, 1, 1, w)]
+        return torch.where(flip.to(xb.device).view(n, 1, 1, 1), out.flip(3), out)
+
+    return augment
+
+
+def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bool = True) -> DatasetBundle:
+    """CIFAR-10/100 from the python-pickle layout via torchvision (no download)."""
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls, folder, mean, std, classes = (
+        (CIFAR10, "cifar-10-batches-py", CIFAR10_MEAN, CIFAR10_STD, 10)
+        if name == "cifar10"
+        else (CIFAR100, "cifar-100-python", CIFAR100_MEAN, CIFAR100_STD, 100)
+    )
+    expected = [f"{folder}/{n}" for n, _ in cls.train_list + cls.test_list] + [f"{folder}/{cls.meta['filename']}"]
+    if data_dir is None or not all((Path(data_dir) / e).exists() for e in expected):
+        raise DataFilesMissing(
+            f"dataset '{name}' needs --data-dir holding the python-pickle layout: {', '.join(expected)}"
+        )
+    notes = []
+
+    class _Local(cls):  # type: ignore[misc, valid-type]
+        def _check_integrity(self) -> bool:
+            return True
+
+    try:
+        train, test = cls(str(data_dir), train=True, download=False), cls(str(data_dir), train=False, download=False)
+    except RuntimeError:
+        train, test = _Local(str(data_dir), train=True, download=False), _Local(str(data_dir), train=False, download=False)
+        notes.append(f"{name}: files present but their checksums differ from the official release (a local copy)")
+    m = torch.tensor(mean).view(1, 3, 1, 1)
+    s = torch.tensor(std).view(1, 3, 1, 1)
+
+    def to_tensor(ds) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.tensor(np.asarray(ds.data), dtype=torch.float32).permute(0, 3, 1, 2) / 255.0
+        return (x - m) / s, torch.tensor(np.asarray(ds.targets), dtype=torch.long)
+
+    xtr, ytr = to_tensor(train)
+    xte, yte = to_tensor(test)
+    notes.append(f"{name}: {len(ytr)} train / {len(yte)} test from {data_dir}")
+    return DatasetBundle(
+        name,
+        TensorData(xtr, ytr, random_crop_flip() if augment else None),
+        TensorData(xte, yte),
+        classes,
+        (3, 32, 32),
+        notes,
+    )
+
+
+# -- Synthetic(alpha, beta) ------------------------------------------------------------------
+def load_synthetic_bundle(
+    num_clients: int,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    seed: int = 0,
+    dim: int = 60,
+    num_classes: int = 10,
+    test_fraction: float = 0.2,
+    mean_samples: float = 4.0,
+) -> DatasetBundle:
+    """FedProx's Synthetic(alpha, beta) (Li et al., MLSys 2020, Sec. 5.1).
+
+    Client k: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta), v_k ~ N(B_k, 1);
+    x ~ N(v_k, Sigma) with Sigma_jj = j^-1.2; y = argmax softmax(W_k x + b_k). Client sizes follow
+    a log-normal power law (at least 10 train samples each). ``groups`` holds each training
+    sample's client, used by the ``natural`` partition.
+    """
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    rng = np.random.default_rng(seed)
+    sizes = np.maximum(rng.lognormal(mean_samples, 2.0, num_clients).astype(int) + 50, 60)
+    sigma = np.array([(j + 1) ** -1.2 for j in range(dim)])
+    xs_tr, ys_tr, g_tr, xs_te, ys_te = [], [], [], [], []
+    for k in range(num_clients):
+        u = rng.normal(0, np.sqrt(alpha))
+        big_b = rng.normal(0, np.sqrt(beta))
+        w = rng.normal(u, 1, (num_classes, dim))
+        b = rng.normal(u, 1, num_classes)
+        v = rng.normal(big_b, 1, dim)
+        x = rng.normal(v, np.sqrt(sigma), (sizes[k], dim))
+        y = np.argmax(x @ w.T + b, axis=1)
+        n_test = max(1, int(round(sizes[k] * test_fraction)))
+        xs_te.append(x[:n_test]); ys_te.append(y[:n_test])
+        xs_tr.append(x[n_test:]); ys_tr.append(y[n_test:]); g_tr.append(np.full(sizes[k] - n_test, k))
+    f = lambda a: torch.tensor(np.concatenate(a), dtype=torch.float32)  # noqa: E731
+    l = lambda a: torch.tensor(np.concatenate(a), dtype=torch.long)  # noqa: E731
+    return DatasetBundle(
+        "synthetic",
+        TensorData(f(xs_tr), l(ys_tr)),
+        TensorData(f(xs_te), l(ys_te)),
+        num_classes,
+        (dim,),
+        [f"Synthetic({alpha}, {beta}): {num_clients} clients, {int(sizes.sum())} samples, seed {seed}"],
+        groups=np.concatenate(g_tr),
+    )
+
+
+def load_dataset(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+    *,
+    num_clients: int = 10,
+    synthetic_alpha: float = 1.0,
+    synthetic_beta: float = 1.0,
+) -> DatasetBundle:
+    """Load dataset ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
+    key = name.lower()
+    if key == "digits":
+        return load_digits_bundle(seed)
+    if key == "mnist":
+        return load_mnist_bundle(data_dir, seed)
+    if key in ("cifar10", "cifar100"):
+        return load_cifar_bundle(key, data_dir)
+    if key == "synthetic":
+        return load_synthetic_bundle(num_clients, synthetic_alpha, synthetic_beta, seed)
+    raise KeyError(f"unknown dataset '{name}'; valid datasets: {', '.join(DATASETS)}")

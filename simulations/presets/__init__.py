@@ -1,0 +1,92 @@
+"""Experiment presets: named comparisons that reproduce a paper's setting at reduced scale.
+
+A :class:`Preset` is a base configuration plus a list of :class:`RunEntry` (label, method,
+overrides). The default runner (:func:`run_preset`) runs every entry on the same partition and
+seed and writes ``summary.md`` and ``accuracy.png``; a preset can instead give a ``custom``
+callable for sweeps and extra tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+_PRESET_MODULES: tuple[str, ...] = (
+    "simulations.presets.quickstart",
+)
+
+_PRESETS: dict[str, "Preset"] = {}
+_LOADED = False
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One line of a comparison: a label, a method name and config overrides (incl. ``params``)."""
+
+    label: str
+    method: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PresetContext:
+    """What a custom preset runner gets: the preset, user overrides and the output folder."""
+
+    preset: "Preset"
+    overrides: dict[str, Any]
+    out_dir: Any
+    backend: str = "inprocess"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named comparison.
+
+    Parameters
+    ----------
+    name : str
+        Name for ``--preset``.
+    summary : str
+        One line shown by ``python -m simulations list``.
+    base : dict
+        ``ExperimentConfig`` settings shared by all entries.
+    entries : list[RunEntry]
+        The runs to compare.
+    target_accuracy : float | None
+        Accuracy for the rounds-to-target column, or None.
+    custom : Callable[[PresetContext], dict] | None
+        Replaces the default runner (sweeps, extra tables). Returns a summary dict.
+    """
+
+    name: str
+    summary: str
+    base: dict[str, Any]
+    entries: list[RunEntry]
+    target_accuracy: float | None = None
+    custom: Callable[[PresetContext], dict] | None = None
+
+
+def register_preset(preset: Preset) -> Preset:
+    """Add ``preset`` to the registry."""
+    _PRESETS[preset.name] = preset
+    return preset
+
+
+def list_presets() -> dict[str, Preset]:
+    """All presets by name."""
+    global _LOADED
+    if not _LOADED:
+        for module in _PRESET_MODULES:
+            importlib.import_module(module)
+        _LOADED = True
+    return dict(sorted(_PRESETS.items()))
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
+    presets = list_presets()
+    if name not in presets:
+        raise KeyError(f"unknown preset '{name}'; valid presets: {', '.join(presets)}")
+    return presets[name]

@@ -1,0 +1,104 @@
+"""Workloads ("tasks") an experiment can run: what the model is, what each client holds, how the
+global model is scored. ``classification`` (images, tabular) is built in; other tasks (FedMeZO's
+causal language modelling) register themselves with :func:`register_task`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from clients.training import TensorData, evaluate_model
+
+from .datasets import DATASETS, load_dataset
+from .models import DEFAULT_MODEL, build_model
+from .partition import make_partition
+
+
+class Task(Protocol):
+    """What the runner needs from a workload."""
+
+    datasets: tuple[str, ...]
+    notes: list[str]
+
+    def model_fn(self) -> torch.nn.Module: ...
+    def client_data(self, partition_id: int) -> tuple[Any, Any]: ...
+    def num_examples(self) -> dict[int, int]: ...
+    def evaluate(self, model: torch.nn.Module) -> tuple[float, dict[str, float]]: ...
+
+
+_TASKS: dict[str, Callable[[Any], Task]] = {}
+_TASK_MODULES: tuple[str, ...] = ()
+
+
+def register_task(name: str, build: Callable[[Any], Task]) -> None:
+    """Register a task builder ``build(cfg) -> Task`` under ``name``."""
+    _TASKS[name] = build
+
+
+def build_task(name: str, cfg: Any) -> Task:
+    """Build task ``name`` for experiment config ``cfg``."""
+    for module in _TASK_MODULES:
+        importlib.import_module(module)
+    if name not in _TASKS:
+        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
+    return _TASKS[name](cfg)
+
+
+class ClassificationTask:
+    """Image/tabular classification: a :class:`DatasetBundle` split over clients by a partitioner."""
+
+    datasets = DATASETS
+
+    def __init__(self, cfg: Any) -> None:
+        data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
+        self.bundle = load_dataset(
+            cfg.dataset,
+            cfg.data_dir,
+            data_seed,
+            num_clients=cfg.num_clients,
+            synthetic_alpha=cfg.synthetic_alpha,
+            synthetic_beta=cfg.synthetic_beta,
+        )
+        kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
+        self.partition_kind = kind
+        labels = self.bundle.train.y.cpu().numpy()
+        self.parts = make_partition(
+            kind,
+            labels,
+            cfg.num_clients,
+            data_seed,
+            alpha=cfg.alpha,
+            classes_per_client=cfg.classes_per_client,
+            groups=self.bundle.groups,
+        )
+        self.model_name = cfg.model or DEFAULT_MODEL[self.bundle.name]
+        self.device = torch.device(cfg.device)
+        self.test = self.bundle.test.to(self.device)
+        self.train = self.bundle.train.to(self.device)
+        self.notes = list(self.bundle.notes) + [f"partition: {kind} over {cfg.num_clients} clients"]
+
+    def model_fn(self) -> torch.nn.Module:
+        return build_model(self.model_name, self.bundle.num_classes, self.bundle.input_shape).to(self.device)
+
+    def client_data(self, partition_id: int) -> tuple[TensorData, None]:
+        return self.train.subset(self.parts[partition_id]), None
+
+    def num_examples(self) -> dict[int, int]:
+        return {i: int(len(p)) for i, p in enumerate(self.parts)}
+
+    def label_histograms(self) -> np.ndarray:
+        """Per-client class counts (clients x classes)."""
+        labels = self.bundle.train.y.cpu().numpy()
+        return np.stack([np.bincount(labels[p], minlength=self.bundle.num_classes) for p in self.parts])
+
+    def evaluate(self, model: torch.nn.Module) -> tuple[float, dict[str, float]]:
+        loss, acc = evaluate_model(model, self.test)
+        return float(loss), {"accuracy": float(acc)}
+
+
+register_task("classification", ClassificationTask)
