@@ -14,6 +14,7 @@ from typing import Any
 
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.centralized",
+    "flwr_strategies.fedli.methods",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}
