@@ -15,6 +15,7 @@ from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
+    "simulations.presets.fedli",
 )
 
 _PRESETS: dict[str, "Preset"] = {}
