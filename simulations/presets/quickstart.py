@@ -20,6 +20,7 @@ register_preset(
         entries=[
             RunEntry("FedAvg", "fedavg"),
             RunEntry("FedProx", "fedprox", {"params": {"proximal_mu": 0.01}}),
+            RunEntry("FedLi-LU", "fedli-lu"),
         ],
         target_accuracy=0.85,
     )
