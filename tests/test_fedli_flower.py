@@ -170,3 +170,21 @@ def test_strategy_constructor_validation(setup):
         FedExP(eps=-1.0, initial_parameters=ip)
     with pytest.raises(ValueError, match="num_clients"):
         Scaffold(num_clients=0, initial_parameters=ip)
+
+
+def test_method_registrations_and_dfw_presets():
+    from flwr_strategies.fedli.methods import dfw_config_from_params
+    from flwr_strategies.registry import get_method, list_methods, resolve_params
+
+    names = set(list_methods())
+    assert {"fedli-ls", "fedli-lu", "fedexp", "scaffold"} <= names
+    lu = resolve_params(get_method("fedli-lu"), {})
+    assert dfw_config_from_params(lu) == DFWConfig()  # paper-faithful default
+    code = dfw_config_from_params(resolve_params(get_method("fedli-lu"), {"dfw_preset": "authors_code"}))
+    assert (code.server_eta, code.server_weight_decay, code.server_momentum) == (0.01, 1e-5, 0.9)
+    mixed = dfw_config_from_params(resolve_params(get_method("fedli-lu"), {"dfw_preset": "authors_code", "server_eta": "0.5"}))
+    assert mixed.server_eta == 0.5 and mixed.server_momentum == 0.9
+    with pytest.raises(ValueError, match="dfw_preset"):
+        dfw_config_from_params({**lu, "dfw_preset": "nope"})
+    ls = resolve_params(get_method("fedli-ls"), {"armijo_c": "0.2", "reset_option": "1"})
+    assert ls["armijo_c"] == 0.2 and ls["reset_option"] == 1
