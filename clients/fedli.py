@@ -76,7 +76,8 @@ STATE_KEY = "scaffold_c_i"
 class ScaffoldClient(TorchClient):
     """SCAFFOLD (option II) client; its control variate ``c_i`` persists in ``context.state``.
 
-    Receives ``w_t ++ c`` and replies ``w_i ++ dc_i``. Control variates are laid out like the model
+    Receives ``w_t ++ c`` (or ``w_t ++ c ++ c_i`` when the server keeps the controls; the client
+    state is then not used) and replies ``w_i ++ dc_i``. Control variates are laid out like the model
     weights (``state_dict`` order); only entries that are trainable parameters are corrected, buffer
     controls stay 0. Raises ``RuntimeError`` if the runtime gives no ``context.state``.
     """
@@ -84,13 +85,21 @@ class ScaffoldClient(TorchClient):
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         keys = list(self.model.state_dict().keys())
         n_layers = len(keys)
-        if len(parameters) != 2 * n_layers:
-            raise ValueError(f"SCAFFOLD client expects {2 * n_layers} arrays (weights ++ control), got {len(parameters)}")
-        w_t, c_glob = [np.asarray(a) for a in parameters[:n_layers]], [np.asarray(a) for a in parameters[n_layers:]]
+        if len(parameters) not in (2 * n_layers, 3 * n_layers):
+            raise ValueError(
+                f"SCAFFOLD client expects {2 * n_layers} (weights ++ control) or {3 * n_layers} arrays "
+                f"(++ own control), got {len(parameters)}"
+            )
+        w_t = [np.asarray(a) for a in parameters[:n_layers]]
+        c_glob = [np.asarray(a) for a in parameters[n_layers : 2 * n_layers]]
+        server_held = len(parameters) == 3 * n_layers
         state = self.setup.state
-        if state is None:
-            raise RuntimeError("SCAFFOLD client needs context.state to keep its control variate across rounds")
-        c_i = state[STATE_KEY].to_numpy_ndarrays() if STATE_KEY in state else [np.zeros_like(a) for a in w_t]
+        if server_held:
+            c_i = [np.asarray(a) for a in parameters[2 * n_layers :]]
+        else:
+            if state is None:
+                raise RuntimeError("SCAFFOLD client needs context.state to keep its control variate across rounds")
+            c_i = state[STATE_KEY].to_numpy_ndarrays() if STATE_KEY in state else [np.zeros_like(a) for a in w_t]
         set_weights(self.model, w_t)
         generator = self.generator(config)
         settings = train_settings(config, self.setup.train)
@@ -110,5 +119,6 @@ class ScaffoldClient(TorchClient):
             if k not in is_param:
                 c_new[j] = np.zeros_like(c_new[j])
                 dc[j] = np.zeros_like(dc[j])
-        state[STATE_KEY] = ArrayRecord(c_new)
+        if not server_held:
+            state[STATE_KEY] = ArrayRecord(c_new)
         return w_i + dc, self.num_train(), {**self.base_metrics(), **stats}

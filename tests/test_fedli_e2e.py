@@ -96,3 +96,12 @@ def test_same_numbers_inprocess_and_ray():
     ra = [[r.get(k) for k in keys] for r in a["rounds"]]
     rb = [[r.get(k) for k in keys] for r in b["rounds"]]
     assert ra == rb
+
+
+def test_scaffold_server_held_controls_give_same_numbers():
+    kw = dict(num_clients=4, fraction_fit=0.5, rounds=3, lr=0.1)
+    a = run_experiment(_cfg("scaffold", **kw))
+    b = run_experiment(_cfg("scaffold", params={"control_state": "server"}, **kw))
+    keys = ("accuracy", "loss", "fit_train_loss", "fit_control_norm")
+    assert [[r.get(k) for k in keys] for r in a["rounds"]] == [[r.get(k) for k in keys] for r in b["rounds"]]
+    assert b["rounds"][-1]["bytes_down"] > a["rounds"][-1]["bytes_down"]  # c_i travels down in server mode

@@ -63,7 +63,12 @@ def _fedexp(setup: ServerSetup, params: dict) -> FedExP:
 
 
 def _scaffold(setup: ServerSetup, params: dict) -> Scaffold:
-    return Scaffold(num_clients=setup.num_clients, server_lr=float(params["server_lr"]), **flower_common_kwargs(setup))
+    return Scaffold(
+        num_clients=setup.num_clients,
+        server_lr=float(params["server_lr"]),
+        control_state=str(params["control_state"]),
+        **flower_common_kwargs(setup),
+    )
 
 
 def _armijo_client(setup: ClientSetup, params: dict) -> ArmijoSGDClient:
@@ -124,7 +129,7 @@ register_method(
         name="scaffold",
         summary="SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
         paper="Karimireddy et al., ICML 2020",
-        defaults={"server_lr": 1.0},
+        defaults={"server_lr": 1.0, "control_state": "client"},
         build_strategy=_scaffold,
         build_client=_scaffold_client,
     )

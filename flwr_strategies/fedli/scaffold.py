@@ -100,8 +100,11 @@ def scaffold_client_control_update(
         ci64 = np.asarray(ci, dtype=np.float64)
         val = ci64 - np.asarray(c, np.float64) + (np.asarray(wt, np.float64) - np.asarray(wi, np.float64)) * scale
         dtype = np.asarray(ci).dtype
-        new.append(val.astype(dtype))
-        diff.append((val - ci64).astype(dtype))
+        d = (val - ci64).astype(dtype)
+        diff.append(d)
+        # c_i+ := c_i + dc_i in the array dtype, so a server that mirrors c_i by adding the reported
+        # dc_i holds exactly the same values as the client
+        new.append((ci64 + d.astype(np.float64)).astype(dtype))
     check_finite_arrays(new, "SCAFFOLD client control variate")
     return new, diff
 
