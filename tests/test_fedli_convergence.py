@@ -2,7 +2,6 @@
 clients) and O12 (FedLi-LS beats fixed-step FedAvg on L2-regularised logistic regression)."""
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 

@@ -8,7 +8,6 @@ This base class provides those; subclasses implement :meth:`ServerModelStrategy.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from logging import WARNING
 from typing import Any
@@ -177,13 +176,3 @@ class ServerModelStrategy(FedAvg):
         """Return ``(w_{t+1}, metrics)`` from ``self.current`` (``w_t``) and the decoded results."""
         raise NotImplementedError
 
-
-def merged_config_fn(
-    base: Callable[[int], dict[str, Scalar]] | None, extra: dict[str, Scalar]
-) -> Callable[[int], dict[str, Scalar]]:
-    """A fit-config function returning ``{**base(round), **extra}``."""
-
-    def fn(server_round: int) -> dict[str, Scalar]:
-        return {**(base(server_round) if base else {}), **extra}
-
-    return fn
