@@ -23,6 +23,7 @@ register_preset(
             # decentralized: all 10 clients train and gossip over the random graph; beta 0.9 because
             # this preset has no weight decay / clipping (the paper's 0.99 needs them, spec section 10)
             RunEntry("DFedCata", "dfedcata", {"params": {"beta": 0.9}}),
+            RunEntry("FedLi-LU", "fedli-lu"),
         ],
         target_accuracy=0.85,
     )
