@@ -15,13 +15,10 @@ from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
-<<<<<<< HEAD
     "simulations.presets.fedmezo",
     "simulations.presets.dfedcata",
     "simulations.presets.doadp",
-=======
     "simulations.presets.fedli",
->>>>>>> fedli
 )
 
 _PRESETS: dict[str, "Preset"] = {}
