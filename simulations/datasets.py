@@ -171,8 +171,11 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
     notes = []
 
     class _Local(cls):  # type: ignore[misc, valid-type]
-        def _check_integrity(self) -> bool:
-            return True
+        """Same layout, presence checked instead of the official MD5 sums."""
+
+        train_list = [[n, None] for n, _ in cls.train_list]
+        test_list = [[n, None] for n, _ in cls.test_list]
+        meta = {**cls.meta, "md5": None}
 
     try:
         train, test = cls(str(data_dir), train=True, download=False), cls(str(data_dir), train=False, download=False)

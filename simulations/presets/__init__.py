@@ -15,6 +15,10 @@ from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
+    "simulations.presets.fedmezo",
+    "simulations.presets.dfedcata",
+    "simulations.presets.doadp",
+    "simulations.presets.fedli",
     "simulations.presets.fedmud",
 )
 
