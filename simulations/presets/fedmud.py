@@ -153,7 +153,7 @@ def render(out: Path, preset: Preset) -> str:
 
 register_preset(Preset(
     name="fedmud",
-    summary="FedAvg vs FedMUD variants + FedLMT/FedPara/FedHM, MNIST CNN-4, ratio 1/32, 3 partitions + ablations (~10 min)",
+    summary="FedAvg vs FedMUD variants + FedLMT/FedPara/FedHM, MNIST CNN-4, ratio 1/32, 3 partitions + ablations (24 runs; ~25 min on 2 busy shared CPUs split over 2 processes with FEDMUD_PRESET_PARTS)",
     base=BASE,
     entries=ENTRIES,
     custom=_run,
