@@ -26,6 +26,14 @@ from clients.training import client_generator, get_weights, local_sgd, set_weigh
 from ..experiment import ExperimentConfig, get_experiment
 
 
+def _inplace(x: np.ndarray, y, op: np.ufunc) -> np.ndarray:
+    """``op(x, y)`` written into ``x``; ``y`` is cast to ``x``'s dtype first when numpy would not
+    cast the result (integer buffers), the rule FedAvg's in-place average follows."""
+    if np.can_cast(y, x.dtype, casting="same_kind"):
+        return op(x, y, out=x)
+    return op(x, np.array(y, x.dtype), out=x)
+
+
 def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[float]]:
     """FedAvg as a plain PyTorch loop (no Flower): returns final weights, wall time, accuracies."""
     exp = get_experiment(cfg)
@@ -43,8 +51,8 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
                 set_weights(model, global_w)
                 local_sgd(model, data[pid], generator=client_generator(cfg.seed, rnd, pid), **settings)
                 share = np.float64(len(data[pid]) / total)  # sum_i (n_i / n) w_i, in partition order
-                w = [np.multiply(x, share, out=x) for x in get_weights(model)]
-                acc_w = w if acc_w is None else [np.add(a, x, out=a) for a, x in zip(acc_w, w)]
+                w = [_inplace(x, share, np.multiply) for x in get_weights(model)]
+                acc_w = w if acc_w is None else [_inplace(a, x, np.add) for a, x in zip(acc_w, w)]
             global_w = acc_w
             accs.append(exp.evaluate_fn(rnd, global_w, {})[1]["accuracy"])
     return global_w, time.perf_counter() - t0, accs
