@@ -20,11 +20,17 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS: dict[str, int] = {
     "quickstart.ipynb": 600,
 }
+# written but waiting for code on another branch; move into NOTEBOOKS once it is merged
+PENDING: dict[str, str] = {
+    "decentralized.ipynb": "needs flwr_strategies.decentralized and the dfedcata/dfedavg methods (branch dfedcata)",
+}
 
 
 def test_every_notebook_is_listed():
     present = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
-    assert present == sorted(NOTEBOOKS), f"notebooks on disk {present} != listed {sorted(NOTEBOOKS)}"
+    listed = sorted(set(NOTEBOOKS) | set(PENDING))
+    assert present == listed, f"notebooks on disk {present} != listed {listed}"
+    assert not set(NOTEBOOKS) & set(PENDING)
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
