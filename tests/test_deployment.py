@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Methods that go through the real deployment. Add a method here once its branch is merged.
 METHODS: tuple[str, ...] = ("fedavg",)
+# run-config entries a method needs beyond ``method=<name>`` on this small setup
+EXTRA_RUN_CONFIG: dict[str, dict] = {}
 
 NUM_SUPERNODES = 3
 ROUNDS = 2
@@ -63,7 +65,7 @@ def test_free_distinct_ports(deployment):
 @pytest.mark.parametrize("method", METHODS)
 def test_flwr_run_on_real_supernodes(deployment, method, tmp_path):
     out_dir = tmp_path / "out"
-    run_config = {"method": method, **common_run_config(out_dir)}
+    run_config = {"method": method, **common_run_config(out_dir), **EXTRA_RUN_CONFIG.get(method, {})}
     offsets = {i: len(deployment.log(f"supernode-{i}", tail=10**9)) for i in range(NUM_SUPERNODES)}
     t0 = time.perf_counter()
     res = deployment.flwr_run(ROOT, run_config, timeout=RUN_TIMEOUT_S)
