@@ -10,11 +10,11 @@ A thin adapter over the same algorithm core as the legacy path:
   legacy path) in ``@app.train()`` / ``@app.evaluate()`` handlers: arrays in, the client's
   ``fit``/``evaluate``, arrays and metrics out. The round's client config is the experiment's
   standard ``fit_config(server-round)`` updated with the message's ``ConfigRecord``.
-- :func:`make_server_app` / :func:`run_message_fedavg`: ``strategy.start(...)`` with central
+- :func:`make_server_app` / :func:`run_message`: ``strategy.start(...)`` with central
   evaluation on the experiment's test set.
 
-FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized
-Data", AISTATS 2017) is the method covered so far; other methods keep their legacy strategies.
+Covered so far: FedAvg (McMahan et al., AISTATS 2017) and FedProx (Li et al., MLSys 2020), see
+:data:`MESSAGE_METHODS`; the other methods keep their legacy strategies.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.server.strategy.aggregate import aggregate_inplace
 
 PARTITION_KEY = "partition-id"
@@ -48,8 +48,8 @@ def _numeric(metrics: dict[str, Any]) -> dict[str, int | float]:
     return out
 
 
-class MessageFedAvg(FedAvg):
-    """Flower's Message-API ``FedAvg`` with the legacy ``FedAvg`` aggregation core.
+class LegacyAggregationMixin:
+    """``aggregate_train`` of the legacy ``FedAvg`` family for a Message-API ``FedAvg`` subclass.
 
     Replies are sorted by their ``partition-id`` metric and averaged with
     ``aggregate_inplace`` weighted by ``num-examples``, exactly as the legacy ``FedAvg`` does
@@ -81,6 +81,16 @@ class MessageFedAvg(FedAvg):
         return arrays, metrics
 
 
+class MessageFedAvg(LegacyAggregationMixin, FedAvg):
+    """FedAvg (McMahan et al., AISTATS 2017) on the Message API: Flower's ``FedAvg`` with the
+    legacy aggregation core (see :class:`LegacyAggregationMixin`); same arguments as Flower's."""
+
+
+class MessageFedProx(LegacyAggregationMixin, FedProx):
+    """FedProx (Li et al., MLSys 2020) on the Message API: Flower's ``FedProx`` (sends
+    ``proximal-mu``, >= 0, default 0) with the legacy aggregation core."""
+
+
 def make_client_app(cfg: Any) -> ClientApp:
     """A Message-API ``ClientApp`` running the method of ``cfg`` (an ``ExperimentConfig``).
 
@@ -94,7 +104,8 @@ def make_client_app(cfg: Any) -> ClientApp:
     def _config(exp: Any, msg: Message) -> dict[str, Any]:
         received = dict(msg.content["config"]) if "config" in msg.content else {}
         rnd = int(received.pop("server-round", received.get("server_round", 0)))
-        return {**exp.fit_config(rnd), **received}
+        # Message-API keys use hyphens ("proximal-mu"); the legacy clients read underscores
+        return {**exp.fit_config(rnd), **{k.replace("-", "_"): v for k, v in received.items()}}
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -120,18 +131,30 @@ def make_client_app(cfg: Any) -> ClientApp:
     return app
 
 
-def run_message_fedavg(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]:
-    """Run FedAvg of ``cfg`` on ``grid`` with :class:`MessageFedAvg`; full participation only.
+MESSAGE_METHODS = ("fedavg", "fedprox")
+
+
+def build_message_strategy(cfg: Any, params: dict[str, Any]) -> FedAvg:
+    """The Message-API strategy of ``cfg.method`` (one of :data:`MESSAGE_METHODS`), full participation."""
+    common = dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=cfg.num_clients,
+                  min_evaluate_nodes=0, min_available_nodes=cfg.num_clients)
+    if cfg.method == "fedavg":
+        return MessageFedAvg(**common)
+    if cfg.method == "fedprox":
+        return MessageFedProx(proximal_mu=float(params["proximal_mu"]), **common)
+    raise ValueError(f"no Message-API front end for method {cfg.method!r}; available: {', '.join(MESSAGE_METHODS)}")
+
+
+def run_message(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]:
+    """Run ``cfg`` (method in :data:`MESSAGE_METHODS`) on ``grid``; full participation only.
 
     Returns Flower's ``Result`` and per-round records ``{"round", "accuracy", "loss"}`` of the
     central evaluation (round 0 = initial model).
     """
     from simulations.experiment import get_experiment
 
-    if cfg.method != "fedavg":
-        raise ValueError(f"the Message-API front end covers method 'fedavg' only, got {cfg.method!r}")
     if cfg.fraction_fit != 1.0:
-        raise ValueError(f"run_message_fedavg needs fraction_fit=1.0, got {cfg.fraction_fit}")
+        raise ValueError(f"run_message needs fraction_fit=1.0, got {cfg.fraction_fit}")
     exp = get_experiment(cfg)
     history: list[dict[str, Any]] = []
 
@@ -140,13 +163,7 @@ def run_message_fedavg(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]
         history.append({"round": server_round, "loss": float(loss), "accuracy": float(metrics["accuracy"])})
         return MetricRecord({"loss": float(loss), **_numeric(metrics)})
 
-    strategy = MessageFedAvg(
-        fraction_train=1.0,
-        fraction_evaluate=0.0,
-        min_train_nodes=cfg.num_clients,
-        min_evaluate_nodes=0,
-        min_available_nodes=cfg.num_clients,
-    )
+    strategy = build_message_strategy(cfg, exp.params)
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
@@ -157,12 +174,12 @@ def run_message_fedavg(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]
 
 
 def make_server_app(cfg: Any) -> ServerApp:
-    """A Message-API ``ServerApp`` (``@app.main()``) running :func:`run_message_fedavg`."""
+    """A Message-API ``ServerApp`` (``@app.main()``) running :func:`run_message`."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_message_fedavg(cfg, grid)
+        run_message(cfg, grid)
 
     return app
 

@@ -1,26 +1,30 @@
-"""The Message-API front end gives the same numbers as the legacy API on the same seed (FedAvg)."""
+"""The Message-API front end gives the same numbers as the legacy API on the same seed
+(FedAvg and FedProx: same aggregation core, same reply order, same client code and seeds)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from flwr_strategies.message_api import InProcessGrid, make_client_app, run_message_fedavg
+from flwr_strategies.message_api import InProcessGrid, make_client_app, run_message
 from simulations.backends import run_inprocess
 from simulations.experiment import ExperimentConfig
 
 
-def _cfg() -> ExperimentConfig:
-    return ExperimentConfig(method="fedavg", dataset="digits", num_clients=3, rounds=3, seed=3,
+def _cfg(method: str = "fedavg") -> ExperimentConfig:
+    params = {"proximal_mu": 0.1} if method == "fedprox" else {}
+    return ExperimentConfig(method=method, params=params, dataset="digits", num_clients=3, rounds=3, seed=3,
                             partition="dirichlet", alpha=0.5, lr=0.05, batch_size=32, progress=False)
 
 
-def test_message_fedavg_equals_legacy_fedavg():
-    cfg = _cfg()
+@pytest.mark.parametrize("method", ["fedavg", "fedprox"])
+def test_message_api_equals_legacy(method):
+    cfg = _cfg(method)
     legacy, _ = run_inprocess(cfg)
     legacy_acc = [r["accuracy"] for r in legacy.rounds]
     legacy_loss = [r["loss"] for r in legacy.rounds]
 
-    result, history = run_message_fedavg(cfg, InProcessGrid(make_client_app(cfg), cfg.num_clients))
+    result, history = run_message(cfg, InProcessGrid(make_client_app(cfg), cfg.num_clients))
     assert [h["round"] for h in history] == list(range(cfg.rounds + 1))
     assert [h["accuracy"] for h in history] == legacy_acc  # exact: same core, same order, same seeds
     assert [h["loss"] for h in history] == legacy_loss
@@ -44,7 +48,7 @@ def test_message_fedavg_final_model_equals_legacy():
     try:
         run_inprocess(cfg)
         legacy_final = captured[cfg.rounds]
-        result, _ = run_message_fedavg(cfg, InProcessGrid(make_client_app(cfg), cfg.num_clients))
+        result, _ = run_message(cfg, InProcessGrid(make_client_app(cfg), cfg.num_clients))
     finally:
         exp.evaluate_fn = original
     message_final = result.arrays.to_numpy_ndarrays()
