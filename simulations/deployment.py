@@ -2,7 +2,8 @@
 
 This is what ``tests/test_deployment.py`` and ``docs/deployment.md`` use. Everything runs on
 127.0.0.1 in insecure mode; every port is chosen free by the caller's process; every process is
-started here and stopped here by its process id (:meth:`LocalDeployment.stop`).
+started here and stopped here by its process id, together with every subprocess Flower spawned
+below it (:meth:`LocalDeployment.stop`).
 
 Example::
 
@@ -76,6 +77,55 @@ def deployment_env(flwr_home: Path) -> dict[str, str]:
     return env
 
 
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> child pids of every process (Linux ``/proc``)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    children = _children_map()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        for child in children.get(pid, []):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return seen | set(roots)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a live (not zombie) process."""
+    return _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class LocalDeployment:
     """One ``flower-superlink --insecure`` and ``num_supernodes`` ``flower-supernode --insecure``.
 
@@ -104,12 +154,12 @@ class LocalDeployment:
         self.address = f"{HOST}:{self.superlink_port}"
         self.env = deployment_env(self.flwr_home)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.stopped_pids: set[int] = set()
 
     # -- processes ---------------------------------------------------------------------------
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         self.logs.mkdir(parents=True, exist_ok=True)
         out = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        # start_new_session: the process and the app subprocesses it spawns form one group
         proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs[name] = proc
@@ -178,26 +228,38 @@ class LocalDeployment:
     def all_logs(self, tail: int = 3000) -> str:
         return "\n".join(f"===== {n} =====\n{self.log(n, tail)}" for n in self.procs)
 
+    def descendants(self) -> set[int]:
+        """Pids of every live process below the processes started here (app subprocesses, the
+        SuperExec, which Flower starts in their own sessions, and their children)."""
+        roots = {p.pid for p in self.procs.values()}
+        return _descendants(roots) - roots
+
     def stop(self, grace: float = 5.0) -> None:
-        """Stop every process started here, by pid: SIGTERM to its group, then SIGKILL."""
-        for name, proc in reversed(list(self.procs.items())):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+        """Stop every process started here and everything they spawned, by pid.
+
+        Descendants are collected first (Flower detaches the SuperExec and the
+        ``flwr-serverapp``/``flwr-clientapp`` subprocesses into their own sessions, so a signal
+        to the process group does not reach them), then SIGTERM, then SIGKILL after ``grace`` s.
+        """
+        children = self.descendants()
+        self.stopped_pids = {p.pid for p in self.procs.values()} | children
+        for pid in [p.pid for p in self.procs.values() if p.poll() is None] + sorted(children):
+            _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for proc in self.procs.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+        while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+            time.sleep(0.1)
+        late = self.descendants()
+        self.stopped_pids |= late
+        for pid in sorted(children | late):
+            _signal(pid, signal.SIGKILL)
         for proc in self.procs.values():
-            try:  # also reap children left in the group (flwr-serverapp / flwr-clientapp)
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             if proc.poll() is None:
+                _signal(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
 
     def __enter__(self) -> "LocalDeployment":

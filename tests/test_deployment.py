@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simulations.deployment import LocalDeployment
+from simulations.deployment import LocalDeployment, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +54,8 @@ def deployment(tmp_path_factory):
         dep.stop()
         for name, proc in dep.procs.items():
             assert proc.poll() is not None, f"{name} (pid {proc.pid}) still running after stop()"
+        left = [pid for pid in dep.stopped_pids if pid_alive(pid)]
+        assert not left, f"processes left running after stop(): {left}"
 
 
 def test_free_distinct_ports(deployment):
