@@ -74,6 +74,11 @@ def test_flwr_run_on_real_supernodes(deployment, method, tmp_path):
     wall = time.perf_counter() - t0
     detail = f"flwr run rc={res.returncode} after {wall:.0f} s\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}\n{deployment.all_logs(1500)}"
     assert res.returncode == 0, detail
+    # `flwr run --stream` exits 0 even when the ServerApp fails: check the run's status too
+    ls = deployment.flwr("ls", "deploy", "--format", "json", timeout=60)
+    runs = json.loads(ls.stdout[ls.stdout.index("{"):])["runs"]
+    latest = max(runs, key=lambda r: r["pending-at"])
+    assert latest["status"] == "finished:completed", f"run status {latest['status']}\n{detail}"
     path = out_dir / "results.json"
     assert path.exists(), detail
     results = json.loads(path.read_text())
