@@ -14,6 +14,7 @@ makes runs reproducible and observable:
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from logging import WARNING
@@ -34,7 +35,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from .common import PARTITION_KEY, payload_bytes, scalar_dict_bytes
+from .common import PARTITION_KEY, _npy_header_length, payload_bytes, scalar_dict_bytes
 
 
 def _sort_key(item: tuple[ClientProxy, Any]) -> tuple[int, int | str]:
@@ -45,10 +46,21 @@ def _sort_key(item: tuple[ClientProxy, Any]) -> tuple[int, int | str]:
     return (1, str(proxy.cid))
 
 
+_DESCR = re.compile(rb"'descr':\s*'([^']+)'")
+
+
 def _is_finite(parameters: Parameters) -> bool:
-    for arr in parameters_to_ndarrays(parameters):
-        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
-            return False
+    """True when no floating tensor holds NaN/inf; reads the ``.npy`` buffers without copying."""
+    for blob in parameters.tensors:
+        hlen = _npy_header_length(blob)
+        match = _DESCR.search(blob[:hlen]) if hlen else None
+        if match is None:  # not a plain .npy tensor: fall back to a full parse
+            arrays = parameters_to_ndarrays(Parameters(tensors=[blob], tensor_type=parameters.tensor_type))
+        else:
+            arrays = [np.frombuffer(blob, dtype=np.dtype(match.group(1).decode()), offset=hlen)]
+        for arr in arrays:
+            if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+                return False
     return True
 
 
@@ -81,6 +93,7 @@ class MeteredStrategy(Strategy):
         self.failure_log: list[dict[str, Any]] = []
         self._current: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
+        self.latest_parameters: Parameters | None = None  # global model passed to evaluate() last
 
     def __repr__(self) -> str:
         return f"MeteredStrategy({self.inner!r})"
@@ -216,6 +229,7 @@ class MeteredStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         rec = self._record(server_round)
+        self.latest_parameters = parameters
         res = self.inner.evaluate(server_round, parameters)
         if res is not None:
             loss, metrics = res

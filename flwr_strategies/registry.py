@@ -14,6 +14,11 @@ from typing import Any
 
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.centralized",
+    "flwr_strategies.fedmezo.methods",
+    "flwr_strategies.dfedcata.method",
+    "flwr_strategies.doadp.method",
+    "flwr_strategies.fedli.methods",
+    "flwr_strategies.fedmud.methods",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}

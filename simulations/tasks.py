@@ -32,7 +32,7 @@ class Task(Protocol):
 
 
 _TASKS: dict[str, Callable[[Any], Task]] = {}
-_TASK_MODULES: tuple[str, ...] = ()
+_TASK_MODULES: tuple[str, ...] = ("simulations.lm.task",)
 
 
 def register_task(name: str, build: Callable[[Any], Task]) -> None:

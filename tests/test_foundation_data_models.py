@@ -124,3 +124,10 @@ def test_payload_bytes_and_flatten():
     assert layout == layout_of(arrays)
     with pytest.raises(ValueError):
         layout.unflatten(vec[:-1])
+
+
+def test_top_level_exports_resolve():
+    import flwr_strategies
+
+    for name in flwr_strategies.__all__:
+        assert getattr(flwr_strategies, name) is not None

@@ -121,3 +121,27 @@ def test_ray_backend_gives_the_same_numbers():
     assert [r["loss"] for r in ray["rounds"]] == [r["loss"] for r in inproc["rounds"]]
     assert [r["bytes_up"] for r in ray["rounds"]] == [r["bytes_up"] for r in inproc["rounds"]]
     assert ray["timing"]["startup_s"] > 0
+
+
+def test_gpu_flags_are_validated_and_reach_ray_resources():
+    import torch
+
+    from simulations.backends import ray_backend_config
+
+    cfg = _cfg(client_gpus=0.25, client_cpus=1.5)
+    cfg.validate()
+    assert ray_backend_config(cfg)["client_resources"] == {"num_cpus": 1.5, "num_gpus": 0.25}
+    with pytest.raises(ValueError, match="client_gpus"):
+        _cfg(client_gpus=-1).validate()
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            _cfg(device="cuda").validate()
+    out = _cli("run", "--method", "fedavg", "--device", "cuda:0", "--client-gpus", "0.5", "--rounds", "1", "--quiet")
+    if not torch.cuda.is_available():
+        assert out.returncode == 2 and "CUDA is not available" in out.stderr
+
+
+def test_overhead_benchmark_paths_end_with_the_same_model():
+    from simulations.bench import overhead
+
+    assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray"]) == 0

@@ -15,6 +15,11 @@ from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
     "simulations.presets.quickstart",
+    "simulations.presets.fedmezo",
+    "simulations.presets.dfedcata",
+    "simulations.presets.doadp",
+    "simulations.presets.fedli",
+    "simulations.presets.fedmud",
 )
 
 _PRESETS: dict[str, "Preset"] = {}

@@ -1,0 +1,122 @@
+"""Client weights, weighted averages, the pseudo-gradient ``Delta_t`` and FunctionSync (spec §1, §2)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import reduce
+
+import numpy as np
+
+__all__ = [
+    "aggregate_delta",
+    "aggregation_weights",
+    "check_finite_arrays",
+    "function_sync",
+    "is_float_array",
+    "weighted_average",
+]
+
+WEIGHTINGS = ("num_examples", "uniform")
+
+
+def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examples") -> np.ndarray:
+    """Return the aggregation weights ``p_i`` (float64, summing to 1).
+
+    ``weighting="num_examples"`` (default): ``p_i = n_i / sum_j n_j``; a client with ``n_i = 0``
+    gets weight 0. ``"uniform"``: ``p_i = 1/S``.
+
+    Raises ``ValueError`` for an unknown weighting, no clients, a negative count, or all counts zero.
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}")
+    counts = np.asarray(list(num_examples), dtype=np.float64)
+    if counts.size == 0:
+        raise ValueError("no client results to aggregate")
+    if weighting == "uniform":
+        return np.full(counts.size, 1.0 / counts.size)
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+        raise ValueError(f"num_examples must be finite and >= 0, got {list(num_examples)}")
+    total = counts.sum()
+    if total <= 0:
+        raise ValueError("all clients reported num_examples = 0: nothing to aggregate")
+    return counts / total
+
+
+def is_float_array(a: np.ndarray) -> bool:
+    """Whether the server-side update rules apply to this array (floating dtype)."""
+    return np.issubdtype(np.asarray(a).dtype, np.floating)
+
+
+def check_finite_arrays(arrays: Sequence[np.ndarray], what: str = "arrays") -> None:
+    """Raise ``FloatingPointError`` naming ``what`` if any floating array holds NaN or inf."""
+    for j, a in enumerate(arrays):
+        if is_float_array(a) and not np.all(np.isfinite(a)):
+            raise FloatingPointError(f"{what}: array {j} contains non-finite values")
+
+
+def _scale_inplace(x: np.ndarray, s: np.float64) -> np.ndarray:
+    # same arithmetic as flwr.server.strategy.aggregate.aggregate_inplace (FedAvg's default path)
+    if np.can_cast(s, x.dtype, casting="same_kind"):
+        return np.multiply(x, s, out=x)
+    return np.multiply(x, np.array(s, x.dtype), out=x)
+
+
+def _add_inplace(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if np.can_cast(y, x.dtype, casting="same_kind"):
+        return np.add(x, y, out=x)
+    return np.add(x, np.array(y, x.dtype), out=x)
+
+
+def weighted_average(models: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:
+    """``sum_i p_i * w_i`` per array, with exactly the arithmetic of Flower's in-place FedAvg.
+
+    With ``weights = n_i / sum n_j`` the result is bit-identical to ``flwr`` FedAvg's aggregate
+    (``inplace=True``, the default), given the same client order. Inputs are not modified.
+    """
+    if len(models) == 0:
+        raise ValueError("no client models to average")
+    if len(models) != len(weights):
+        raise ValueError(f"{len(models)} models but {len(weights)} weights")
+    factors = np.asarray([float(w) for w in weights])
+    if not all(is_float_array(x) for x in models[0]):
+        return _mixed_average(models, factors)
+    out = [_scale_inplace(np.array(x, copy=True), factors[0]) for x in models[0]]
+    for i, model in enumerate(models[1:], start=1):
+        if len(model) != len(out):
+            raise ValueError(f"client {i} sent {len(model)} arrays, expected {len(out)}")
+        scaled = (_scale_inplace(np.array(x, copy=True), factors[i]) for x in model)
+        out = [reduce(_add_inplace, pair) for pair in zip(out, scaled)]
+    return out
+
+
+def _mixed_average(models: Sequence[Sequence[np.ndarray]], factors: np.ndarray) -> list[np.ndarray]:
+    # models with integer arrays (e.g. BatchNorm counters): float arrays as above, integer arrays
+    # averaged in float64 and rounded (Flower's in-place path would truncate the factors to 0)
+    out = []
+    for j, first in enumerate(models[0]):
+        if is_float_array(first):
+            out.append(weighted_average([[m[j]] for m in models], factors)[0])
+        else:
+            acc = sum(float(f) * np.asarray(m[j], dtype=np.float64) for f, m in zip(factors, models))
+            out.append(np.rint(acc).astype(np.asarray(first).dtype))
+    return out
+
+
+def aggregate_delta(global_arrays: Sequence[np.ndarray], average: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``Delta_t = w_t - sum_i p_i w_i`` (float64 per array; points against the descent direction)."""
+    if len(global_arrays) != len(average):
+        raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
+    return [np.asarray(w, dtype=np.float64) - np.asarray(a, dtype=np.float64) for w, a in zip(global_arrays, average)]
+
+
+def function_sync(losses: Sequence[float], weights: Sequence[float]) -> float:
+    """FedLi-LU FunctionSync: ``f_t^g = sum_i p_i * loss_i``. Raises on a non-finite client loss."""
+    if len(losses) != len(weights):
+        raise ValueError(f"{len(losses)} losses but {len(weights)} weights")
+    if len(losses) == 0:
+        raise ValueError("no client losses to synchronise")
+    for i, v in enumerate(losses):
+        if not math.isfinite(float(v)):
+            raise FloatingPointError(f"client {i} reported a non-finite loss {v!r}")
+    return float(sum(float(p) * float(v) for p, v in zip(weights, losses)))

@@ -1,0 +1,206 @@
+"""Stochastic Armijo backtracking line search (FedLi-LS client, paper Alg. 3 + Alg. 4).
+
+Paper: Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning", which uses the
+stochastic line search of Vaswani et al. 2019 ("Painless Stochastic Gradient", the ``sls`` package).
+
+One local step on a minibatch ``B``::
+
+    loss0 = f_B(w);  g = grad f_B(w);  gn2 = ||g||^2
+    eta   = reset(eta, k)
+    repeat: w_try = w - eta * g ; accept if f_B(w_try) <= loss0 - c * eta * gn2 ; else eta *= beta
+
+The trial losses are evaluated on the SAME minibatch (and, through the closure, the same RNG state),
+so the search is deterministic given its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["ArmijoConfig", "ArmijoStepResult", "armijo_step", "reset_step_size"]
+
+
+def _check_open_unit(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value < 1.0):
+        raise ValueError(f"`{name}` must lie in the open interval (0, 1), got {value!r}")
+
+
+@dataclass(frozen=True)
+class ArmijoConfig:
+    """Constants of the stochastic Armijo line search.
+
+    The paper names these constants but gives no values; the defaults are the ``sls`` reference
+    defaults that the authors' code uses (spec §3.1, §10 A9/A10).
+
+    Parameters
+    ----------
+    eta_max : float (default: 1.0)
+        ``eta_lmax``: the step size at the first local step of every round and the upper bound on the
+        step size after a reset (when ``cap_at_eta_max``). Must be finite and > 0.
+    armijo_c : float (default: 0.1)
+        Sufficient-decrease constant ``c`` of the Armijo condition. Must lie in (0, 1).
+    backtrack_factor : float (default: 0.9)
+        ``beta``: multiplier applied to the step size after each failed trial. Must lie in (0, 1).
+    growth_factor : float (default: 2.0)
+        ``delta``: growth used by reset option 2, ``eta * delta ** (b / n)``. Must be finite and >= 1.
+    reset_option : int (default: 2)
+        Paper numbering (``sls`` numbering in brackets): 0 = keep the previous step size (sls 0),
+        1 = reset to ``eta_max`` every step (sls 2), 2 = grow by ``delta ** (b / n)`` (sls 1).
+    max_backtracks : int (default: 100)
+        Maximum number of trials per step. Must be >= 1.
+    fallback_step : float (default: 1e-6)
+        Step used when no trial is accepted (``w - fallback_step * g``). Must be finite and >= 0.
+    grad_tol : float (default: 1e-8)
+        The parameters are left unchanged when ``||g|| < grad_tol``. Must be finite and >= 0.
+    cap_at_eta_max : bool (default: True)
+        Clamp the step size after a reset to ``eta_max`` (the theory's assumption). ``False`` reproduces ``sls``.
+    """
+
+    eta_max: float = 1.0
+    armijo_c: float = 0.1
+    backtrack_factor: float = 0.9
+    growth_factor: float = 2.0
+    reset_option: int = 2
+    max_backtracks: int = 100
+    fallback_step: float = 1e-6
+    grad_tol: float = 1e-8
+    cap_at_eta_max: bool = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.eta_max, (int, float)) and math.isfinite(self.eta_max) and self.eta_max > 0):
+            raise ValueError(f"`eta_max` (maximum step size) must be finite and > 0, got {self.eta_max!r}")
+        _check_open_unit("armijo_c", self.armijo_c)
+        _check_open_unit("backtrack_factor", self.backtrack_factor)
+        if not (math.isfinite(self.growth_factor) and self.growth_factor >= 1.0):
+            raise ValueError(f"`growth_factor` must be finite and >= 1, got {self.growth_factor!r}")
+        if self.reset_option not in (0, 1, 2) or isinstance(self.reset_option, bool):
+            raise ValueError(f"`reset_option` must be 0, 1 or 2 (paper numbering), got {self.reset_option!r}")
+        if not (isinstance(self.max_backtracks, int) and self.max_backtracks >= 1):
+            raise ValueError(f"`max_backtracks` must be an integer >= 1, got {self.max_backtracks!r}")
+        if not (math.isfinite(self.fallback_step) and self.fallback_step >= 0):
+            raise ValueError(f"`fallback_step` must be finite and >= 0, got {self.fallback_step!r}")
+        if not (math.isfinite(self.grad_tol) and self.grad_tol >= 0):
+            raise ValueError(f"`grad_tol` must be finite and >= 0, got {self.grad_tol!r}")
+
+    @classmethod
+    def from_mapping(cls, values: dict) -> ArmijoConfig:
+        """Build from a (Flower config) dict, ignoring unrelated keys and casting to the field types."""
+        kwargs = {}
+        for name, default in cls().__dict__.items():
+            if name in values:
+                kwargs[name] = type(default)(values[name])
+        return cls(**kwargs)
+
+
+def reset_step_size(eta: float, k: int, config: ArmijoConfig, batch_fraction: float) -> float:
+    """Paper Alg. 4: the step size the first trial of local step ``k`` (1-based, per round) starts from.
+
+    ``batch_fraction`` is ``b / n_i`` (minibatch size over local training-set size), used by option 2.
+    """
+    if k < 1:
+        raise ValueError(f"local step counter `k` starts at 1, got {k}")
+    if k == 1 or config.reset_option == 1:
+        return float(config.eta_max)
+    if config.reset_option == 0:
+        return float(eta)
+    e = float(eta) * float(config.growth_factor) ** float(batch_fraction)
+    return min(e, float(config.eta_max)) if config.cap_at_eta_max else e
+
+
+@dataclass(frozen=True)
+class ArmijoStepResult:
+    """Outcome of one Armijo-SGD step.
+
+    ``step_size``: the accepted step (or the last reduced value when no trial was accepted);
+    ``loss``: the minibatch loss before the step; ``grad_norm_sq``: ``||g||^2``;
+    ``trials``: number of trial evaluations; ``accepted``: a trial met the Armijo condition;
+    ``skipped``: ``||g|| < grad_tol`` so nothing moved; ``fallback``: no trial accepted, ``w - fallback_step*g`` used.
+    """
+
+    step_size: float
+    loss: float
+    grad_norm_sq: float
+    trials: int
+    accepted: bool
+    skipped: bool
+    fallback: bool
+
+    @property
+    def backtracks(self) -> int:
+        """Number of step-size reductions (failed trials)."""
+        return self.trials - 1 if self.accepted else self.trials
+
+
+def armijo_step(
+    params: Sequence[torch.Tensor],
+    closure: Callable[[], torch.Tensor],
+    eta: float,
+    k: int,
+    config: ArmijoConfig,
+    batch_fraction: float = 1.0,
+) -> ArmijoStepResult:
+    """Make one stochastic-Armijo SGD step on ``params`` in place.
+
+    Parameters
+    ----------
+    params : sequence of torch.Tensor
+        The trainable leaf tensors (``requires_grad=True``) that ``closure`` depends on.
+    closure : callable () -> scalar tensor
+        Evaluates the minibatch loss at the current ``params``. It must always evaluate the same
+        minibatch under the same RNG state (see :func:`armijo_training.make_closure`).
+    eta : float
+        The step size accepted at the previous local step (ignored at ``k == 1``).
+    k : int
+        1-based local step counter within the current round.
+    config : ArmijoConfig
+        Line-search constants.
+    batch_fraction : float
+        ``b / n_i`` for reset option 2.
+
+    Raises
+    ------
+    FloatingPointError
+        If the loss or gradient at the current point is not finite (the model is left unchanged).
+    """
+    for p in params:
+        p.grad = None
+    with torch.enable_grad():
+        loss0_t = closure()
+        loss0 = float(loss0_t.detach())
+        if not math.isfinite(loss0):
+            raise FloatingPointError(f"Armijo line search: non-finite minibatch loss {loss0} at local step {k}")
+        loss0_t.backward()
+    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+    gn2 = float(sum(float(torch.sum(g.double() * g.double())) for g in grads))
+    if not math.isfinite(gn2):
+        raise FloatingPointError(f"Armijo line search: non-finite gradient norm at local step {k}")
+    for p in params:
+        p.grad = None
+
+    eta = reset_step_size(eta, k, config, batch_fraction)
+    if math.sqrt(gn2) < config.grad_tol:
+        return ArmijoStepResult(eta, loss0, gn2, 0, True, True, False)
+
+    c = float(config.armijo_c)
+    trials = 0
+    accepted = False
+    with torch.no_grad():
+        w0 = [p.detach().clone() for p in params]
+        for _ in range(config.max_backtracks):
+            for p, w, g in zip(params, w0, grads):
+                p.copy_(w - eta * g)
+            loss1 = float(closure())
+            trials += 1
+            # a non-finite trial loss fails the comparison and is backtracked like any other failure
+            if loss1 <= loss0 - c * eta * gn2:
+                accepted = True
+                break
+            eta = eta * config.backtrack_factor
+        if not accepted:
+            for p, w, g in zip(params, w0, grads):
+                p.copy_(w - config.fallback_step * g)
+    return ArmijoStepResult(eta, loss0, gn2, trials, accepted, False, not accepted)

@@ -1,0 +1,89 @@
+"""One round of local Armijo-SGD on a torch model (the FedLi-LS client's local work, spec §3.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from .armijo import ArmijoConfig, armijo_step
+
+__all__ = ["armijo_local_train", "make_closure"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def make_closure(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    seed: int,
+    loss_fn: LossFn = F.cross_entropy,
+) -> Callable[[], torch.Tensor]:
+    """Return a closure evaluating ``loss_fn(model(x), y)`` under a fixed RNG state.
+
+    Every call re-seeds a forked copy of torch's RNG with ``seed`` (the ``sls`` per-step reseeding,
+    spec §10 A21), so stochastic layers such as dropout draw identical masks on every trial while the
+    caller's global RNG state is left untouched.
+    """
+    devices = [x.device.index or 0] if x.device.type == "cuda" else []
+
+    def closure() -> torch.Tensor:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            return loss_fn(model(x), y)
+
+    return closure
+
+
+def armijo_local_train(
+    model: torch.nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    config: ArmijoConfig,
+    generator: torch.Generator,
+    *,
+    batch_fraction: float,
+    loss_fn: LossFn = F.cross_entropy,
+    on_step: Callable[[int, object], None] | None = None,
+) -> dict[str, float | int]:
+    """Run Armijo-SGD over ``batches`` (``(inputs, labels)`` minibatches), updating ``model`` in place.
+
+    ``batch_fraction`` is ``b / n_i`` (batch size over local training-set size) for reset option 2.
+    The step size restarts at ``config.eta_max`` at the first step (no state across rounds).
+    ``generator`` (the client's seeded generator) draws one seed per step for the closure.
+    No weight decay and no gradient clipping (they would break the sufficient-decrease test, §10 A13).
+
+    Returns ``{"step_size", "train_loss", "n_backtracks", "n_fallback", "steps"}``: the step size
+    of the last local step, the mean minibatch loss before each step, total reductions, the number
+    of steps where no trial was accepted, and the number of steps.
+    """
+    if not batch_fraction > 0:
+        raise ValueError(f"`batch_fraction` (b / n_i) must be > 0, got {batch_fraction!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    eta = float(config.eta_max)
+    losses: list[float] = []
+    backtracks = 0
+    fallbacks = 0
+    k = 0
+    for xb, yb in batches:
+        k += 1
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        closure = make_closure(model, xb, yb, seed, loss_fn)
+        res = armijo_step(params, closure, eta, k, config, batch_fraction)
+        eta = res.step_size
+        losses.append(res.loss)
+        backtracks += res.backtracks
+        fallbacks += int(res.fallback)
+        if on_step is not None:
+            on_step(k, res)
+    for p in params:
+        p.grad = None
+    return {
+        "step_size": float(eta),
+        "train_loss": float(sum(losses) / len(losses)) if losses else 0.0,
+        "n_backtracks": int(backtracks),
+        "n_fallback": int(fallbacks),
+        "steps": int(k),
+    }

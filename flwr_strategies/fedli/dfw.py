@@ -1,0 +1,148 @@
+"""FedLi-LU server: one Deep Frank-Wolfe step on the pseudo-gradient (paper Alg. 2, spec §4.2).
+
+The DFW step of Berrada et al. 2019 with ``Delta_t`` in place of the loss gradient and the weighted
+mean client loss ``f_t^g`` in place of the loss value::
+
+    r     = lambda * w_t
+    gamma = clip((f - eta * <Delta, r>) / (eta * ||Delta||^2 + eps), 0, 1)     # corrected bracket (§10 A2)
+    w    <- w_t - eta * (r + gamma * Delta)
+    if mu > 0:  z <- mu * z - eta * gamma * (Delta + r);  w <- w + mu * z         # DFW momentum (server state)
+
+Norms and inner products run over the concatenation of all floating arrays of the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .aggregation import check_finite_arrays, is_float_array
+
+__all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma"]
+
+
+@dataclass(frozen=True)
+class DFWConfig:
+    """Hyper-parameters of the FedLi-LU server step.
+
+    Parameters
+    ----------
+    server_eta : float (default: 1.0)
+        ``eta``, DFW's proximal coefficient (the server learning rate); the effective scaling of
+        ``Delta_t`` is ``eta * gamma`` in ``[0, eta]``. Must be finite and > 0. Authors' code: 0.01.
+    server_weight_decay : float (default: 1e-3)
+        ``lambda`` of the regulariser ``(lambda/2)||w||^2``. Must be finite and >= 0. Authors' code: 1e-5.
+    server_momentum : float (default: 0.0)
+        ``mu``, DFW momentum (not in paper Alg. 2). Must lie in [0, 1). Authors' code: 0.9.
+    dfw_eps : float (default: 1e-5)
+        Stabiliser added to the denominator. Must be finite and > 0 (it keeps ``Delta_t = 0`` safe).
+    """
+
+    server_eta: float = 1.0
+    server_weight_decay: float = 1e-3
+    server_momentum: float = 0.0
+    dfw_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.server_eta) and self.server_eta > 0):
+            raise ValueError(f"`server_eta` must be finite and > 0, got {self.server_eta!r}")
+        if not (math.isfinite(self.server_weight_decay) and self.server_weight_decay >= 0):
+            raise ValueError(f"`server_weight_decay` must be finite and >= 0, got {self.server_weight_decay!r}")
+        if not (math.isfinite(self.server_momentum) and 0 <= self.server_momentum < 1):
+            raise ValueError(f"`server_momentum` must lie in [0, 1), got {self.server_momentum!r}")
+        if not (math.isfinite(self.dfw_eps) and self.dfw_eps > 0):
+            raise ValueError(f"`dfw_eps` must be finite and > 0, got {self.dfw_eps!r}")
+
+    @classmethod
+    def preset(cls, name: str) -> DFWConfig:
+        """``"paper"`` (default constants, spec §10 A11) or ``"authors_code"`` (eta 0.01, lambda 1e-5, mu 0.9)."""
+        if name not in DFW_PRESETS:
+            raise ValueError(f"unknown DFW preset {name!r}; choose one of {sorted(DFW_PRESETS)}")
+        return DFW_PRESETS[name]
+
+
+DFW_PRESETS: dict[str, DFWConfig] = {
+    "paper": DFWConfig(server_eta=1.0, server_weight_decay=1e-3, server_momentum=0.0, dfw_eps=1e-5),
+    "authors_code": DFWConfig(server_eta=0.01, server_weight_decay=1e-5, server_momentum=0.9, dfw_eps=1e-5),
+}
+
+
+def dfw_gamma(f: float, delta: np.ndarray, r: np.ndarray, eta: float, eps: float) -> float:
+    """``clip((f - eta <delta, r>) / (eta ||delta||^2 + eps), 0, 1)`` for flat float64 vectors."""
+    if not math.isfinite(f):
+        raise FloatingPointError(f"FedLi-LU: non-finite pseudo-objective f_t^g = {f!r}")
+    num = float(f) - eta * float(np.dot(delta, r))
+    den = eta * float(np.dot(delta, delta)) + eps
+    if not (math.isfinite(num) and math.isfinite(den)):
+        raise FloatingPointError(f"FedLi-LU: non-finite DFW ratio ({num!r} / {den!r})")
+    return float(min(1.0, max(0.0, num / den)))
+
+
+class DFWServerStep:
+    """Stateful DFW server update (keeps the momentum buffer ``z`` across rounds when ``mu > 0``)."""
+
+    def __init__(self, config: DFWConfig | None = None) -> None:
+        self.config = config if config is not None else DFWConfig()
+        self.momentum_buffer: np.ndarray | None = None
+
+    def step(
+        self,
+        global_arrays: Sequence[np.ndarray],
+        average: Sequence[np.ndarray],
+        f: float,
+        float_mask: Sequence[bool] | None = None,
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """Apply one DFW step.
+
+        ``global_arrays`` is ``w_t``; ``average`` is the weighted average of the client models (so
+        ``Delta_t = w_t - average``); ``f`` is ``f_t^g``. Arrays with ``float_mask[j] == False`` (and
+        all non-float arrays) take the plain average. Returns the new arrays (each in its input dtype)
+        and ``{"gamma", "effective_scale", "delta_norm", "f_g"}``.
+
+        ``Delta_t = 0`` is safe: the denominator is ``eps`` and the update reduces to ``w - eta*r``
+        (plus momentum). Non-finite inputs raise ``FloatingPointError``; the model is never set to NaN.
+        """
+        cfg = self.config
+        if len(global_arrays) != len(average):
+            raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
+        check_finite_arrays(global_arrays, "global model")
+        check_finite_arrays(average, "aggregated client models")
+        mask = [
+            is_float_array(w) and (True if float_mask is None else bool(float_mask[j]))
+            for j, w in enumerate(global_arrays)
+        ]
+        idx = [j for j, m in enumerate(mask) if m]
+        if not idx:
+            raise ValueError("FedLi-LU: the model has no floating-point arrays to update")
+        w = np.concatenate([np.asarray(global_arrays[j], dtype=np.float64).ravel() for j in idx])
+        avg = np.concatenate([np.asarray(average[j], dtype=np.float64).ravel() for j in idx])
+        delta = w - avg
+        r = cfg.server_weight_decay * w
+        eta = cfg.server_eta
+        gamma = dfw_gamma(f, delta, r, eta, cfg.dfw_eps)
+        new = w - eta * (r + gamma * delta)
+        if cfg.server_momentum > 0:
+            if self.momentum_buffer is None or self.momentum_buffer.shape != w.shape:
+                self.momentum_buffer = np.zeros_like(w)
+            z = cfg.server_momentum * self.momentum_buffer - eta * gamma * (delta + r)
+            self.momentum_buffer = z
+            new = new + cfg.server_momentum * z
+        if not np.all(np.isfinite(new)):
+            raise FloatingPointError("FedLi-LU: DFW update produced non-finite weights")
+        out = [np.array(a, copy=True) for a in average]
+        offset = 0
+        for j in idx:
+            ref = np.asarray(global_arrays[j])
+            size = ref.size
+            out[j] = new[offset : offset + size].reshape(ref.shape).astype(ref.dtype)
+            offset += size
+        info = {
+            "gamma": gamma,
+            "effective_scale": eta * gamma,
+            "delta_norm": float(np.linalg.norm(delta)),
+            "f_g": float(f),
+        }
+        return out, info

@@ -1,0 +1,80 @@
+"""FedExP server step (Jhunjhunwala, Wang, Joshi, ICLR 2023), a FedLi baseline (spec §6).
+
+    eta_g = max(1, sum_i ||Delta_i||^2 / (2 S (||Dbar||^2 + eps)))     Dbar = (1/S) sum_i Delta_i
+    w_{t+1} = w_t - eta_g * Dbar
+
+``Delta_i = w_t - w_i`` and the mean is uniform over the S participating clients, as in the original
+(spec §10 A5). Norms run over the concatenation of all floating arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .aggregation import check_finite_arrays, is_float_array
+
+__all__ = ["fedexp_server_step", "fedexp_step_size", "validate_eps"]
+
+
+def validate_eps(eps: float) -> float:
+    """FedExP's ``eps`` must be finite and >= 0 (paper grid {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1})."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"FedExP `eps` must be finite and >= 0, got {eps!r}")
+    return float(eps)
+
+
+def fedexp_step_size(deltas: Sequence[np.ndarray], eps: float = 1e-3) -> float:
+    """The FedExP server step size from the flat client deltas ``Delta_i`` (float64 vectors).
+
+    Always >= 1. All-zero deltas give 1 (no extrapolation, no division by zero even with eps = 0).
+    """
+    eps = validate_eps(eps)
+    if len(deltas) == 0:
+        raise ValueError("FedExP needs at least one client delta")
+    d = [np.asarray(x, dtype=np.float64).ravel() for x in deltas]
+    for i, x in enumerate(d):
+        if not np.all(np.isfinite(x)):
+            raise FloatingPointError(f"FedExP: client {i} sent a non-finite update")
+    s = len(d)
+    num = float(sum(float(np.dot(x, x)) for x in d))
+    mean = np.mean(np.stack(d), axis=0)
+    den = 2.0 * s * (float(np.dot(mean, mean)) + eps)
+    if num == 0.0 or den == 0.0:
+        return 1.0
+    return float(max(1.0, num / den))
+
+
+def fedexp_server_step(
+    global_arrays: Sequence[np.ndarray], client_models: Sequence[Sequence[np.ndarray]], eps: float = 1e-3
+) -> tuple[list[np.ndarray], dict[str, float]]:
+    """One FedExP round: returns the new arrays (input dtypes) and ``{"eta_g", "delta_norm"}``.
+
+    Non-float arrays take the uniform average of the client values (rounded).
+    """
+    if len(client_models) == 0:
+        raise ValueError("FedExP needs at least one client model")
+    check_finite_arrays(global_arrays, "global model")
+    for i, m in enumerate(client_models):
+        if len(m) != len(global_arrays):
+            raise ValueError(f"client {i} sent {len(m)} arrays, expected {len(global_arrays)}")
+        check_finite_arrays(m, f"client {i} model")
+    idx = [j for j, w in enumerate(global_arrays) if is_float_array(w)]
+    w = np.concatenate([np.asarray(global_arrays[j], dtype=np.float64).ravel() for j in idx])
+    deltas = [w - np.concatenate([np.asarray(m[j], dtype=np.float64).ravel() for j in idx]) for m in client_models]
+    eta_g = fedexp_step_size(deltas, eps)
+    dbar = np.mean(np.stack(deltas), axis=0)
+    new = w - eta_g * dbar
+    out: list[np.ndarray] = []
+    offset = 0
+    for j, ref in enumerate(global_arrays):
+        ref = np.asarray(ref)
+        if is_float_array(ref):
+            out.append(new[offset : offset + ref.size].reshape(ref.shape).astype(ref.dtype))
+            offset += ref.size
+        else:
+            vals = np.mean([np.asarray(m[j], dtype=np.float64) for m in client_models], axis=0)
+            out.append(np.rint(vals).astype(ref.dtype))
+    return out, {"eta_g": eta_g, "delta_norm": float(np.linalg.norm(dbar))}

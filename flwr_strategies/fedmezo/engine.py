@@ -1,0 +1,235 @@
+"""The MeZO zeroth-order step (two-point SPSA estimator with seed-regenerated directions).
+
+Paper: Ling et al., "On the Convergence of Zeroth-Order Federated Tuning for Large Language
+Models", KDD 2024, Eq. (3); MeZO: Malladi et al., NeurIPS 2023.
+
+One step on a batch ``B`` with perturbation scale ``mu`` and learning rate ``lr``::
+
+    theta += mu z;      L+ = F(theta; B)
+    theta -= 2 mu z;    L- = F(theta; B)
+    theta  = restored   (snapshot copy, bit-exact; or += mu z, up to rounding)
+    g = (L+ - L-) / (2 mu)                       # projected gradient, a scalar
+    theta -= lr * g * z                          # z regenerated from the step's seed
+
+No autograd graph is built (everything runs under ``torch.no_grad()``), no optimizer state exists
+and ``z`` is never stored: only its integer seed. A non-finite loss skips the step (parameters are
+restored) and is counted in :attr:`MeZOEngine.n_skipped`.
+
+The engine works on any list of named tensors (LoRA adapters of a peft model, all parameters of
+a small network, or a plain tensor for a closed-form loss).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .zseed import Z_DEVICES, derive_seed, iter_z
+
+RESTORE_MODES = ("snapshot", "regenerate")
+_WD_EXCLUDE = ("bias", "layer_norm", "layernorm")
+
+
+def trainable_named_params(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Canonical order of the tensors MeZO perturbs: ``named_parameters()`` with ``requires_grad``."""
+    out = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    if not out:
+        raise ValueError("module has no trainable parameters (requires_grad=True); nothing to tune")
+    return out
+
+
+@dataclass
+class StepResult:
+    """Outcome of one MeZO step.
+
+    ``pairs`` lists the ``(seed, coef)`` updates applied in order: ``theta <- theta - lr*coef*z(seed)``
+    (``coef = g_j / n`` for direction ``j`` of ``n``); empty when the step was skipped.
+    """
+
+    loss_plus: float
+    loss_minus: float
+    projected_grads: list[float]
+    pairs: list[tuple[int, float]] = field(default_factory=list)
+    skipped: bool = False
+
+    @property
+    def g(self) -> float:
+        """Mean projected gradient over the directions."""
+        return float(sum(self.projected_grads) / max(1, len(self.projected_grads)))
+
+
+class MeZOEngine:
+    """Zeroth-order optimiser over a fixed, ordered set of tensors.
+
+    Parameters
+    ----------
+    params : nn.Module or sequence of (name, tensor)
+        The tensors to tune, in canonical order. A module contributes its parameters with
+        ``requires_grad=True`` (e.g. only the LoRA adapters of a peft model).
+    mu : float (default: 1e-3)
+        Perturbation scale (MeZO's epsilon, the code's ``zo_eps``). Must be > 0.
+    restore_mode : str (default: "snapshot")
+        ``"snapshot"`` clones the tensors before perturbing and copies them back (bit-exact);
+        ``"regenerate"`` restores by adding ``+mu z`` again (MeZO's way, not bit-exact).
+    z_device : str (default: "cpu")
+        Where ``z`` is drawn, see :mod:`.zseed`. ``"cpu"`` is portable across machines.
+    weight_decay : float (default: 0.0)
+        Decoupled L2 term ``lr*wd*theta`` added to the update, except for tensors whose name
+        contains bias/layer_norm/layernorm. Must be >= 0.
+    num_perturbations : int (default: 1)
+        Number n of independent directions per step (n-SPSA, 2n forward passes). Must be >= 1.
+    module : nn.Module, optional
+        Put into ``eval()`` during a step (dropout off, as in the reference) and back afterwards.
+        Defaults to ``params`` when that is a module.
+    """
+
+    def __init__(
+        self,
+        params: nn.Module | Sequence[tuple[str, torch.Tensor]],
+        *,
+        mu: float = 1e-3,
+        restore_mode: str = "snapshot",
+        z_device: str = "cpu",
+        weight_decay: float = 0.0,
+        num_perturbations: int = 1,
+        module: nn.Module | None = None,
+    ) -> None:
+        if isinstance(params, nn.Module):
+            module = params if module is None else module
+            named = trainable_named_params(params)
+        else:
+            named = [(str(n), t) for n, t in params]
+            if not named:
+                raise ValueError("MeZOEngine needs at least one tensor to tune")
+        if not (isinstance(mu, (int, float)) and math.isfinite(mu) and mu > 0):
+            raise ValueError(f"mu (perturbation scale) must be a finite number > 0, got {mu!r}")
+        if restore_mode not in RESTORE_MODES:
+            raise ValueError(f"restore_mode must be one of {RESTORE_MODES}, got {restore_mode!r}")
+        if z_device not in Z_DEVICES:
+            raise ValueError(f"z_device must be one of {Z_DEVICES}, got {z_device!r}")
+        if not (math.isfinite(weight_decay) and weight_decay >= 0):
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if int(num_perturbations) != num_perturbations or num_perturbations < 1:
+            raise ValueError(f"num_perturbations must be an integer >= 1, got {num_perturbations!r}")
+        self.names = [n for n, _ in named]
+        self.tensors = [t for _, t in named]
+        self.mu = float(mu)
+        self.restore_mode = restore_mode
+        self.z_device = z_device
+        self.weight_decay = float(weight_decay)
+        self.num_perturbations = int(num_perturbations)
+        self.module = module
+        self.n_steps = 0
+        self.n_skipped = 0
+
+    # ------------------------------------------------------------------ primitives
+    def manifest(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every tuned tensor, in canonical order."""
+        return [(n, tuple(t.shape)) for n, t in zip(self.names, self.tensors)]
+
+    @torch.no_grad()
+    def perturb(self, seed: int, scale: float) -> None:
+        """``theta += scale * z(seed)`` in place, one tensor at a time.
+
+        ``scale*z`` is rounded before the add (no fused multiply-add), so +mu, -2mu, +mu returns an
+        exactly-zero tensor (LoRA B at init) to exactly zero in regenerate mode.
+        """
+        for p, z in zip(self.tensors, iter_z(self.tensors, seed, self.z_device)):
+            p.add_(z.mul_(scale))
+
+    @torch.no_grad()
+    def apply_update(self, seed: int, lr: float, coef: float) -> None:
+        """``theta <- theta - lr*(coef*z(seed) + wd*theta)`` (wd only on non-excluded tensors)."""
+        wd = self.weight_decay
+        for name, p, z in zip(self.names, self.tensors, iter_z(self.tensors, seed, self.z_device)):
+            if wd > 0 and not any(k in name.lower() for k in _WD_EXCLUDE):
+                p.mul_(1.0 - lr * wd)
+            p.add_(z, alpha=-lr * coef)
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """Detached clones of the tuned tensors."""
+        with torch.no_grad():
+            return [t.detach().clone() for t in self.tensors]
+
+    @torch.no_grad()
+    def load(self, values: Sequence[torch.Tensor]) -> None:
+        """Copy ``values`` into the tuned tensors (exact)."""
+        if len(values) != len(self.tensors):
+            raise ValueError(f"expected {len(self.tensors)} tensors, got {len(values)}")
+        for p, v in zip(self.tensors, values):
+            if tuple(v.shape) != tuple(p.shape):
+                raise ValueError(f"shape mismatch: {tuple(v.shape)} vs {tuple(p.shape)}")
+            p.copy_(v)
+
+    # ------------------------------------------------------------------ the step
+    @staticmethod
+    def _to_float(loss) -> float:
+        return float(loss.item() if torch.is_tensor(loss) else loss)
+
+    def step(
+        self,
+        loss_fn: Callable[[], torch.Tensor | float],
+        lr: float,
+        seed: int,
+        *,
+        projected_grad_override: float | None = None,
+    ) -> StepResult:
+        """One MeZO step.
+
+        ``loss_fn()`` evaluates the loss on the step's batch at the current tensors (the same batch
+        for both calls). ``seed`` is the step's integer seed; direction ``j`` of ``n`` uses
+        ``derive_seed(seed, 0, 0, 0, j)`` for ``j >= 1`` and ``seed`` itself for ``j = 0``.
+        ``projected_grad_override`` replaces ``g`` (testing hook: ``0.0`` leaves theta unchanged).
+        """
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(f"lr (learning rate) must be a finite number > 0, got {lr!r}")
+        was_training = self.module.training if self.module is not None else None
+        if self.module is not None:
+            self.module.eval()
+        try:
+            with torch.no_grad():
+                return self._step(loss_fn, float(lr), int(seed), projected_grad_override)
+        finally:
+            if self.module is not None and was_training:
+                self.module.train()
+
+    def _direction_seed(self, seed: int, j: int) -> int:
+        return seed if j == 0 else derive_seed(seed % (2**63), 0, 0, 0, j)
+
+    def _step(self, loss_fn, lr: float, seed: int, override: float | None) -> StepResult:
+        self.n_steps += 1
+        snap = self.snapshot() if self.restore_mode == "snapshot" else None
+        mu = self.mu
+        grads: list[float] = []
+        lp_sum = lm_sum = 0.0
+        seeds = [self._direction_seed(seed, j) for j in range(self.num_perturbations)]
+        ok = True
+        for s in seeds:
+            self.perturb(s, mu)
+            lp = self._to_float(loss_fn())
+            self.perturb(s, -2.0 * mu)
+            lm = self._to_float(loss_fn())
+            if snap is not None:
+                self.load(snap)
+            else:
+                self.perturb(s, mu)
+            g = (lp - lm) / (2.0 * mu)
+            if not (math.isfinite(lp) and math.isfinite(lm) and math.isfinite(g)):
+                ok = False
+                lp_sum, lm_sum = lp, lm
+                break
+            grads.append(g if override is None else float(override))
+            lp_sum += lp
+            lm_sum += lm
+        n = len(seeds)
+        if not ok:
+            self.n_skipped += 1
+            return StepResult(lp_sum, lm_sum, grads, [], skipped=True)
+        pairs = [(s, g / n) for s, g in zip(seeds, grads)]
+        for s, c in pairs:
+            self.apply_update(s, lr, c)
+        return StepResult(lp_sum / n, lm_sum / n, grads, pairs)

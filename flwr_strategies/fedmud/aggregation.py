@@ -1,0 +1,45 @@
+"""Direct aggregation of FedMUD's exchanged arrays (paper Eq. 4; spec 004, Section 1.4 step 5).
+
+The server averages every exchanged array element-wise (trainable factors, dense parameters, BN
+statistics). Weights are proportional to the clients' example counts (default) or uniform.
+With patterns ``freeze`` and ``aad`` the update is linear in the trainable factors, so the average
+of the factors yields exactly the average of the clients' updates (Eq. 9); with ``ab`` it does not
+(Eqs. 6-7).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["WEIGHTINGS", "aggregation_weights", "weighted_mean"]
+
+WEIGHTINGS = ("num_examples", "uniform")
+
+
+def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examples") -> np.ndarray:
+    """Normalised client weights ``p_i`` (sum to 1)."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    n = np.asarray(num_examples, dtype=np.float64)
+    if n.size == 0:
+        raise ValueError("aggregation needs at least one client")
+    if weighting == "uniform":
+        return np.full(n.size, 1.0 / n.size)
+    if np.any(n < 0) or n.sum() <= 0:
+        raise ValueError(f"num_examples must be >= 0 with a positive sum, got {list(num_examples)}")
+    return n / n.sum()
+
+
+def weighted_mean(payloads: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:
+    """Element-wise ``sum_i p_i * payload_i`` for lists of equally shaped arrays (float64 accumulation)."""
+    if len(payloads) != len(weights) or not payloads:
+        raise ValueError(f"{len(payloads)} payloads for {len(weights)} weights")
+    out = []
+    for arrays in zip(*payloads):
+        acc = np.zeros(arrays[0].shape, dtype=np.float64)
+        for w, a in zip(weights, arrays):
+            acc += float(w) * np.asarray(a, dtype=np.float64)
+        out.append(acc.astype(arrays[0].dtype, copy=False))
+    return out

@@ -1,0 +1,124 @@
+"""``python -m simulations bench overhead``: what Flower costs over a plain PyTorch loop.
+
+One fixed workload (FedAvg, 20 clients, all sampled, 1 local epoch, 5 rounds; the MNIST CNN on
+MNIST from ``--data-dir``, or the MLP on digits) is run three ways in one invocation:
+
+(a) the floor: a plain loop with no Flower doing exactly the same local training (same model,
+    data order, steps and weighted averaging in partition order) and the same evaluation;
+(b) the ``inprocess`` backend; (c) the ``ray`` backend, start-up reported apart from the rounds.
+
+It prints wall times and their ratio to (a), and checks that all three end with the same model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clients.base import train_settings
+from clients.training import client_generator, get_weights, local_sgd, set_weights
+
+from ..experiment import ExperimentConfig, get_experiment
+
+
+def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[float]]:
+    """FedAvg as a plain PyTorch loop (no Flower): returns final weights, wall time, accuracies."""
+    exp = get_experiment(cfg)
+    torch.set_num_threads(max(1, cfg.client_threads))
+    t0 = time.perf_counter()
+    global_w = [a.copy() for a in exp.initial_parameters]
+    accs = [exp.evaluate_fn(0, global_w, {})[1]["accuracy"]]
+    data = {pid: exp.task.client_data(pid)[0] for pid in range(cfg.num_clients)}
+    with exp.borrowed_model() as model:
+        for rnd in range(1, cfg.rounds + 1):
+            settings = train_settings(exp.fit_config(rnd), exp.train)
+            total = sum(len(data[pid]) for pid in range(cfg.num_clients))
+            acc_w = None
+            for pid in range(cfg.num_clients):
+                set_weights(model, global_w)
+                local_sgd(model, data[pid], generator=client_generator(cfg.seed, rnd, pid), **settings)
+                share = np.float64(len(data[pid]) / total)  # sum_i (n_i / n) w_i, in partition order
+                w = [np.multiply(x, share, out=x) for x in get_weights(model)]
+                acc_w = w if acc_w is None else [np.add(a, x, out=a) for a, x in zip(acc_w, w)]
+            global_w = acc_w
+            accs.append(exp.evaluate_fn(rnd, global_w, {})[1]["accuracy"])
+    return global_w, time.perf_counter() - t0, accs
+
+
+def _final_weights(strategy) -> list[np.ndarray]:
+    from flwr.common import parameters_to_ndarrays
+
+    return parameters_to_ndarrays(strategy.latest_parameters)
+
+
+def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m simulations bench overhead", description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", help="MNIST idx folder; without it: digits + MLP")
+    p.add_argument("--num-clients", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--model", help="override the model (e.g. cnn_cifar, resnet18_gn with --dataset cifar10)")
+    p.add_argument("--dataset", help="override the dataset")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--client-cpus", type=float, default=None, help="Ray CPUs per client (default: all CPUs, one actor)")
+    p.add_argument("--client-gpus", type=float, default=0.0)
+    p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--out", help="write the figures as JSON here")
+    args = p.parse_args(argv)
+
+    import os
+
+    dataset = args.dataset or ("mnist" if args.data_dir else "digits")
+    cfg = ExperimentConfig(
+        method="fedavg", dataset=dataset, data_dir=args.data_dir, num_clients=args.num_clients,
+        rounds=args.rounds, seed=0, fraction_fit=1.0, local_epochs=1, batch_size=32, lr=0.05,
+        model=args.model, device=args.device, progress=False,
+        client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus,
+    )
+    exp = get_experiment(cfg)
+    print(f"workload: FedAvg, {dataset}, {exp.task.model_name}, {cfg.num_clients} clients, 1 local epoch, {cfg.rounds} rounds, device {cfg.device}")
+    plain_loop(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))  # warm-up (torch kernels, allocator)
+    floor_w, floor_s, floor_acc = plain_loop(cfg)
+    rows = [("(a) plain PyTorch loop", floor_s, None, floor_acc, 0.0)]
+
+    from ..backends import run_inprocess
+
+    t0 = time.perf_counter()
+    strat_b, _ = run_inprocess(cfg)
+    b_s = time.perf_counter() - t0
+    b_acc = [r["accuracy"] for r in strat_b.rounds]
+    rows.append(("(b) inprocess backend", b_s, None, b_acc, _max_diff(floor_w, _final_weights(strat_b))))
+
+    if not args.skip_ray:
+        from ..backends import run_ray
+
+        strat_c, timing = run_ray(cfg)
+        c_acc = [r["accuracy"] for r in strat_c.rounds]
+        # Ray starts its actors on the first message: count round 1's excess over the median of the
+        # later rounds as start-up, so "rounds only" is comparable with (a) and (b).
+        walls = [r["wall_s"] for r in strat_c.rounds if r["round"] > 0]
+        steady = float(np.median(walls[1:])) if len(walls) > 1 else walls[0]
+        rounds_s = steady + sum(walls[1:])
+        startup = timing["total_s"] - rounds_s
+        rows.append(("(c) ray backend, rounds only", rounds_s, startup, c_acc, _max_diff(floor_w, _final_weights(strat_c))))
+
+    print()
+    print("| path | wall s | ratio to (a) | Ray start-up s | final accuracy | max abs diff of final model vs (a) |")
+    print("|---|---|---|---|---|---|")
+    for name, s, startup, acc, diff in rows:
+        st = f"{startup:.1f}" if startup is not None else "-"
+        print(f"| {name} | {s:.2f} | {s / floor_s:.2f}x | {st} | {acc[-1]:.4f} | {diff:.1e} |")
+    same = all(r[4] == 0.0 for r in rows)
+    print(f"\nsame final model on every path: {same}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"rows": [dict(zip(("path", "wall_s", "startup_s", "accuracy", "max_diff"), (r[0], r[1], r[2], r[3], r[4]))) for r in rows], "same_model": same}, indent=2))
+    return 0 if same else 1

@@ -1,0 +1,182 @@
+"""Causal-LM loading (from a local checkpoint directory), the tiny pretrained default base model,
+LoRA wrapping with peft, and loss helpers.
+
+The default base is a small LLaMA-architecture model (``LlamaConfig``: hidden 64, 2 layers, 4
+heads, vocab 260 bytes+specials) given a short backprop pre-training on generated instruction text
+(only 4 of the 8 task categories, from a different generator seed), saved with
+``save_pretrained`` together with the byte-level tokenizer, cached under
+``~/.cache/flwr_strategies/fedmezo`` (override with ``FLWR_STRATEGIES_CACHE``), and then loaded
+through :func:`load_causal_lm` exactly like a real ``--model-dir`` checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data import CATEGORIES, LMData, collate, generate_instructions, tokenize_records
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_byte_tokenizer
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+TINY_CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                   pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID, tie_word_embeddings=False)
+PRETRAIN = dict(steps=300, batch_size=8, lr=3e-3, n_examples=2000, data_seed=1234, base_seed=0, max_len=320)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLWR_STRATEGIES_CACHE", Path.home() / ".cache" / "flwr_strategies"))
+
+
+def _tiny_key() -> str:
+    blob = json.dumps({"cfg": TINY_CONFIG, "pre": PRETRAIN, "v": 1}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def default_model_dir() -> Path:
+    """Directory of the cached tiny pretrained base (built on first use, see :func:`ensure_tiny_base`)."""
+    return cache_root() / "fedmezo" / f"tiny-llama-{_tiny_key()}"
+
+
+def build_tiny_llama(seed: int = 0) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**TINY_CONFIG))
+
+
+def pretrain_tiny_base(out_dir: str | Path, *, steps: int | None = None, verbose: bool = False) -> Path:
+    """Backprop pre-training of the tiny base (AdamW) on 4 of the 8 generated categories; saves the
+    model and tokenizer with ``save_pretrained`` into ``out_dir``."""
+    p = dict(PRETRAIN)
+    steps = p["steps"] if steps is None else int(steps)
+    tok = build_byte_tokenizer()
+    recs = generate_instructions(p["n_examples"], seed=p["data_seed"], categories=CATEGORIES[:4])
+    data = tokenize_records(recs, tok, max_len=p["max_len"])
+    with torch.random.fork_rng():
+        model = build_tiny_llama(p["base_seed"])
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.0)
+    gen = torch.Generator().manual_seed(p["base_seed"])
+    t0 = time.time()
+    for s in range(steps):
+        idx = torch.randint(len(data), (p["batch_size"],), generator=gen)
+        loss = model(**collate(data, idx, PAD_ID)).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if verbose and (s % 50 == 0 or s == steps - 1):
+            print(f"pretrain step {s} loss {loss.item():.3f} ({time.time() - t0:.1f}s)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def ensure_tiny_base(verbose: bool = False) -> Path:
+    """Path of the cached tiny pretrained base, pre-training it once if missing (atomic rename)."""
+    d = default_model_dir()
+    if (d / "config.json").exists() and any((d / f).exists() for f in WEIGHT_FILES):
+        return d
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = d.parent / f".tmp-{os.getpid()}-{d.name}"
+    pretrain_tiny_base(tmp, verbose=verbose)
+    try:
+        os.replace(tmp, d)
+    except OSError:  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    """Raise a clear error unless ``model_dir`` holds a config, weights and a tokenizer."""
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"--model-dir {d} does not exist or is not a directory")
+    if not (d / "config.json").is_file():
+        raise FileNotFoundError(f"--model-dir {d} has no config.json (not a transformers checkpoint)")
+    if not any((d / f).is_file() for f in WEIGHT_FILES):
+        raise FileNotFoundError(f"--model-dir {d} has no model weights (expected one of {', '.join(WEIGHT_FILES)})")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(f"--model-dir {d} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)})")
+    return d
+
+
+def load_tokenizer(model_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    d = check_model_dir(model_dir)
+    tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, padding_side="right")
+    return tok
+
+
+def load_causal_lm(model_dir: str | Path, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) from a local checkpoint directory; a ``[PAD]`` token is added if missing."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    d = check_model_dir(model_dir)
+    tok = load_tokenizer(d)
+    model = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, local_files_only=True)
+    if tok.pad_token_id is None:
+        tok.add_special_tokens({"pad_token": "[PAD]"})
+        model.resize_token_embeddings(len(tok))
+    model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def apply_lora(model: nn.Module, *, r: int = 8, alpha: int = 16, dropout: float = 0.05,
+               targets: Sequence[str] = ("q_proj", "v_proj")) -> nn.Module:
+    """Freeze the base and add peft LoRA adapters on ``targets`` (module-name suffixes)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = list(targets)
+    if not targets:
+        raise ValueError("LoRA targets must not be empty")
+    names = [n for n, _ in model.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"LoRA targets {missing} match no module of the model; linear modules are {leaves}")
+    if r < 1:
+        raise ValueError(f"LoRA rank r must be >= 1, got {r}")
+    cfg = LoraConfig(task_type="CAUSAL_LM", r=int(r), lora_alpha=int(alpha), lora_dropout=float(dropout),
+                     target_modules=targets)
+    return get_peft_model(model, cfg)
+
+
+def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """HF causal-LM mean cross-entropy over the unmasked (response) tokens of the batch."""
+    return model(**batch).loss
+
+
+@torch.no_grad()
+def per_example_loss(model: nn.Module, data: LMData, pad_id: int, batch_size: int = 32) -> np.ndarray:
+    """Mean response-token cross-entropy of each example (NaN for an example with no label)."""
+    was = model.training
+    model.eval()
+    out = []
+    for s in range(0, len(data), batch_size):
+        idx = list(range(s, min(len(data), s + batch_size)))
+        b = collate(data, idx, pad_id)
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.float()
+        lab = b["labels"][:, 1:]
+        lp = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), lab, ignore_index=-100, reduction="none")
+        cnt = (lab != -100).sum(1)
+        out.append((lp.sum(1) / cnt).numpy())
+    model.train(was)
+    return np.concatenate(out) if out else np.zeros(0)

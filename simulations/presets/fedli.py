@@ -1,0 +1,200 @@
+"""``fedli``: FedLi-LS / FedLi-LU (untuned) vs tuned FedExP, FedAvg, FedAdam and SCAFFOLD (spec 001 §7).
+
+Paper setting: 100 clients, 10 per round, Dirichlet alpha = 0.1, one local epoch, batch 32, 500 rounds,
+CIFAR/FEMNIST/Shakespeare. Reduced here to MNIST (``--data-dir``; digits otherwise) with a 784-200-200-10
+MLP, 100 tuning-free rounds for the final table and 30-round tuning runs, so that the whole preset
+finishes in about 10 minutes on 2 CPU cores.
+
+Tuning (spec §7.4, reduced): each baseline's client lr from {1e-2, 1e-1, 1}; FedExP then its eps from
+{1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1} at its best lr; FedAdam its server lr from {1e-2, 1e-1, 1} at its
+best client lr (found with server lr 0.1). The paper keeps the configuration with the highest training
+accuracy; clients here report training loss, so a configuration is scored by the mean client-reported
+training loss over the last 10 tuning rounds (lower is better; a diverged run scores +inf).
+FedLi-LS and FedLi-LU run with their defaults (FedLi-LU's client lr is the paper's 0.01) and no tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from . import Preset, PresetContext, RunEntry, register_preset
+
+BASE: dict[str, Any] = {
+    "dataset": "mnist",
+    "data_dir": None,
+    "model": "mlp",
+    "num_clients": 100,
+    "fraction_fit": 0.1,
+    "partition": "dirichlet",
+    "alpha": 0.1,
+    "local_epochs": 1,
+    "batch_size": 32,
+    "lr": 0.01,
+    "rounds": 100,
+    "seed": 0,
+}
+TUNE_ROUNDS = 30
+LR_GRID = (1e-2, 1e-1, 1.0)
+EPS_GRID = (1e-3, 10**-2.5, 1e-2, 10**-1.5, 1e-1)
+SERVER_LR_GRID = (1e-2, 1e-1, 1.0)
+
+# paper Tables 1-2 (CIFAR-10 ResNet-18-GN row and FEMNIST row), 500 rounds, mean of 5 seeds
+PAPER = {
+    "FedLi-LU": {"cifar10_acc": 86.02, "femnist_acc": 84.79, "cifar10_loss": 0.1053, "femnist_loss": 0.8649},
+    "FedLi-LS": {"cifar10_acc": 75.50, "femnist_acc": 80.66, "cifar10_loss": 0.6103, "femnist_loss": 0.6095},
+    "FedExP": {"cifar10_acc": 84.28, "femnist_acc": 82.51, "cifar10_loss": 0.6147, "femnist_loss": 0.1995},
+    "FedAvg": {"cifar10_acc": 78.47, "femnist_acc": 84.67, "cifar10_loss": 0.9425, "femnist_loss": 0.8168},
+    "FedAdam": {"cifar10_acc": 81.42, "femnist_acc": 80.35, "cifar10_loss": 0.60832, "femnist_loss": 0.7092},
+    "SCAFFOLD": {"cifar10_acc": 71.11, "femnist_acc": 75.05, "cifar10_loss": 0.2914, "femnist_loss": 1.1449},
+}
+
+ENTRIES = [
+    RunEntry("FedLi-LU", "fedli-lu"),
+    RunEntry("FedLi-LS", "fedli-ls"),
+    RunEntry("FedLi-LS (max)", "fedli-ls", {"params": {"step_size_sync": "max"}}),
+    RunEntry("FedExP", "fedexp"),
+    RunEntry("FedAvg", "fedavg"),
+    RunEntry("FedAdam", "fedadam"),
+    RunEntry("SCAFFOLD", "scaffold"),
+]
+
+
+def _score(result: dict[str, Any], last: int = 10) -> float:
+    losses = [r.get("fit_train_loss") for r in result["rounds"] if r["round"] > 0][-last:]
+    vals = [float(v) for v in losses if v is not None]
+    if not vals or not all(math.isfinite(v) for v in vals):
+        return math.inf
+    acc = result["summary"]["final_accuracy"]
+    if acc is None or not math.isfinite(acc):
+        return math.inf
+    return sum(vals) / len(vals)
+
+
+def _final_train_loss(result: dict[str, Any]) -> float | None:
+    vals = [r.get("fit_train_loss") for r in result["rounds"] if r["round"] > 0]
+    return float(vals[-1]) if vals and vals[-1] is not None else None
+
+
+def _resolve_base(ctx: PresetContext) -> dict[str, Any]:
+    from ..compare import merge_config
+
+    base = merge_config(BASE, ctx.preset.base, ctx.overrides)
+    if base.get("dataset") == "mnist" and not base.get("data_dir"):
+        base["dataset"] = "digits"  # no MNIST files given: fall back to the bundled digits
+    base["backend"] = ctx.backend
+    base["progress"] = False
+    return base
+
+
+def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
+    """Tuning sweep for the baselines, then the final comparison; writes summary.md and summary.json."""
+    from ..compare import merge_config, plot_accuracy
+    from ..experiment import ExperimentConfig
+    from ..results import write_json
+    from ..runner import run_experiment
+
+    out_dir = Path(ctx.out_dir)
+    base = _resolve_base(ctx)
+    tune_rounds = int(base.pop("tune_rounds", TUNE_ROUNDS))
+    t_start = time.perf_counter()
+    sweep: list[dict[str, Any]] = []
+
+    def run(label: str, method: str, overrides: dict[str, Any], rounds: int, sub: str) -> dict[str, Any]:
+        conf = merge_config(base, {"method": method, "rounds": rounds}, overrides)
+        conf["out"] = str(out_dir / sub / "".join(c if c.isalnum() or c in "-_." else "_" for c in label))
+        return run_experiment(ExperimentConfig.from_dict(conf), label=label)
+
+    scores: dict[str, float] = {}
+
+    def tune(name: str, method: str, grid: list[dict[str, Any]]) -> dict[str, Any]:
+        best, best_score = grid[0], math.inf
+        for ov in grid:
+            key = f"{name} {json.dumps(ov, sort_keys=True)}"
+            if key in scores:  # already run in an earlier stage of this method's sweep
+                score = scores[key]
+                if score < best_score:
+                    best, best_score = ov, score
+                continue
+            res = run(key, method, ov, tune_rounds, "tuning")
+            score = scores[key] = _score(res)
+            sweep.append({"method": name, "setting": ov, "score_train_loss": score,
+                          "final_accuracy": res["summary"]["final_accuracy"], "wall_s": res["timing"]["wall_s"]})
+            print(f"[tune] {name} {ov}: train loss {score:.4f}, acc {res['summary']['final_accuracy']:.4f}", flush=True)
+            if score < best_score:
+                best, best_score = ov, score
+        return best
+
+    chosen: dict[str, dict[str, Any]] = {}
+    chosen["FedAvg"] = tune("FedAvg", "fedavg", [{"lr": lr} for lr in LR_GRID])
+    chosen["SCAFFOLD"] = tune("SCAFFOLD", "scaffold", [{"lr": lr} for lr in LR_GRID])
+    exp_lr = tune("FedExP", "fedexp", [{"lr": lr, "params": {"eps": 1e-3}} for lr in LR_GRID])
+    chosen["FedExP"] = tune("FedExP", "fedexp", [{"lr": exp_lr["lr"], "params": {"eps": e}} for e in EPS_GRID[1:]] + [exp_lr])
+    adam_lr = tune("FedAdam", "fedadam", [{"lr": lr, "params": {"eta": 0.1}} for lr in LR_GRID])
+    chosen["FedAdam"] = tune(
+        "FedAdam", "fedadam", [{"lr": adam_lr["lr"], "params": {"eta": e}} for e in SERVER_LR_GRID if e != 0.1] + [adam_lr]
+    )
+    tune_wall = time.perf_counter() - t_start
+
+    results = []
+    for entry in ctx.preset.entries:
+        ov = merge_config(entry.overrides, chosen.get(entry.label, {}))
+        res = run(entry.label, entry.method, ov, int(base["rounds"]), "final")
+        res["chosen"] = chosen.get(entry.label, "untuned")
+        results.append(res)
+    total_wall = time.perf_counter() - t_start
+
+    text = render_markdown(results, sweep, base, tune_rounds, tune_wall, total_wall)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.md").write_text(text)
+    plot_accuracy(results, out_dir / "accuracy.png", "preset fedli")
+    summary = {
+        "base": base, "tune_rounds": tune_rounds, "chosen": chosen, "sweep": sweep,
+        "tuning_wall_s": tune_wall, "total_wall_s": total_wall,
+        "runs": [{"label": r["label"], "method": r["method"], "params": r["params"], "chosen": r["chosen"],
+                  "final_train_loss": _final_train_loss(r), **r["summary"], "wall_s": r["timing"]["wall_s"]} for r in results],
+    }
+    write_json(out_dir / "summary.json", summary)
+    print(text)
+    return summary
+
+
+def render_markdown(results, sweep, base, tune_rounds, tune_wall, total_wall) -> str:
+    lines = ["# preset fedli", ""]
+    lines.append(
+        f"{base['dataset']} ({base['model']}), {base['num_clients']} clients, fraction {base['fraction_fit']}, "
+        f"partition {base['partition']} alpha {base['alpha']}, {base['local_epochs']} local epoch, batch {base['batch_size']}, "
+        f"{base['rounds']} rounds, seed {base['seed']}, backend {base['backend']}. Tuning: {tune_rounds} rounds per setting "
+        f"({tune_wall:.0f} s); everything: {total_wall:.0f} s."
+    )
+    lines += ["", "| method | tuned setting | final acc | best acc | final train loss | wall s |", "|---|---|---|---|---|---|"]
+    for r in results:
+        s = r["summary"]
+        tl = _final_train_loss(r)
+        lines.append(
+            f"| {r['label']} | {json.dumps(r['chosen']) if r['chosen'] != 'untuned' else 'untuned'} | "
+            f"{100 * s['final_accuracy']:.2f} | {100 * s['best_accuracy']:.2f} | "
+            f"{'n/a' if tl is None else f'{tl:.4f}'} | {r['timing']['wall_s']:.1f} |"
+        )
+    lines += ["", "Tuning sweep (score = mean client train loss over the last 10 tuning rounds; lower wins):", "",
+              "| method | setting | score | final acc | wall s |", "|---|---|---|---|---|"]
+    for s in sweep:
+        lines.append(f"| {s['method']} | {json.dumps(s['setting'], sort_keys=True)} | {s['score_train_loss']:.4f} | "
+                     f"{100 * (s['final_accuracy'] or 0):.2f} | {s['wall_s']:.1f} |")
+    notes = results[0].get("data_notes", []) if results else []
+    lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+register_preset(
+    Preset(
+        name="fedli",
+        summary="FedLi-LS/LU (untuned) vs tuned FedExP/FedAvg/FedAdam/SCAFFOLD, MNIST Dir(0.1), 100 clients (~10 min)",
+        base={},
+        entries=ENTRIES,
+        custom=run_fedli_preset,
+    )
+)
