@@ -6,7 +6,7 @@ client generates from its ``partition-id``. Replace ``make_model`` / ``load_part
 ``central_evaluate`` with your own; the four lines that matter are marked ``# <--``.
 
 Any registered method name works (``python -m simulations list``): e.g. ``"fedavg"``,
-``"fedprox"``, and after their branches merge ``"dfedcata"``, ``"fedmud"``, ...
+``"fedprox"``, ``"dfedcata"``, ``"fedmud"``, ...
 """
 
 from __future__ import annotations

@@ -20,10 +20,13 @@ from simulations.deployment import LocalDeployment, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Methods that go through the real deployment. Add a method here once its branch is merged.
-METHODS: tuple[str, ...] = ("fedavg",)
+# Methods that go through the real deployment.
+METHODS: tuple[str, ...] = ("fedavg", "dfedcata", "fedmud")
 # run-config entries a method needs beyond ``method=<name>`` on this small setup
-EXTRA_RUN_CONFIG: dict[str, dict] = {}
+EXTRA_RUN_CONFIG: dict[str, dict] = {
+    # the default target_ratio (1/32) is below what the digits MLP can reach (about 0.28); strict sizing rejects it
+    "fedmud": {"set": "target_ratio=0.3"},
+}
 
 NUM_SUPERNODES = 3
 ROUNDS = 2
