@@ -4,8 +4,9 @@ Run config keys (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..
 ``dataset``, ``num-clients``, ``num-server-rounds``, ``seed``, ``partition``, ``alpha``, ``lr``,
 ``local-epochs``, ``batch-size``, ``data-dir``, ``set`` (method hyperparameters as
 ``"key=value,key=value"``) and ``out-dir`` (when non-empty, the ServerApp writes
-``<out-dir>/results.json`` after every evaluation: the runner's results format, rounds so far). Each SuperNode must be given its ``partition-id`` (and
-``num-partitions``) through ``--node-config``; Flower's simulation engine does that itself.
+``<out-dir>/results.json`` after every evaluation: the runner's results format, rounds so far).
+Each SuperNode must be given its ``partition-id`` (and ``num-partitions``) through
+``--node-config``; Flower's simulation engine does that itself.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr.client import Client, ClientApp
-from flwr.common import Context
-from flwr.common import Parameters, Scalar
+from flwr.common import Context, Parameters, Scalar
 from flwr.server import ServerApp, ServerAppComponents
 from flwr.server.client_manager import ClientManager
 from flwr.server.strategy import Strategy
