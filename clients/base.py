@@ -102,3 +102,8 @@ class TorchClient(NumPyClient):
         data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
         loss, acc = evaluate_model(self.model, data)
         return float(loss), len(data), {**self.base_metrics(), "accuracy": float(acc)}
+
+
+def build_torch_client(setup: ClientSetup, params: dict[str, Any]) -> TorchClient:
+    """Registry factory: plain local SGD (FedAvg, FedAdam, FedExP)."""
+    return TorchClient(setup, params)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from flwr.common import Scalar
 
-from clients.base import TorchClient, train_settings
+from flwr_strategies.clients.base import TorchClient, train_settings
 from flwr_strategies.dfedcata.local import local_update
 
 __all__ = ["DecentralizedClient"]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from flwr.common import ArrayRecord, Scalar
 
-from clients.base import TorchClient
+from flwr_strategies.clients.base import TorchClient
 from flwr_strategies.doadp.algorithm import AgentState, DOADPParams, agent_step, index_dtype_for
 from flwr_strategies.doadp.torch_oracle import TorchGradOracle
 

@@ -18,8 +18,8 @@ from flwr_strategies.fedmezo.engine import MeZOEngine
 from flwr_strategies.fedmezo.local import cursor_indices, mezo_local_train
 from flwr_strategies.fedmezo.replay import encode_pairs
 from flwr_strategies.setup import ClientSetup
-from simulations.lm.data import collate
-from simulations.lm.task import evaluate_lm
+from flwr_strategies.simulations.lm.data import collate
+from flwr_strategies.simulations.lm.task import evaluate_lm
 
 from .base import TorchClient
 

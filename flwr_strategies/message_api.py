@@ -97,7 +97,7 @@ def make_client_app(cfg: Any) -> ClientApp:
     The node's partition comes from ``context.node_config["partition-id"]``; per-client state
     lives in ``context.state`` as on the legacy path.
     """
-    from simulations.experiment import get_experiment
+    from flwr_strategies.simulations.experiment import get_experiment
 
     app = ClientApp()
 
@@ -151,7 +151,7 @@ def run_message(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]:
     Returns Flower's ``Result`` and per-round records ``{"round", "accuracy", "loss"}`` of the
     central evaluation (round 0 = initial model).
     """
-    from simulations.experiment import get_experiment
+    from flwr_strategies.simulations.experiment import get_experiment
 
     if cfg.fraction_fit != 1.0:
         raise ValueError(f"run_message needs fraction_fit=1.0, got {cfg.fraction_fit}")
@@ -184,66 +184,9 @@ def make_server_app(cfg: Any) -> ServerApp:
     return app
 
 
-class InProcessGrid(Grid):
-    """A ``Grid`` that calls a ``ClientApp`` in this process (tests, quick runs; no Ray).
+def __getattr__(name):
+    if name == "InProcessGrid":  # moved to the simulation layer
+        from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
-    One persistent ``Context`` per node (node ids ``1000 + partition``), so ``context.state``
-    survives rounds. Sets Flower's process-global task identity, which ``Message()`` needs.
-
-    Parameters
-    ----------
-    client_app : ClientApp
-        The app whose handlers answer the messages.
-    num_nodes : int
-        Number of nodes (partitions ``0..num_nodes-1``), >= 1.
-    run_config : dict | None
-        The ``run_config`` every node's ``Context`` carries. Defaults to empty.
-    """
-
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict | None = None) -> None:
-        from flwr.supercore.run import Run  # internal API (flwr 1.4x)
-        from flwr.supercore.task_identity import TaskIdentity  # internal API (flwr 1.4x)
-
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
-        self.client_app = client_app
-        self._run = Run.create_empty(run_id=1)
-        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
-        self.contexts = {
-            1000 + p: Context(
-                run_id=1,
-                node_id=1000 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
-                state=RecordDict(),
-                run_config=dict(run_config or {}),
-            )
-            for p in range(num_nodes)
-        }
-        self._replies: dict[str, Message] = {}
-
-    def set_run(self, run_id: int) -> None:
-        pass
-
-    @property
-    def run(self):
-        return self._run
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
-        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.contexts)
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        ids = []
-        for m in messages:
-            m.metadata.__dict__["_message_id"] = str(uuid4())
-            self._replies[m.metadata.message_id] = self.client_app(m, self.contexts[m.metadata.dst_node_id])
-            ids.append(m.metadata.message_id)
-        return ids
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self.pull_messages(self.push_messages(messages))
+        return InProcessGrid
+    raise AttributeError(name)

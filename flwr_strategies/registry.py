@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _METHOD_MODULES: tuple[str, ...] = (
-    "flwr_strategies.baselines.centralized",
+    "flwr_strategies.baselines.registration",
     "flwr_strategies.fedmezo.methods",
     "flwr_strategies.dfedcata.method",
     "flwr_strategies.doadp.method",
@@ -24,10 +24,21 @@ _METHOD_MODULES: tuple[str, ...] = (
 _REGISTRY: dict[str, MethodSpec] = {}
 _LOADED = False
 
+#: Where a training default came from (``MethodSpec.train_defaults``; shown by ``--help`` and results.json).
+PROVENANCES = ("paper", "official code", "spec", "project", "user")
+
+
+def load_object(path: str) -> Any:
+    """The object at ``"package.module:attribute"`` (imported on first use)."""
+    if ":" not in path:
+        raise ValueError(f"expected 'module:attribute', got {path!r}")
+    module, attr = path.split(":", 1)
+    return getattr(importlib.import_module(module), attr)
+
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """How to build one method's strategy and client.
+    """How to build one method: its server core, its strategies (both Flower APIs) and its client.
 
     Parameters
     ----------
@@ -40,11 +51,24 @@ class MethodSpec:
     defaults : Mapping[str, Any]
         Method hyperparameters settable with ``--set key=value``; the type of each default is the
         type values are parsed to.
-    build_strategy : Callable[[ServerSetup, dict], Strategy]
-        Builds the Flower strategy from the experiment's :class:`~flwr_strategies.setup.ServerSetup`
-        and the resolved hyperparameters.
-    build_client : Callable[[ClientSetup, dict], NumPyClient]
-        Builds the matching client for one partition.
+    build_core : Callable[[ServerSetup, dict], ServerCore] | None
+        Builds the framework-neutral server core from the experiment's
+        :class:`~flwr_strategies.setup.ServerSetup` and the resolved hyperparameters. Both Flower
+        adapters are derived from it (:meth:`legacy_strategy`, :meth:`message_strategy`).
+    client : str | Callable | None
+        The client factory ``(ClientSetup, params) -> NumPyClient``, or its dotted path
+        ``"flwr_strategies.clients.<method>:<factory>"``; a path is imported only when a client
+        is built, so the algorithm core never imports the client layer.
+    train_defaults : Mapping[str, tuple[Any, str]]
+        The method's own training settings (``lr``, ``lr_decay``, ``local_epochs``,
+        ``local_steps``, ``batch_size``, ``weight_decay``, ``momentum``, ``grad_clip``,
+        ``fraction_fit``, ``num_clients``...) as ``(value, provenance)``; provenance is one of
+        :data:`PROVENANCES`. They apply unless the user sets the value.
+    build_strategy : Callable | None
+        Legacy-API strategy builder; defaults to :class:`~flwr_strategies.adapters.LegacyStrategy`
+        over :attr:`build_core`.
+    build_client : Callable | None
+        Client builder; defaults to the factory named by :attr:`client`.
     task : str
         Workload the method runs on: ``"classification"`` (default) or a registered task name.
     decentralized : bool
@@ -54,12 +78,56 @@ class MethodSpec:
     name: str
     summary: str
     paper: str
-    defaults: Mapping[str, Any]
-    build_strategy: Callable[..., Any]
-    build_client: Callable[..., Any]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    build_core: Callable[..., Any] | None = None
+    client: str | Callable[..., Any] | None = None
+    train_defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    build_strategy: Callable[..., Any] | None = None
+    build_client: Callable[..., Any] | None = None
     task: str = "classification"
     decentralized: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, item in self.train_defaults.items():
+            if not (isinstance(item, tuple) and len(item) == 2 and item[1] in PROVENANCES):
+                raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
+        if self.build_strategy is None:
+            if self.build_core is None:
+                raise ValueError(f"method '{self.name}' needs build_core (or a legacy build_strategy)")
+            object.__setattr__(self, "build_strategy", self.legacy_strategy)
+        if self.build_client is None:
+            if self.client is None:
+                raise ValueError(f"method '{self.name}' needs a client factory")
+            object.__setattr__(self, "build_client", self._client_from_path)
+
+    def _client_from_path(self, setup: Any, params: dict) -> Any:
+        factory = load_object(self.client) if isinstance(self.client, str) else self.client
+        return factory(setup, params)
+
+    def legacy_strategy(self, setup: Any, params: dict, **kwargs: Any) -> Any:
+        """A :class:`~flwr_strategies.adapters.LegacyStrategy` over this method's core."""
+        from .adapters.legacy import LegacyStrategy
+
+        if self.build_core is None:
+            raise ValueError(f"method '{self.name}' has no framework-neutral core")
+        kwargs.setdefault("min_available_clients", setup.num_clients)
+        return LegacyStrategy(self.build_core(setup, params), evaluate_fn=setup.evaluate_fn, **kwargs)
+
+    def message_strategy(self, setup: Any, params: dict, **kwargs: Any) -> Any:
+        """A Message-API strategy over this method's core (full node set, no federated evaluation
+        unless ``kwargs`` ask for it)."""
+        from .adapters.message import CoreFactoryStrategy
+
+        if self.build_core is None:
+            raise ValueError(f"method '{self.name}' has no framework-neutral core")
+        kwargs.setdefault("fraction_evaluate", 0.0)
+        kwargs.setdefault("min_evaluate_nodes", 0)
+        kwargs.setdefault("min_available_nodes", setup.num_clients)
+        kwargs.setdefault("min_train_nodes", setup.clients_per_round)
+        kwargs.setdefault("fraction_train", setup.fraction_fit)
+        kwargs.setdefault("seed", setup.seed)
+        return CoreFactoryStrategy(lambda arrays, n: self.build_core(setup, params), **kwargs)
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:

@@ -30,8 +30,8 @@ QUICKSTART = [
         "import matplotlib\n"
         "import matplotlib.pyplot as plt\n\n"
         "from flwr_strategies.registry import list_methods\n"
-        "from simulations.compare import run_entries\n"
-        "from simulations.presets import RunEntry\n\n"
+        "from flwr_strategies.simulations.compare import run_entries\n"
+        "from flwr_strategies.simulations.presets import RunEntry\n\n"
         "print(', '.join(sorted(list_methods())))"
     ),
     new_markdown_cell(
@@ -89,8 +89,8 @@ DECENTRALIZED = [
         "import matplotlib.pyplot as plt\n"
         "import networkx as nx\n\n"
         "from flwr_strategies.decentralized import Topology, is_connected, mixing_matrix, spectral_gap\n"
-        "from simulations.compare import run_entries\n"
-        "from simulations.presets import RunEntry"
+        "from flwr_strategies.simulations.compare import run_entries\n"
+        "from flwr_strategies.simulations.presets import RunEntry"
     ),
     new_markdown_cell(
         "## Topologies on 16 clients\n\n"

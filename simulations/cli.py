@@ -113,7 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("presets:")
     for name, preset in list_presets().items():
         print(f"  {name:<16} {preset.summary}")
-    import simulations.bench as bench
+    import flwr_strategies.simulations.bench as bench
 
     names = [m.name for m in pkgutil.iter_modules(bench.__path__)]
     print("benchmarks:")
@@ -145,7 +145,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(argv: list[str]) -> int:
-    import simulations.bench as bench
+    import flwr_strategies.simulations.bench as bench
 
     names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__))
     if not argv or argv[0] in ("-h", "--help"):
@@ -153,7 +153,7 @@ def cmd_bench(argv: list[str]) -> int:
         return 0
     if argv[0] not in names:
         raise SystemExit(f"unknown benchmark '{argv[0]}'; valid benchmarks: {', '.join(names)}")
-    module = importlib.import_module(f"simulations.bench.{argv[0]}")
+    module = importlib.import_module(f"flwr_strategies.simulations.bench.{argv[0]}")
     return int(module.main(argv[1:]) or 0)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clients.training import TensorData
+from flwr_strategies.clients.training import TensorData
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 

@@ -17,7 +17,7 @@ from flwr.client import ClientApp
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from clients.training import TensorData, evaluate_model, get_weights, set_weights
+from flwr_strategies.clients.training import TensorData, evaluate_model, get_weights, set_weights
 from flwr_strategies.registry import get_method, resolve_params  # <-- the import
 from flwr_strategies.sampling import PartitionClientManager
 from flwr_strategies.setup import ClientSetup, ServerSetup, TrainConfig

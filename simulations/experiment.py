@@ -31,7 +31,7 @@ from flwr.common import (
     GetPropertiesRes,
 )
 
-from clients.training import get_weights, set_weights
+from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method, resolve_params
 from flwr_strategies.setup import ClientSetup, ServerSetup, TrainConfig
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from clients.training import TensorData, evaluate_model
+from flwr_strategies.clients.training import TensorData, evaluate_model
 
 from .datasets import DATASETS, load_dataset
 from .models import DEFAULT_MODEL, build_model
@@ -32,7 +32,7 @@ class Task(Protocol):
 
 
 _TASKS: dict[str, Callable[[Any], Task]] = {}
-_TASK_MODULES: tuple[str, ...] = ("simulations.lm.task",)
+_TASK_MODULES: tuple[str, ...] = ("flwr_strategies.simulations.lm.task",)
 
 
 def register_task(name: str, build: Callable[[Any], Task]) -> None:

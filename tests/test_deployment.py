@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simulations.deployment import LocalDeployment, pid_alive
+from flwr_strategies.simulations.deployment import LocalDeployment, pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from flwr.common import Context, RecordDict
 from flwr.server import Server
 
-from simulations import dropin_example as ex
-from simulations.backends import InProcessClientProxy
+from flwr_strategies.simulations import dropin_example as ex
+from flwr_strategies.simulations.backends import InProcessClientProxy
 
 
 def test_dropin_example_learns():

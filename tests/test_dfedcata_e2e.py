@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from simulations.experiment import ExperimentConfig
-from simulations.runner import run_experiment
+from flwr_strategies.simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.runner import run_experiment
 
 BASE = dict(dataset="digits", num_clients=6, rounds=3, partition="dirichlet", alpha=0.3, model="logreg",
             lr=0.1, lr_decay=0.998, local_epochs=1, batch_size=32, seed=3, progress=False)

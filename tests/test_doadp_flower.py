@@ -9,8 +9,8 @@ import pytest
 import torch
 from flwr.common import Code, FitRes, RecordDict, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-from clients.doadp import DOADPClient
-from clients.training import TensorData
+from flwr_strategies.clients.doadp import DOADPClient
+from flwr_strategies.clients.training import TensorData
 from flwr_strategies.doadp import DOADPNetwork, DOADPParams
 from flwr_strategies.doadp.graphs import circulant_mixing, ring_topology
 from flwr_strategies.doadp.strategy import DOADPStrategy
@@ -117,8 +117,8 @@ def test_disconnected_or_time_varying_graph_rejected():
 
 
 def test_e2e_runner_learns():
-    from simulations.experiment import ExperimentConfig
-    from simulations.runner import run_experiment
+    from flwr_strategies.simulations.experiment import ExperimentConfig
+    from flwr_strategies.simulations.runner import run_experiment
 
     cfg = ExperimentConfig(method="dmsgd", dataset="digits", num_clients=10, rounds=60, seed=0, lr=0.3,
                            local_steps=1, batch_size=8, model="logreg", params={"eval_every": 20, "hops": 2})

@@ -13,12 +13,12 @@ torch.set_num_threads(1)
 
 from flwr.common import RecordDict  # noqa: E402
 
-from clients.fedli import STATE_KEY, ArmijoSGDClient, ScaffoldClient  # noqa: E402
-from clients.training import TensorData, get_weights  # noqa: E402
+from flwr_strategies.clients.fedli import STATE_KEY, ArmijoSGDClient, ScaffoldClient  # noqa: E402
+from flwr_strategies.clients.training import TensorData, get_weights  # noqa: E402
 from flwr_strategies.fedli import ArmijoConfig  # noqa: E402
 from flwr_strategies.setup import ClientSetup, TrainConfig  # noqa: E402
-from simulations.experiment import ExperimentConfig  # noqa: E402
-from simulations.runner import run_experiment  # noqa: E402
+from flwr_strategies.simulations.experiment import ExperimentConfig  # noqa: E402
+from flwr_strategies.simulations.runner import run_experiment  # noqa: E402
 
 
 def _cfg(method, **kw):

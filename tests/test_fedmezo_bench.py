@@ -1,6 +1,6 @@
 """The memory benchmark runs each mode on the same batch and reports the fields the docs quote."""
 
-from simulations.bench.memory import _parser, measure
+from flwr_strategies.simulations.bench.memory import _parser, measure
 
 
 def test_memory_bench_modes_run():

@@ -7,13 +7,13 @@ from flwr.common import (Code, FitRes, GetPropertiesRes, RecordDict, Status, nda
                          parameters_to_ndarrays)
 from flwr.server.client_proxy import ClientProxy
 
-from clients.fedmezo import FedMeZOClient
+from flwr_strategies.clients.fedmezo import FedMeZOClient
 from flwr_strategies.common import payload_bytes
 from flwr_strategies.fedmezo.lr_rules import personalised_lrs
 from flwr_strategies.fedmezo.methods import _strategy
 from flwr_strategies.sampling import PartitionClientManager
-from simulations.experiment import Experiment, ExperimentConfig
-from simulations.runner import run_experiment
+from flwr_strategies.simulations.experiment import Experiment, ExperimentConfig
+from flwr_strategies.simulations.runner import run_experiment
 
 H = 4
 

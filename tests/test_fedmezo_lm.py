@@ -12,10 +12,10 @@ import torch
 
 from flwr_strategies.fedmezo import MeZOEngine
 from flwr_strategies.fedmezo.local import mezo_local_train
-from simulations.lm.data import (CATEGORIES, collate, generate_instructions, load_instruction_file,
+from flwr_strategies.simulations.lm.data import (CATEGORIES, collate, generate_instructions, load_instruction_file,
                                  split_clients, tokenize_records)
-from simulations.lm.model import apply_lora, batch_loss, ensure_tiny_base, load_causal_lm, per_example_loss
-from simulations.lm.tokenizer import build_byte_tokenizer
+from flwr_strategies.simulations.lm.model import apply_lora, batch_loss, ensure_tiny_base, load_causal_lm, per_example_loss
+from flwr_strategies.simulations.lm.tokenizer import build_byte_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
-from simulations.experiment import ExperimentConfig  # noqa: E402
-from simulations.runner import run_experiment  # noqa: E402
+from flwr_strategies.simulations.experiment import ExperimentConfig  # noqa: E402
+from flwr_strategies.simulations.runner import run_experiment  # noqa: E402
 
 MNIST = "/work/shared/data/mnist"
 
@@ -41,7 +41,7 @@ def test_registry_and_bad_input():
     from flwr_strategies.fedmud.methods import options_from_params
     from flwr_strategies.fedmud.strategy import FedMUDStrategy
     from flwr_strategies.registry import get_method
-    from simulations.models import build_model
+    from flwr_strategies.simulations.models import build_model
 
     names = ["fedmud", "fedmud_mat", "fedmud_f", "fedmud_aad", "fedmud_bkd", "fedmud_bkd_f", "fedmud_bkd_aad",
              "fedlmt", "fedpara", "fedhm"]
@@ -63,7 +63,7 @@ def test_registry_and_bad_input():
 def test_foundation_models_match_spec_counts():
     from fedmud_testmodels import PAPER_MODELS
     from flwr_strategies.fedmud import plan_model
-    from simulations.models import build_model
+    from flwr_strategies.simulations.models import build_model
 
     pairs = {"fmnist": ("cnn_mnist", 10, (1, 28, 28)), "svhn": ("cnn_svhn", 10, (3, 32, 32)),
              "cifar10": ("cnn_cifar", 10, (3, 32, 32)), "cifar100": ("cnn_cifar", 100, (3, 32, 32))}

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from flwr_strategies.common import flatten, layout_of, payload_bytes
-from simulations.datasets import DataFilesMissing, load_dataset, random_crop_flip, read_idx
-from simulations.models import build_model, num_parameters
+from flwr_strategies.simulations.datasets import DataFilesMissing, load_dataset, random_crop_flip, read_idx
+from flwr_strategies.simulations.models import build_model, num_parameters
 
 
 def test_digits_bundle():

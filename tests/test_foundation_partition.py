@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from simulations import partition as P
+from flwr_strategies.simulations import partition as P
 
 
 def _labels(n_per_class=60, classes=10, seed=0):

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from simulations.experiment import ExperimentConfig
-from simulations.runner import run_experiment
+from flwr_strategies.simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.runner import run_experiment
 
 
 def _cfg(**kw):
@@ -65,7 +65,7 @@ def test_mnist_round_bytes(mnist_path):
     res = run_experiment(
         _cfg(dataset="mnist", data_dir=str(mnist_path), num_clients=20, fraction_fit=0.2, rounds=1, local_steps=2)
     )
-    from simulations.models import build_model
+    from flwr_strategies.simulations.models import build_model
 
     model_bytes = sum(t.numel() * t.element_size() for t in build_model("cnn_mnist", 10, (1, 28, 28)).state_dict().values())
     assert res["rounds"][1]["bytes_up"] == 4 * model_bytes
@@ -86,7 +86,7 @@ def test_bad_input_errors():
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "simulations", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "flwr_strategies.simulations", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_cli_list_and_errors(tmp_path):
@@ -126,7 +126,7 @@ def test_ray_backend_gives_the_same_numbers():
 def test_gpu_flags_are_validated_and_reach_ray_resources():
     import torch
 
-    from simulations.backends import ray_backend_config
+    from flwr_strategies.simulations.backends import ray_backend_config
 
     cfg = _cfg(client_gpus=0.25, client_cpus=1.5)
     cfg.validate()
@@ -142,6 +142,6 @@ def test_gpu_flags_are_validated_and_reach_ray_resources():
 
 
 def test_overhead_benchmark_paths_end_with_the_same_model():
-    from simulations.bench import overhead
+    from flwr_strategies.simulations.bench import overhead
 
     assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray"]) == 0

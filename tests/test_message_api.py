@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from flwr_strategies.message_api import InProcessGrid, make_client_app, run_message
-from simulations.backends import run_inprocess
-from simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.backends import run_inprocess
+from flwr_strategies.simulations.experiment import ExperimentConfig
 
 
 def _cfg(method: str = "fedavg") -> ExperimentConfig:
@@ -32,7 +32,7 @@ def test_message_api_equals_legacy(method):
 
 
 def test_message_fedavg_final_model_equals_legacy():
-    from simulations.experiment import get_experiment
+    from flwr_strategies.simulations.experiment import get_experiment
 
     cfg = _cfg()
     cfg.rounds = 2

@@ -28,7 +28,7 @@ from typing import Any
 
 from flwr.server.strategy import FedAvg
 
-from clients.dfedcata import DecentralizedClient
+from flwr_strategies.clients.dfedcata import DecentralizedClient
 
 from ..baselines.centralized import flower_common_kwargs
 from ..decentralized.topology import Topology

@@ -71,7 +71,7 @@ def _strategy(setup: ServerSetup, params: dict):
 
 
 def _client(setup: ClientSetup, params: dict):
-    from clients.doadp import DOADPClient
+    from flwr_strategies.clients.doadp import DOADPClient
 
     return DOADPClient(setup, {"public_copy": params["public_copy"]})
 

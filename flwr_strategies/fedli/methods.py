@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients.base import TorchClient
-from clients.fedli import ArmijoSGDClient, LossReportingSGDClient, ScaffoldClient
+from flwr_strategies.clients.base import TorchClient
+from flwr_strategies.clients.fedli import ArmijoSGDClient, LossReportingSGDClient, ScaffoldClient
 
 from ..baselines.centralized import flower_common_kwargs
 from ..registry import MethodSpec, register_method

@@ -35,13 +35,13 @@ def _strategy(setup: ServerSetup, params: dict, *, zo: bool) -> FedMeZO:
 
 
 def _client_zo(setup: ClientSetup, params: dict):
-    from clients.fedmezo import FedMeZOClient
+    from flwr_strategies.clients.fedmezo import FedMeZOClient
 
     return FedMeZOClient(setup, params)
 
 
 def _client_bp(setup: ClientSetup, params: dict):
-    from clients.fedmezo import LoRAFedAvgClient
+    from flwr_strategies.clients.fedmezo import LoRAFedAvgClient
 
     return LoRAFedAvgClient(setup, params)
 

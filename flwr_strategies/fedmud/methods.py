@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clients.fedmud import FedMUDClient
+from flwr_strategies.clients.fedmud import FedMUDClient
 
 from ..registry import MethodSpec, register_method
 from ..setup import ClientSetup, ServerSetup

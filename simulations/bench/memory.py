@@ -38,13 +38,13 @@ def _rss_kib() -> int:
 
 
 def _build(args):
-    from simulations.lm.data import collate, generate_instructions, tokenize_records
-    from simulations.lm.model import apply_lora, build_byte_tokenizer, ensure_tiny_base, load_causal_lm
+    from flwr_strategies.simulations.lm.data import collate, generate_instructions, tokenize_records
+    from flwr_strategies.simulations.lm.model import apply_lora, build_byte_tokenizer, ensure_tiny_base, load_causal_lm
 
     if args.hidden:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from simulations.lm.model import TINY_CONFIG
+        from flwr_strategies.simulations.lm.model import TINY_CONFIG
 
         cfg = dict(TINY_CONFIG, hidden_size=args.hidden, intermediate_size=int(args.hidden * 8 / 3) // 64 * 64 or 4 * args.hidden,
                    num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
@@ -158,7 +158,7 @@ def run(argv: list[str]) -> dict:
             torch.cuda.empty_cache()
             rows.append(measure(args, mode))
         else:
-            cmd = [sys.executable, "-m", "simulations", "bench", "memory", *argv, "--mode", mode]
+            cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "memory", *argv, "--mode", mode]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     r0 = rows[0]

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clients.base import train_settings
-from clients.training import client_generator, get_weights, local_sgd, set_weights
+from flwr_strategies.clients.base import train_settings
+from flwr_strategies.clients.training import client_generator, get_weights, local_sgd, set_weights
 
 from ..experiment import ExperimentConfig, get_experiment
 

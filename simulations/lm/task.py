@@ -140,7 +140,7 @@ def evaluate_lm(model: torch.nn.Module, data: LMData, pad_id: int, batch_size: i
 
 
 def _register() -> None:
-    from simulations.tasks import register_task
+    from flwr_strategies.simulations.tasks import register_task
 
     register_task("causal-lm", CausalLMTask)
 

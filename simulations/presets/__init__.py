@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
-    "simulations.presets.quickstart",
-    "simulations.presets.fedmezo",
-    "simulations.presets.dfedcata",
-    "simulations.presets.doadp",
-    "simulations.presets.fedli",
-    "simulations.presets.fedmud",
+    "flwr_strategies.simulations.presets.quickstart",
+    "flwr_strategies.simulations.presets.fedmezo",
+    "flwr_strategies.simulations.presets.dfedcata",
+    "flwr_strategies.simulations.presets.doadp",
+    "flwr_strategies.simulations.presets.fedli",
+    "flwr_strategies.simulations.presets.fedmud",
 )
 
 _PRESETS: dict[str, "Preset"] = {}

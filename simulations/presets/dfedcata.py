@@ -79,7 +79,7 @@ def speedup_table(results: list[dict], reference: str = "DFedAvg") -> str:
 
 
 def _run(ctx: PresetContext) -> list[dict]:
-    from simulations.compare import run_entries
+    from flwr_strategies.simulations.compare import run_entries
 
     overrides = dict(ctx.overrides)
     if overrides.get("data_dir") and "dataset" not in overrides:

@@ -186,7 +186,7 @@ def experiment_B(cfg, out: Path) -> dict:
     from flwr_strategies.doadp.graphs import circulant_mixing
     from flwr_strategies.doadp.torch_oracle import TorchGradOracle, TorchNetworkProblem
     from flwr_strategies.privacy import doadp_sigma
-    from simulations.datasets import load_dataset
+    from flwr_strategies.simulations.datasets import load_dataset
 
     torch.set_num_threads(1)
     name = "mnist" if cfg["data_dir"] else "digits"
@@ -238,10 +238,10 @@ def experiment_B(cfg, out: Path) -> dict:
 def experiment_D(cfg) -> dict:
     """Flower in-process path (strategy + NumPyClients) for one configuration, timed."""
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    from simulations.experiment import ExperimentConfig
-    from simulations.runner import run_experiment
+    from flwr_strategies.simulations.experiment import ExperimentConfig
+    from flwr_strategies.simulations.runner import run_experiment
 
-    import clients.doadp as cd
+    import flwr_strategies.clients.doadp as cd
 
     compute = {"s": 0.0}
     orig = cd.DOADPClient.fit

@@ -27,8 +27,8 @@ ENTRIES = [RunEntry("FedMeZO", "fedmezo")] + [
 
 
 def _run(label: str, conf: dict[str, Any], out: Path) -> dict[str, Any]:
-    from simulations.experiment import ExperimentConfig
-    from simulations.runner import run_experiment
+    from flwr_strategies.simulations.experiment import ExperimentConfig
+    from flwr_strategies.simulations.runner import run_experiment
 
     conf = dict(conf)
     conf["out"] = str(out / label.replace(" ", "_").replace("=", ""))
@@ -39,7 +39,7 @@ def _run(label: str, conf: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def run_fedmezo_preset(ctx: PresetContext) -> dict[str, Any]:
-    from simulations.compare import merge_config
+    from flwr_strategies.simulations.compare import merge_config
 
     out = Path(ctx.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from simulations.compare import merge_config, run_entries
+from flwr_strategies.simulations.compare import merge_config, run_entries
 
 from . import Preset, PresetContext, RunEntry, register_preset
 

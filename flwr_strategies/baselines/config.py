@@ -1,0 +1,68 @@
+"""Hyperparameters of FedAvg, FedProx and FedAdam (frozen, validated on construction)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["FedAvgConfig", "FedProxConfig", "FedAdamConfig"]
+
+
+def _finite(name: str, value: float, low: float | None = None, high: float | None = None, *,
+            low_open: bool = False, high_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FedAvgConfig:
+    """FedAvg (McMahan et al., AISTATS 2017) has no server hyperparameters."""
+
+
+@dataclass(frozen=True)
+class FedProxConfig:
+    """FedProx (Li et al., MLSys 2020).
+
+    Parameters
+    ----------
+    proximal_mu : float (default: 0.01)
+        Weight of the proximal term ``mu/2 ||w - w_t||^2`` added by the clients, >= 0
+        (0 is FedAvg). The paper tunes mu in {0.001, 0.01, 0.1, 1}.
+    """
+
+    proximal_mu: float = 0.01
+
+    def __post_init__(self) -> None:
+        _finite("proximal_mu", self.proximal_mu, 0.0)
+
+
+@dataclass(frozen=True)
+class FedAdamConfig:
+    """FedAdam (Reddi et al., ICLR 2021), with Flower's defaults.
+
+    Parameters
+    ----------
+    eta : float (default: 0.01)
+        Server learning rate, > 0.
+    beta_1 : float (default: 0.9)
+        First-moment decay, in [0, 1).
+    beta_2 : float (default: 0.99)
+        Second-moment decay, in [0, 1).
+    tau : float (default: 1e-3)
+        Adaptivity (denominator offset), > 0.
+    """
+
+    eta: float = 0.01
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+    tau: float = 1e-3
+
+    def __post_init__(self) -> None:
+        _finite("eta", self.eta, 0.0, low_open=True)
+        _finite("beta_1", self.beta_1, 0.0, 1.0, high_open=True)
+        _finite("beta_2", self.beta_2, 0.0, 1.0, high_open=True)
+        _finite("tau", self.tau, 0.0, low_open=True)

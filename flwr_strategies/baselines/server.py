@@ -1,0 +1,124 @@
+"""Server cores of FedAvg, FedProx and FedAdam (framework-neutral; NumPy in, NumPy out).
+
+The arithmetic is Flower's legacy strategies' (``aggregate_inplace``; FedAdam's moment updates),
+so runs give the same numbers as Flower's own ``FedAvg``/``FedProx``/``FedAdam`` on the same
+clients and sampling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.aggregation import fedavg_average, weighted_mean_metrics
+from ..core.messages import Instruction, Reply
+from ..core.server import ServerCore
+from ..core.validation import ReplyError
+from .config import FedAdamConfig, FedAvgConfig, FedProxConfig
+
+__all__ = ["FedAvgServer", "FedProxServer", "FedAdamServer"]
+
+
+class FedAvgServer(ServerCore):
+    """FedAvg (McMahan et al., AISTATS 2017): the example-weighted average of the returned models.
+
+    Parameters
+    ----------
+    initial_arrays : list[np.ndarray]
+        Initial global model.
+    config : FedAvgConfig (default: FedAvgConfig())
+        No hyperparameters.
+    **kwargs
+        :class:`~flwr_strategies.core.server.ServerCore` arguments (num_partitions,
+        fraction_train, min_train, seed, on_train_config).
+    """
+
+    def __init__(self, initial_arrays, *, config: FedAvgConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
+        self.config = config if config is not None else FedAvgConfig()
+        self.current = [a.copy() for a in self.initial_arrays]
+
+    def client_config(self) -> dict[str, Any]:
+        """Method constants added to every client config (none for FedAvg)."""
+        return {}
+
+    def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
+        cfg = {**self.base_config(server_round), **self.client_config()}
+        return [Instruction(pid, self.current, dict(cfg)) for pid in partition_ids]
+
+    def check_reply(self, server_round: int, reply: Reply) -> None:
+        if reply.num_examples == 0:
+            raise ReplyError(f"partition {reply.partition_id} reported num_examples = 0 (no weight in the average)")
+
+    def server_update(self, server_round: int, average: list[np.ndarray]) -> list[np.ndarray]:
+        """The new global model from the weighted average (FedAvg: the average itself)."""
+        return average
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        if not replies:
+            return {}
+        average = fedavg_average([r.arrays for r in replies], [r.num_examples for r in replies])
+        metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
+        self.current = self.server_update(server_round, average)
+        return metrics
+
+    def global_arrays(self) -> list[np.ndarray]:
+        return self.current
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"current": list(self.current)}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.current = [np.array(a) for a in state["current"]]
+
+
+class FedProxServer(FedAvgServer):
+    """FedProx (Li et al., MLSys 2020): FedAvg's server; the clients add ``mu/2 ||w - w_t||^2``.
+
+    Sends ``proximal_mu`` in every client config (Flower's legacy key; the Message API's
+    ``proximal-mu`` is sent too).
+    """
+
+    def __init__(self, initial_arrays, *, config: FedProxConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
+        self.config = config if config is not None else FedProxConfig()
+
+    def client_config(self) -> dict[str, Any]:
+        mu = float(self.config.proximal_mu)
+        return {"proximal_mu": mu, "proximal-mu": mu}
+
+
+class FedAdamServer(FedAvgServer):
+    """FedAdam (Reddi et al., ICLR 2021): Adam on the server over ``Delta_t = avg - w_t``
+    (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``)."""
+
+    def __init__(self, initial_arrays, *, config: FedAdamConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
+        self.config = config if config is not None else FedAdamConfig()
+        self.m_t: list[np.ndarray] | None = None
+        self.v_t: list[np.ndarray] | None = None
+
+    def server_update(self, server_round: int, average: list[np.ndarray]) -> list[np.ndarray]:
+        c = self.config
+        delta = [x - y for x, y in zip(average, self.current)]
+        m_prev = self.m_t if self.m_t is not None else [np.zeros_like(x) for x in delta]
+        v_prev = self.v_t if self.v_t is not None else [np.zeros_like(x) for x in delta]
+        m_t = [np.multiply(c.beta_1, x) + (1 - c.beta_1) * y for x, y in zip(m_prev, delta)]
+        v_t = [c.beta_2 * x + (1 - c.beta_2) * np.multiply(y, y) for x, y in zip(v_prev, delta)]
+        eta_norm = c.eta * np.sqrt(1 - np.power(c.beta_2, server_round + 1.0)) / (1 - np.power(c.beta_1, server_round + 1.0))
+        new = [x + eta_norm * y / (np.sqrt(z) + c.tau) for x, y, z in zip(self.current, m_t, v_t)]
+        self.m_t, self.v_t = m_t, v_t
+        return new
+
+    def extra_state(self) -> dict[str, Any]:
+        out = super().extra_state()
+        if self.m_t is not None:
+            out["m_t"], out["v_t"] = list(self.m_t), list(self.v_t)
+        return out
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        if "m_t" in state:
+            self.m_t = [np.array(a) for a in state["m_t"]]
+            self.v_t = [np.array(a) for a in state["v_t"]]

@@ -1,0 +1,66 @@
+"""Aggregation shared by the centralized methods (framework-neutral, NumPy only)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["fedavg_average", "weighted_mean_metrics"]
+
+SKIP_KEYS = frozenset({"partition-id", "num-examples"})
+
+
+def _scaled_into(out: np.ndarray, x: np.ndarray, s: np.float64) -> np.ndarray:
+    if np.can_cast(s, out.dtype, casting="same_kind"):
+        return np.multiply(x, s, out=out)
+    return np.multiply(x, np.array(s, out.dtype), out=out)
+
+
+def _add_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if np.can_cast(y, x.dtype, casting="same_kind"):
+        return np.add(x, y, out=x)
+    return np.add(x, np.array(y, x.dtype), out=x)
+
+
+def fedavg_average(models: Sequence[Sequence[np.ndarray]], num_examples: Sequence[int]) -> list[np.ndarray]:
+    """``sum_i (n_i / sum_j n_j) w_i`` per array, with exactly the arithmetic of Flower's legacy
+    ``aggregate_inplace`` (FedAvg's default): each array is scaled in its own dtype (so an integer
+    buffer such as BatchNorm's ``num_batches_tracked`` is scaled by a factor cast to an integer),
+    and the scaled arrays are summed in client order. Inputs are not modified.
+
+    Raises ``ValueError`` for no models, mismatched array counts or a zero total of examples.
+    """
+    if len(models) == 0:
+        raise ValueError("no client models to average")
+    if len(models) != len(num_examples):
+        raise ValueError(f"{len(models)} models but {len(num_examples)} example counts")
+    total = sum(int(n) for n in num_examples)
+    if total <= 0:
+        raise ValueError("all clients reported num_examples = 0: nothing to average")
+    factors = np.asarray([int(n) / total for n in num_examples])
+    out = [_scaled_into(np.empty_like(np.asarray(x)), np.asarray(x), factors[0]) for x in models[0]]
+    for i, model in enumerate(models[1:], start=1):
+        if len(model) != len(out):
+            raise ValueError(f"client {i} sent {len(model)} arrays, expected {len(out)}")
+        for acc, x in zip(out, model):
+            x = np.asarray(x)
+            _add_into(acc, _scaled_into(np.empty_like(x), x, factors[i]))
+    return out
+
+
+def weighted_mean_metrics(results: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, float]:
+    """Example-weighted mean of every numeric metric (``partition-id``/``num-examples`` excluded)."""
+    total = sum(n for n, _ in results)
+    if total == 0:
+        return {}
+    keys = sorted({k for _, m in results for k, v in m.items()
+                   if k not in SKIP_KEYS and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)})
+    out: dict[str, float] = {}
+    for key in keys:
+        pairs = [(n, float(m[key])) for n, m in results if key in m]
+        weight = sum(n for n, _ in pairs)
+        if weight:
+            out[key] = sum(n * v for n, v in pairs) / weight
+    return out

@@ -1,0 +1,234 @@
+"""The framework-neutral server side of a method: NumPy in, NumPy out, no Flower types.
+
+A method subclasses :class:`ServerCore` and implements three things:
+
+- :meth:`ServerCore.configure_train`: the :class:`~flwr_strategies.core.messages.Instruction` for
+  each selected partition (the same model for all, or one per client);
+- :meth:`ServerCore.aggregate_train`: fold the validated replies into the state, atomically;
+- :meth:`ServerCore.global_arrays`: the model to evaluate and to return, in the initial layout.
+
+and, where it keeps more than the global model, :meth:`ServerCore.extra_state` /
+:meth:`ServerCore.load_extra_state` so that :meth:`ServerCore.state_dict` checkpoints a run.
+
+Everything else is shared: seeded sampling by partition id (:meth:`ServerCore.select`), reply
+validation before any state changes (:meth:`ServerCore.train_round`, via
+:func:`~flwr_strategies.core.validation.screen_replies`), and the round counter. The two Flower
+adapters (:mod:`flwr_strategies.adapters.legacy`, :mod:`flwr_strategies.adapters.message`) drive
+a core through exactly these calls, so both APIs give the same numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .messages import ArraySpec, Instruction, Reply, ReplySpec
+from .validation import Rejection, check_policy, screen_replies
+
+__all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn"]
+
+#: ``(server_round, arrays) -> (loss, metrics) | None``: central evaluation of a model.
+EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"]
+#: ``server_round -> dict``: the standard per-round client config (lr, epochs, seed...).
+ConfigFn = Callable[[int], dict[str, Any]]
+
+
+class RoundResult(dict):
+    """Metrics of one finished training round (a dict) plus the rejections it saw."""
+
+    rejections: list[Rejection]
+
+
+def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    out = [np.asarray(a) for a in arrays]
+    if not out:
+        raise ValueError(f"{what} is empty: pass the model's arrays")
+    for j, a in enumerate(out):
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
+    return out
+
+
+class ServerCore(ABC):
+    """Base class of every method's server core.
+
+    Parameters
+    ----------
+    initial_arrays : Sequence[np.ndarray]
+        The initial global model, every array in ``state_dict`` order. Must be non-empty and finite.
+    num_partitions : int | None (default: None)
+        Number of clients (partition ids ``0..num_partitions-1``). None accepts any non-negative id
+        (centralized methods that do not keep per-client state).
+    fraction_train : float (default: 1.0)
+        Fraction of the available clients sampled per round, in (0, 1].
+    min_train : int (default: 1)
+        Minimum number of clients sampled per round, >= 1.
+    seed : int (default: 0)
+        Seed of the sampling generator (and of any server-side randomness of the method), >= 0.
+    on_train_config : callable | None (default: None)
+        ``server_round -> dict`` of standard client settings (lr, local epochs, batch size, seed).
+        Its output is the base of every instruction's config; the core adds its own keys.
+    """
+
+    #: True when every client trains every round (decentralized methods): no sampling draw.
+    full_participation: bool = False
+
+    def __init__(
+        self,
+        initial_arrays: Sequence[np.ndarray],
+        *,
+        num_partitions: int | None = None,
+        fraction_train: float = 1.0,
+        min_train: int = 1,
+        seed: int = 0,
+        on_train_config: ConfigFn | None = None,
+    ) -> None:
+        self.initial_arrays = _check_arrays(initial_arrays, "initial_arrays")
+        if num_partitions is not None and (int(num_partitions) != num_partitions or num_partitions < 1):
+            raise ValueError(f"num_partitions must be an integer >= 1, got {num_partitions!r}")
+        if not (isinstance(fraction_train, (int, float)) and math.isfinite(fraction_train) and 0.0 < fraction_train <= 1.0):
+            raise ValueError(f"fraction_train must be in (0, 1], got {fraction_train!r}")
+        if int(min_train) != min_train or min_train < 1:
+            raise ValueError(f"min_train must be an integer >= 1, got {min_train!r}")
+        if int(seed) != seed or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.num_partitions = None if num_partitions is None else int(num_partitions)
+        self.fraction_train = float(fraction_train)
+        self.min_train = int(min_train)
+        self.seed = int(seed)
+        self.on_train_config = on_train_config
+        self.model_spec = tuple(ArraySpec.like(a) for a in self.initial_arrays)
+        self.server_round = 0  # last completed training round
+        self._rng = np.random.default_rng(self.seed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_partitions={self.num_partitions}, fraction_train={self.fraction_train})"
+
+    # ------------------------------------------------------------------ participation
+    def num_to_sample(self, num_available: int) -> int:
+        """Clients sampled when ``num_available`` are connected (Flower's FedAvg rule:
+        ``max(int(num_available * fraction_train), min_train)``)."""
+        return max(int(num_available * self.fraction_train), self.min_train)
+
+    def select(self, server_round: int, available: Iterable[int]) -> list[int]:
+        """Partition ids that train in ``server_round``, ascending.
+
+        Draws from the core's own seeded generator over the available ids in ascending order, so
+        the same seed picks the same clients on every backend and through both Flower APIs.
+        """
+        avail = sorted({int(p) for p in available})
+        if self.num_partitions is not None:
+            outside = [p for p in avail if not 0 <= p < self.num_partitions]
+            if outside:
+                raise ValueError(f"partition ids {outside} are outside 0..{self.num_partitions - 1}")
+        if self.full_participation:
+            return avail
+        k = self.num_to_sample(len(avail))
+        if k > len(avail):
+            raise ValueError(f"cannot sample {k} clients: only {len(avail)} are available")
+        chosen = np.sort(self._rng.choice(len(avail), size=k, replace=False))
+        return [avail[int(i)] for i in chosen]
+
+    def base_config(self, server_round: int) -> dict[str, Any]:
+        """The round's standard client config (``on_train_config``), always with ``server_round``."""
+        cfg = dict(self.on_train_config(server_round)) if self.on_train_config is not None else {}
+        cfg["server_round"] = int(server_round)
+        return cfg
+
+    # ------------------------------------------------------------------ the method
+    @abstractmethod
+    def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
+        """One instruction per selected partition (``partition_ids`` is ascending)."""
+
+    def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
+        """What a valid reply from ``partition_id`` looks like (default: the model's layout)."""
+        return ReplySpec(self.model_spec)
+
+    def check_reply(self, server_round: int, reply: Reply) -> None:
+        """Method-specific checks beyond :meth:`reply_spec`; raise ``ReplyError`` to reject."""
+
+    @abstractmethod
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        """Fold the validated ``replies`` (sorted by partition id) into the state and return the
+        round's metrics. ``failed`` lists the sampled partitions that did not reply validly.
+
+        Must be atomic: compute everything first, then commit, so an exception leaves the state
+        as it was."""
+
+    @abstractmethod
+    def global_arrays(self) -> list[np.ndarray]:
+        """The current global model in the layout of ``initial_arrays``."""
+
+    def should_evaluate(self, server_round: int) -> bool:
+        """Whether central evaluation runs after ``server_round`` (0 = the initial model)."""
+        return True
+
+    def evaluate(self, server_round: int, evaluate_fn: EvalFn) -> tuple[float, dict[str, Any]] | None:
+        """Central evaluation of the global model (subclasses add per-client metrics)."""
+        return evaluate_fn(server_round, self.global_arrays())
+
+    # ------------------------------------------------------------------ one round, checked
+    def train_round(
+        self,
+        server_round: int,
+        replies: Iterable[Reply],
+        *,
+        sampled: Iterable[int],
+        failed: Iterable[int] = (),
+        on_bad_reply: str = "drop",
+    ) -> RoundResult:
+        """Validate ``replies`` (before any state changes), aggregate the valid ones, count.
+
+        A rejected reply counts as a failed client (policy ``"drop"``) or raises
+        :class:`~flwr_strategies.core.validation.ReplyError` with nothing changed (``"raise"``).
+        Returns the core's metrics plus ``failures`` and ``rejected``.
+        """
+        check_policy(on_bad_reply)
+        sampled = sorted({int(p) for p in sampled})
+        valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
+        ok = {r.partition_id for r in valid}
+        failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
+        metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
+        self.server_round = int(server_round)
+        metrics["failures"] = len(failed_ids)
+        metrics["rejected"] = len(rejected)
+        out = RoundResult(metrics)
+        out.rejections = rejected
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def extra_state(self) -> dict[str, Any]:
+        """Method state beyond the round counter and the sampling generator (arrays, scalars)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume the run after the last completed round (a deep copy).
+
+        Values are NumPy arrays, Python scalars, strings and nested dicts/lists of them;
+        :func:`flwr_strategies.core.state.save_state` writes it to disk without pickle.
+        """
+        return copy.deepcopy(
+            {
+                "core": type(self).__name__,
+                "server_round": int(self.server_round),
+                "sampler": self._rng.bit_generator.state,
+                "method": self.extra_state(),
+            }
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (from a core of the same class and configuration)."""
+        if state.get("core") != type(self).__name__:
+            raise ValueError(f"checkpoint is from {state.get('core')!r}, not {type(self).__name__}")
+        state = copy.deepcopy(state)
+        self.load_extra_state(state["method"])
+        self._rng.bit_generator.state = state["sampler"]
+        self.server_round = int(state["server_round"])

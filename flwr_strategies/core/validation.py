@@ -1,0 +1,160 @@
+"""One check for every client reply, shared by every strategy (both Flower APIs).
+
+:func:`screen_replies` runs before a core's ``aggregate_train`` touches any state. A reply is
+rejected when its partition id is not an integer in range, was not sampled this round or comes
+twice; when its arrays do not match the core's :class:`~flwr_strategies.core.messages.ReplySpec`
+(count, shapes, dtype kinds); when a floating array or a required metric is NaN or infinite; when
+``num_examples`` is not a non-negative integer; or when the core's own ``check_reply`` objects.
+
+The policy is the same for every strategy (``on_bad_reply``):
+
+- ``"drop"`` (default): the reply is treated as a failed client. It is logged, counted in the
+  round's ``rejected`` metric, and never aggregated; the round goes on with the valid replies.
+- ``"raise"``: a :class:`ReplyError` naming the partition and the problem is raised before any
+  state changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .messages import Reply, ReplySpec, dtype_group
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import ServerCore
+
+__all__ = ["ReplyError", "Rejection", "BAD_REPLY_POLICIES", "check_policy", "check_reply", "screen_replies"]
+
+BAD_REPLY_POLICIES = ("drop", "raise")
+
+
+class ReplyError(ValueError):
+    """A client reply failed validation. The message names the partition and the problem."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A reply that was not aggregated, and why."""
+
+    partition_id: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        who = "a client" if self.partition_id is None else f"partition {self.partition_id}"
+        return f"{who}: {self.reason}"
+
+
+def check_policy(on_bad_reply: str) -> str:
+    """Validate an ``on_bad_reply`` setting (``"drop"`` or ``"raise"``) and return it."""
+    if on_bad_reply not in BAD_REPLY_POLICIES:
+        raise ValueError(f"on_bad_reply must be one of {BAD_REPLY_POLICIES}, got {on_bad_reply!r}")
+    return on_bad_reply
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_arrays(arrays: list[np.ndarray], spec: ReplySpec) -> str | None:
+    """Problem with ``arrays`` against ``spec`` (count, shapes, dtype kinds, finiteness), or None."""
+    if not isinstance(arrays, list) or not all(isinstance(a, np.ndarray) for a in arrays):
+        return "arrays are not a list of NumPy arrays"
+    if spec.allow_empty and (len(arrays) == 0 or all(a.size == 0 for a in arrays)):
+        return None
+    if spec.arrays is not None:
+        if len(arrays) != len(spec.arrays):
+            return f"expected {len(spec.arrays)} arrays, got {len(arrays)}"
+        for j, (a, s) in enumerate(zip(arrays, spec.arrays)):
+            if len(a.shape) != len(s.shape) or any(e != -1 and e != g for e, g in zip(s.shape, a.shape)):
+                return f"array {j} has shape {tuple(a.shape)}, expected {tuple(s.shape)}"
+            if s.kind != "*" and dtype_group(a.dtype) != s.kind:
+                return f"array {j} has dtype {a.dtype}, expected kind '{s.kind}'"
+    for j, a in enumerate(arrays):
+        if a.dtype.kind in "fc" and a.size and not np.isfinite(a).all():
+            return f"array {j} contains NaN or infinite values"
+    return None
+
+
+def check_reply(
+    reply: Reply,
+    spec: ReplySpec,
+    *,
+    num_partitions: int | None,
+    sampled: set[int] | None,
+    seen: set[int],
+) -> str | None:
+    """The first problem with ``reply`` (a sentence), or None when it may be aggregated."""
+    pid = reply.partition_id
+    if not _is_int(pid):
+        return f"partition id {pid!r} is not an integer"
+    if pid < 0 or (num_partitions is not None and pid >= num_partitions):
+        upper = "" if num_partitions is None else f"..{num_partitions - 1}"
+        return f"partition id {pid} is outside 0{upper}"
+    if sampled is not None and pid not in sampled:
+        return f"partition {pid} was not sampled this round"
+    if pid in seen:
+        return f"second reply from partition {pid} this round"
+    if not _is_int(reply.num_examples) or reply.num_examples < 0:
+        return f"num_examples {reply.num_examples!r} is not an integer >= 0"
+    problem = check_arrays(reply.arrays, spec)
+    if problem is not None:
+        return problem
+    for key in spec.required_metrics:
+        if key not in reply.metrics:
+            return f"metric '{key}' is missing (is the client running the matching method?)"
+        value = reply.metrics[key]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            return f"metric '{key}' = {value!r} is not a number"
+        if not math.isfinite(float(value)):
+            return f"metric '{key}' = {value!r} is not finite"
+    return None
+
+
+def screen_replies(
+    core: "ServerCore",
+    server_round: int,
+    replies: Iterable[Reply],
+    *,
+    sampled: Iterable[int] | None,
+    on_bad_reply: str = "drop",
+) -> tuple[list[Reply], list[Rejection]]:
+    """Split ``replies`` into valid ones (sorted by partition id) and rejections.
+
+    Raises :class:`ReplyError` on the first bad reply when ``on_bad_reply == "raise"``; nothing
+    has been changed at that point.
+    """
+    check_policy(on_bad_reply)
+    sampled_set = None if sampled is None else {int(p) for p in sampled}
+    seen: set[int] = set()
+    valid: list[Reply] = []
+    rejected: list[Rejection] = []
+    for reply in replies:
+        problem = None
+        if _is_int(reply.partition_id) and 0 <= reply.partition_id and (
+            core.num_partitions is None or reply.partition_id < core.num_partitions
+        ):
+            spec = core.reply_spec(server_round, int(reply.partition_id))
+        else:
+            spec = ReplySpec()
+        problem = check_reply(reply, spec, num_partitions=core.num_partitions, sampled=sampled_set, seen=seen)
+        if problem is None:
+            try:
+                core.check_reply(server_round, reply)
+            except ReplyError as err:
+                problem = str(err)
+        if problem is not None:
+            pid = int(reply.partition_id) if _is_int(reply.partition_id) else None
+            rejection = Rejection(pid, problem)
+            if on_bad_reply == "raise":
+                raise ReplyError(f"{type(core).__name__} round {server_round}: {rejection}")
+            rejected.append(rejection)
+            continue
+        seen.add(int(reply.partition_id))
+        valid.append(reply)
+    valid.sort(key=lambda r: r.partition_id)
+    return valid, rejected
