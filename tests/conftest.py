@@ -1,7 +1,11 @@
 """Shared test settings: no telemetry, one torch thread, paths to the shared data."""
 
 import os
+import sys
 from pathlib import Path
+
+# Import the package from this checkout (not from another installed copy), whatever the cwd.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
