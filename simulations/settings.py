@@ -448,7 +448,7 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
         if isinstance(raw, str) and raw.strip() == "":
             continue
         if name == "params":
-            values["params"] = _parse_pairs(str(raw), "set")
+            values["params"] = _parse_pairs(str(raw), "run config 'set'")
         elif name == "fail":
             values["fail"] = [s.strip() for s in str(raw).split(",") if s.strip()]
         else:
@@ -494,7 +494,7 @@ def _typed(name: str, raw: Any, key: str) -> Any:
             return float(raw)
     except ValueError:
         kind = "an integer" if name in INT_SETTINGS else "a number"
-        raise SettingError(name, raw, kind) from None
+        raise SettingError(f"run config '{key}'", raw, kind) from None
     return str(raw)
 
 
