@@ -296,6 +296,9 @@ def format_error(err: BaseException) -> str:
     """One line naming the flag (or file) and the value."""
     from flwr_strategies.setup import SettingError
 
+    entry = getattr(err, "entry", None)
+    if entry is not None:
+        return f"compare entry '{entry}': " + format_error(_without_entry(err))
     if isinstance(err, SettingError):
         name = err.name
         if name.startswith("run config"):
@@ -313,6 +316,11 @@ def format_error(err: BaseException) -> str:
     if isinstance(err, KeyError) and err.args:
         return str(err.args[0])
     return str(err)
+
+
+def _without_entry(err: BaseException) -> BaseException:
+    err.entry = None
+    return err
 
 
 def main(argv: list[str] | None = None) -> int:

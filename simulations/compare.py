@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.setup import SettingError
+
 from .experiment import ExperimentConfig
 from .presets import Preset, PresetContext, RunEntry
 from .results import write_json
@@ -125,6 +127,9 @@ def run_entries(
         cfg = entry_config(entry, base, overrides, out_dir)
         try:
             configs.append(cfg.validate())
+        except SettingError as err:
+            err.entry = entry.label  # named by the CLI's error line
+            raise
         except (KeyError, ValueError) as err:
             msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
             raise type(err)(f"compare entry '{entry.label}': {msg}") from err

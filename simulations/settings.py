@@ -389,8 +389,8 @@ def _check(cfg: ExperimentConfig) -> None:
     cfg.train_config()  # lr, momentum, weight decay, lr decay, clipping
     if cfg.model is not None and choices.get("models") and cfg.model not in choices["models"]:
         raise SettingError("model", cfg.model, f"one of {', '.join(choices['models'])}")
-    if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
-        raise SettingError("data_dir", cfg.data_dir, "an existing folder")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).exists():
+        raise SettingError("data_dir", cfg.data_dir, "an existing folder (or data file)")
     if cfg.backend not in BACKENDS:
         raise SettingError("backend", cfg.backend, f"one of {', '.join(BACKENDS)}")
     _check_device(cfg.device)
