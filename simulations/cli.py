@@ -338,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_defaults(args)
         if args.command == "compare":
             return cmd_compare(args)
+    except BrokenPipeError:  # output piped into a reader that stopped (| head)
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except (KeyError, ValueError, OSError) as err:
         print(f"error: {format_error(err)}", file=sys.stderr)
         return 2
