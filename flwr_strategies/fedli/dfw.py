@@ -78,10 +78,15 @@ DFW_PRESETS["code"] = DFW_PRESETS["authors_code"]
 
 def dfw_gamma(f: float, delta: np.ndarray, r: np.ndarray, eta: float, eps: float) -> float:
     """``clip((f - eta <delta, r>) / (eta ||delta||^2 + eps), 0, 1)`` for flat float64 vectors."""
+    return _gamma(f, float(np.dot(delta, delta)), float(np.dot(delta, r)), eta, eps)
+
+
+def _gamma(f: float, dd: float, dr: float, eta: float, eps: float) -> float:
+    # the clipped DFW ratio from ||Delta||^2 = dd and <Delta, r> = dr
     if not math.isfinite(f):
         raise FloatingPointError(f"FedLi-LU: non-finite pseudo-objective f_t^g = {f!r}")
-    num = float(f) - eta * float(np.dot(delta, r))
-    den = eta * float(np.dot(delta, delta)) + eps
+    num = float(f) - eta * dr
+    den = eta * dd + eps
     if not (math.isfinite(num) and math.isfinite(den)):
         raise FloatingPointError(f"FedLi-LU: non-finite DFW ratio ({num!r} / {den!r})")
     return float(min(1.0, max(0.0, num / den)))
@@ -116,41 +121,51 @@ def dfw_step(
         raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
     check_finite_arrays(global_arrays, "global model")
     check_finite_arrays(average, "aggregated client models")
-    mask = [
-        is_float_array(w) and (True if float_mask is None else bool(float_mask[j]))
-        for j, w in enumerate(global_arrays)
-    ]
-    idx = [j for j, m in enumerate(mask) if m]
+    idx = [j for j, w in enumerate(global_arrays)
+           if is_float_array(w) and (float_mask is None or bool(float_mask[j]))]
     if not idx:
         raise ValueError("FedLi-LU: the model has no floating-point arrays to update")
-    w = np.concatenate([np.asarray(global_arrays[j], dtype=np.float64).ravel() for j in idx])
-    avg = np.concatenate([np.asarray(average[j], dtype=np.float64).ravel() for j in idx])
-    delta = w - avg
-    r = cfg.server_weight_decay * w
-    eta = cfg.server_eta
-    gamma = dfw_gamma(f, delta, r, eta, cfg.dfw_eps)
-    den = eta * float(np.dot(delta, delta)) + cfg.dfw_eps
-    new = w - eta * (r + gamma * delta)
-    z_new = None
-    if cfg.server_momentum > 0:
-        z = momentum_buffer if momentum_buffer is not None and momentum_buffer.shape == w.shape else np.zeros_like(w)
-        z_new = cfg.server_momentum * z - eta * gamma * (delta + r)
-        new = new + cfg.server_momentum * z_new
-    if not np.all(np.isfinite(new)):
-        raise FloatingPointError("FedLi-LU: DFW update produced non-finite weights")
-    out = [np.array(a, copy=True) for a in average]
+    lam, eta, mu = cfg.server_weight_decay, cfg.server_eta, cfg.server_momentum
+
+    def parts(j: int) -> tuple[np.ndarray, np.ndarray]:
+        w = np.asarray(global_arrays[j], dtype=np.float64).ravel()
+        return w, w - np.asarray(average[j], dtype=np.float64).ravel()
+
+    # pass 1: the scalars (one array at a time: no model-sized float64 temporaries)
+    dd = dw = 0.0
+    for j in idx:
+        w, d = parts(j)
+        dd += float(np.dot(d, d))
+        dw += float(np.dot(d, w))
+    dr = lam * dw  # <Delta, r> with r = lambda * w
+    gamma = _gamma(f, dd, dr, eta, cfg.dfw_eps)
+    den = eta * dd + cfg.dfw_eps
+    # pass 2: the update, array by array
+    chosen = set(idx)
+    out = [a if j in chosen else np.array(a, copy=True) for j, a in enumerate(average)]
+    z_new = np.empty(sum(np.asarray(global_arrays[j]).size for j in idx)) if mu > 0 else None
+    z_old = momentum_buffer if momentum_buffer is not None and z_new is not None and momentum_buffer.shape == z_new.shape else None
     offset = 0
     for j in idx:
         ref = np.asarray(global_arrays[j])
-        size = ref.size
-        out[j] = new[offset : offset + size].reshape(ref.shape).astype(ref.dtype)
-        offset += size
+        w, d = parts(j)
+        new = w - eta * (lam * w + gamma * d)
+        if z_new is not None:
+            z = -eta * gamma * (d + lam * w)
+            if z_old is not None:
+                z += mu * z_old[offset: offset + w.size]
+            z_new[offset: offset + w.size] = z
+            new += mu * z
+        if not np.all(np.isfinite(new)):
+            raise FloatingPointError("FedLi-LU: DFW update produced non-finite weights")
+        out[j] = new.reshape(ref.shape).astype(ref.dtype)
+        offset += w.size
     info = {
         "gamma": gamma,
-        "gamma_raw": (float(f) - eta * float(np.dot(delta, r))) / den,
+        "gamma_raw": (float(f) - eta * dr) / den,
         "polyak_ratio": float(f) / den,
         "effective_scale": eta * gamma,
-        "delta_norm": float(np.linalg.norm(delta)),
+        "delta_norm": float(np.sqrt(dd)),
         "f_g": float(f),
     }
     return out, z_new, info

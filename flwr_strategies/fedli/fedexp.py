@@ -80,7 +80,8 @@ def fedexp_server_step(
     """One FedExP round: returns the new arrays (input dtypes) and ``{"eta_g", "delta_norm"}``.
 
     ``weights`` None: uniform mean (the paper); otherwise ``p_i`` for the mean and the step size.
-    Non-float arrays take the (weighted) mean of the client values, rounded.
+    Non-float arrays take the (weighted) mean of the client values, rounded. Works one array at a
+    time (no model-sized stacks); the step size equals :func:`fedexp_step_size` on the flat deltas.
     """
     if len(client_models) == 0:
         raise ValueError("FedExP needs at least one client model")
@@ -89,22 +90,33 @@ def fedexp_server_step(
         if len(m) != len(global_arrays):
             raise ValueError(f"client {i} sent {len(m)} arrays, expected {len(global_arrays)}")
         check_finite_arrays(m, f"client {i} model")
-    p = None if weights is None else _check_weights(weights, len(client_models))
+    s = len(client_models)
+    p = np.full(s, 1.0 / s) if weights is None else _check_weights(weights, s)
     idx = [j for j, w in enumerate(global_arrays) if is_float_array(w)]
-    w = np.concatenate([np.asarray(global_arrays[j], dtype=np.float64).ravel() for j in idx])
-    deltas = [w - np.concatenate([np.asarray(m[j], dtype=np.float64).ravel() for j in idx]) for m in client_models]
-    eta_g = fedexp_step_size(deltas, eps, p)
-    dbar = np.mean(np.stack(deltas), axis=0) if p is None else np.sum(np.stack(deltas) * p[:, None], axis=0)
-    new = w - eta_g * dbar
+    # one array at a time: per-client ||Delta_i||^2 and the weighted mean Dbar (kept for the update)
+    norms = np.zeros(s)
+    dbar: dict[int, np.ndarray] = {}
+    for j in idx:
+        w = np.asarray(global_arrays[j], dtype=np.float64)
+        acc = np.zeros_like(w)
+        for i, m in enumerate(client_models):
+            d = w - np.asarray(m[j], dtype=np.float64)
+            norms[i] += float(np.vdot(d, d))
+            acc += p[i] * d
+        dbar[j] = acc
+    dbar_sq = float(sum(float(np.vdot(v, v)) for v in dbar.values()))
+    eps = validate_eps(eps)
+    if not np.all(np.isfinite(norms)) or not math.isfinite(dbar_sq):
+        raise FloatingPointError("FedExP: non-finite client update")
+    num = 0.5 * float(np.dot(p, norms))
+    den = dbar_sq + eps
+    eta_g = 1.0 if num == 0.0 or den == 0.0 else float(max(1.0, num / den))
     out: list[np.ndarray] = []
-    offset = 0
     for j, ref in enumerate(global_arrays):
         ref = np.asarray(ref)
-        if is_float_array(ref):
-            out.append(new[offset : offset + ref.size].reshape(ref.shape).astype(ref.dtype))
-            offset += ref.size
+        if j in dbar:
+            out.append((ref.astype(np.float64) - eta_g * dbar[j]).astype(ref.dtype))
         else:
             vals = [np.asarray(m[j], dtype=np.float64) for m in client_models]
-            mean = np.mean(vals, axis=0) if p is None else np.sum([pi * v for pi, v in zip(p, vals)], axis=0)
-            out.append(np.rint(mean).astype(ref.dtype))
-    return out, {"eta_g": eta_g, "delta_norm": float(np.linalg.norm(dbar))}
+            out.append(np.rint(np.sum([pi * v for pi, v in zip(p, vals)], axis=0)).astype(ref.dtype))
+    return out, {"eta_g": eta_g, "delta_norm": float(np.sqrt(dbar_sq))}

@@ -292,9 +292,18 @@ register_preset(
 
 
 def _run_code_preset(ctx: PresetContext) -> Any:
+    """Run :func:`code_entries` (``methods`` override: a subset, by method name or label)."""
     from ..compare import run_entries
 
-    return run_entries(code_entries(), ctx.preset.base, {**ctx.overrides, "backend": ctx.backend}, Path(ctx.out_dir),
+    overrides = dict(ctx.overrides)
+    methods = overrides.pop("methods", None)
+    entries = code_entries()
+    if methods:
+        wanted = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods)]
+        entries = [e for e in entries if e.method in wanted or e.label.split(" (")[0] in wanted]
+        if not entries:
+            raise KeyError(f"no entries for {wanted}; this preset runs fedli-ls, fedli-lu, fedexp, scaffold")
+    return run_entries(entries, ctx.preset.base, {**overrides, "backend": ctx.backend}, Path(ctx.out_dir),
                        title=f"preset {ctx.preset.name}")
 
 
