@@ -17,7 +17,7 @@ _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.fedmezo.methods",
     "flwr_strategies.dfedcata.method",
     "flwr_strategies.doadp.method",
-    "flwr_strategies.fedli.methods",
+    "flwr_strategies.fedli.registration",
     "flwr_strategies.fedmud.methods",
 )
 
