@@ -16,6 +16,7 @@ register_preset(
         base={
             "dataset": "digits",
             "num_clients": 10,
+            "fraction_fit": 1.0,  # every method at full participation, so the curves compare
             "rounds": 20,
             "partition": "dirichlet",
             "alpha": 0.5,
