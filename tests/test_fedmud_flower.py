@@ -37,9 +37,8 @@ def test_bytes_per_round_at_most_one_thirtieth_of_fedavg(tmp_path):
 
 
 def test_registry_and_bad_input():
-    import torch
-    from flwr_strategies.fedmud.methods import options_from_params
-    from flwr_strategies.fedmud.strategy import FedMUDStrategy
+    from flwr_strategies.fedmud.registration import config_from_params as options_from_params
+    from flwr_strategies.fedmud.strategy import FedMUD
     from flwr_strategies.registry import get_method
     from flwr_strategies.simulations.models import build_model
 
@@ -52,8 +51,10 @@ def test_registry_and_bad_input():
     assert options_from_params("fedlmt", {}).reset_interval is None
     svhn = build_model("cnn_svhn", 10, (3, 32, 32))
     init = [v.numpy() for v in svhn.state_dict().values()]
-    with pytest.raises(ValueError, match=r"smallest reachable ratio is 0\.03528"):
-        FedMUDStrategy(model=svhn, initial_parameters=init, options=options_from_params("fedmud", {}))
+    with pytest.raises(ValueError, match=r"smallest reachable whole-model ratio is 0\.03528.*strict_ratio=False"):
+        FedMUD(model=svhn, initial_parameters=init)
+    relaxed = FedMUD(model=svhn, initial_parameters=init, strict_ratio=False)  # the reference code's floor
+    assert relaxed.core.plan.ratio == pytest.approx(0.03528, abs=1e-5)
     with pytest.raises(ValueError, match="target_ratio must be in"):
         options_from_params("fedmud", {"target_ratio": 1.5})
     with pytest.raises(ValueError, match="reset_interval must be an integer"):

@@ -7,9 +7,19 @@ import torch
 import torch.nn.functional as F
 
 from fedmud_testmodels import tiny_net
-from flwr_strategies.fedmud import MUDOptions
-from flwr_strategies.fedmud.options import METHOD_OPTIONS
-from flwr_strategies.fedmud.protocol import MUDClientCore, MUDServer, plain_float_keys
+from flwr_strategies.core.messages import Reply
+from flwr_strategies.fedmud import FedMUDConfig, FedMUDServer
+from flwr_strategies.fedmud.config import METHOD_CONFIGS as METHOD_OPTIONS
+from flwr_strategies.fedmud.protocol import MUDClientCore
+
+MUDOptions = FedMUDConfig
+
+
+def _server(options, seed, num_partitions=4):
+    torch.manual_seed(0)
+    net = tiny_net()
+    init = [v.numpy().copy() for v in net.state_dict().values()]
+    return FedMUDServer(init, model=net, config=options, num_partitions=num_partitions, seed=seed), init
 
 
 def _data(pid, n=24):
@@ -32,27 +42,23 @@ def _train(model, pid, rnd, steps=3, lr=0.05):
 
 
 def _run(options, rounds, sample, num_clients=4, steps=3, check=None):
-    torch.manual_seed(0)
-    net = tiny_net()
-    init = [v.numpy().copy() for v in net.state_dict().values()]
-    server = MUDServer(net, init, options, seed=5)
+    server, _ = _server(options, 5, num_clients)
     states = {}
     sent = []
     for t in range(1, rounds + 1):
-        common = server.begin_round(t)
-        results = []
-        for pid in sample(t):
-            arrays, cfg = server.instructions_for(pid)
+        replies = []
+        for ins in server.configure_train(t, sample(t)):
+            pid, arrays, cfg = ins.partition_id, ins.arrays, ins.config
             sent.append((t, pid, sum(a.nbytes for a in arrays), cfg))
-            client = MUDClientCore(tiny_net(), options, plan=server.plan)
-            stored = client.receive(arrays, {**common, **cfg}, states.get(pid))
+            client = MUDClientCore.from_message_config(tiny_net(), cfg)
+            stored = client.receive(arrays, cfg, states.get(pid))
             if check is not None:
                 check(t, pid, server, client)
             if stored is not None:
                 states[pid] = stored
             _train(client.dm.model, pid, t, steps)
-            results.append((client.payload(), len(_data(pid)[1])))
-        server.aggregate(results)
+            replies.append(Reply(pid, client.payload(), len(_data(pid)[1])))
+        server.train_round(t, replies, sampled=sample(t), on_bad_reply="raise")
     return server, sent
 
 
@@ -71,7 +77,7 @@ def test_replicas_identical_with_partial_participation(method, s):
     rng = np.random.default_rng(0)
     samples = {t: sorted(rng.choice(4, size=2, replace=False).tolist()) for t in range(1, 8)}
     server, sent = _run(opts, 7, lambda t: samples[t], check=_check_replica)
-    assert len(server.merge_log) == len([t for t in range(2, 8) if (t - 1) % s == 0])
+    assert server.merges == len([t for t in range(2, 8) if (t - 1) % s == 0])
     assert any(cfg["fedmud_catchup_seeds"] or cfg["fedmud_full_base"] for _, _, _, cfg in sent)
 
 
@@ -88,36 +94,29 @@ def test_reset_keeps_global_model():
     """The model a client starts training from equals the server's global model after the
     previous round, push or not (effective weights unchanged by merge + reset)."""
     opts = METHOD_OPTIONS["fedmud_bkd_aad"].with_overrides({"target_ratio": 0.5, "reset_interval": 2})
-    torch.manual_seed(0)
-    net = tiny_net()
-    init = [v.numpy().copy() for v in net.state_dict().values()]
-    server = MUDServer(net, init, opts, seed=1)
-    previous = server.global_weights()
+    server, _ = _server(opts, 1, 3)
+    previous = server.global_arrays()
     stored = {}
     for t in range(1, 6):
-        common = server.begin_round(t)
-        results = []
-        for pid in range(3):
-            arrays, cfg = server.instructions_for(pid)
-            client = MUDClientCore(tiny_net(), opts, plan=server.plan)
-            stored[pid] = client.receive(arrays, {**common, **cfg}, stored.get(pid))
+        replies = []
+        for ins in server.configure_train(t, [0, 1, 2]):
+            pid = ins.partition_id
+            client = MUDClientCore.from_message_config(tiny_net(), ins.config)
+            stored[pid] = client.receive(ins.arrays, ins.config, stored.get(pid))
             eff = client.dm.effective_state_dict()
             for k, v in zip(eff, previous):
                 assert np.array_equal(eff[k].numpy(), v), (t, k)
             _train(client.dm.model, pid, t)
-            results.append((client.payload(), 10))
-        server.aggregate(results)
-        previous = server.global_weights()
+            replies.append(Reply(pid, client.payload(), 10))
+        server.train_round(t, replies, sampled=[0, 1, 2])
+        previous = server.global_arrays()
 
 
 def test_initial_global_model_is_seeded_base_plus_dense():
     opts = METHOD_OPTIONS["fedmud_bkd_aad"].with_overrides({"target_ratio": 0.5})
-    torch.manual_seed(0)
-    net = tiny_net()
-    init = [v.numpy().copy() for v in net.state_dict().values()]
-    server = MUDServer(net, init, opts, seed=2)
-    w = server.global_weights()
-    keys = list(net.state_dict())
+    server, init = _server(opts, 2)
+    w = server.global_arrays()
+    keys = list(tiny_net().state_dict())
     compressed = {lp.name + ".weight" for lp in server.plan.layers}
     for k, a, b in zip(keys, w, init):
         if k in compressed:
@@ -130,33 +129,28 @@ def test_zero_base_methods_need_no_state():
     for method in ("fedlmt", "fedpara"):
         opts = METHOD_OPTIONS[method].with_overrides({"target_ratio": 0.5})
         server, sent = _run(opts, 3, lambda t: [0, 1], check=_check_replica)
-        assert server.merge_log == []
+        assert server.merge_log == [] and server.merges == 0
         for name, _ in server.dm.decompositions():
             assert torch.count_nonzero(server.dm.base(name)) == 0
 
 
 def test_fedhm_aggregates_recovered_products():
     opts = METHOD_OPTIONS["fedhm"].with_overrides({"target_ratio": 0.5})
-    torch.manual_seed(0)
-    net = tiny_net()
-    init = [v.numpy().copy() for v in net.state_dict().values()]
-    server = MUDServer(net, init, opts, seed=3)
-    common = server.begin_round(1)
+    server, _ = _server(opts, 3)
     keys = server.dm.payload_keys()
     results = []
-    for pid, n in ((0, 10), (1, 30)):
-        arrays, cfg = server.instructions_for(pid)
-        client = MUDClientCore(tiny_net(), opts, plan=server.plan)
-        client.receive(arrays, {**common, **cfg}, None)
-        _train(client.dm.model, pid, 1)
+    for ins, n in zip(server.configure_train(1, [0, 1]), (10, 30)):
+        client = MUDClientCore.from_message_config(tiny_net(), ins.config)
+        client.receive(ins.arrays, ins.config, None)
+        _train(client.dm.model, ins.partition_id, 1)
         results.append((client.payload(), n))
-    server.aggregate(results)
+    server.train_round(1, [Reply(p, a, n) for p, (a, n) in enumerate(results)], sampled=[0, 1])
     for name, deco in server.dm.decompositions():
         idx = [i for i, k in enumerate(keys) if k.startswith(name + ".parametrizations.")]
         want = sum(w * (r[0][idx[0]].astype(np.float64) @ r[0][idx[1]]) for w, r in zip((0.25, 0.75), results))
         assert np.allclose(server.full[name].reshape(want.shape), want, atol=1e-6)
     # next round: factors are the truncated SVD of the full weights
-    server.begin_round(2)
+    server.configure_train(2, [0, 1])
     for name, deco in server.dm.decompositions():
         u, v = deco.left.detach().numpy(), deco.right.detach().numpy()
         full = server.full[name].reshape(deco.plan.m, deco.plan.n).astype(np.float64)
@@ -170,6 +164,8 @@ def test_options_validation():
         MUDOptions(target_ratio=0)
     with pytest.raises(ValueError, match="reset_interval must be an integer >= 1"):
         MUDOptions(reset_interval=0)
+    with pytest.raises(ValueError, match="base_std must be a finite number > 0"):
+        MUDOptions(base_std=float("inf"))
     with pytest.raises(ValueError, match="init_scale must be"):
         MUDOptions(init_scale=-1)
     with pytest.raises(ValueError, match="weighting must be"):
