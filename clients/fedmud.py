@@ -78,14 +78,10 @@ def _save(state: Any, stored: tuple[list[np.ndarray], int] | None) -> None:
 
 def _unwrap_stale(model: nn.Module) -> None:
     """Undo a wrapping left by a previous round that was not finished (e.g. training raised)."""
-    from torch.nn.utils import parametrize
-
     stale = getattr(model, "_fedmud_round", None)
     if stale is not None:
         stale.core.dm.unwrap()
         model._fedmud_round = None
-    elif any(parametrize.is_parametrized(m) for m in model.modules()):
-        raise ValueError("the model already carries parametrizations; FedMUDRound needs the plain model")
 
 
 class FedMUDRound:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from flwr_strategies.clients.app import partition_query
 from flwr_strategies.clients.fedmud import STATE_BASE, STATE_META, FedMUDRound, train_batches
+from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.state import load_state, save_state
 from flwr_strategies.fedmud import FedMUDConfig
 from flwr_strategies.fedmud import serverapp as mud_message
@@ -172,7 +173,7 @@ def test_round_piece_wraps_in_place_and_unwraps():
     assert list(user.state_dict()) == keys and all(p.requires_grad for p in user.parameters())
     assert not torch.equal(user.fc3.weight, ref.fc3.weight)  # the trained effective weight
     # a second round reuses the same (now plain) model object
-    core.train_round(1, [__import__("flwr_strategies").core.messages.Reply(0, out, 5)], sampled=[0])
+    core.train_round(1, [Reply(0, out, 5)], sampled=[0])
     ins2 = core.configure_train(2, [0])[0]
     mud2 = FedMUDRound(user, ins2.arrays, ins2.config, state)
     assert state[STATE_META]["merges"] == 1
@@ -203,3 +204,47 @@ def test_constructors_take_flower_and_fedmud_arguments():
     cfg = FedMUDConfig(decomp="mat", pattern="aad", target_ratio=0.3)
     assert mud_legacy.FedLMT(model=Net(), initial_parameters=init, target_ratio=0.3).config.zero_base
     assert mud_legacy.FedMUD(model=Net(), initial_parameters=init, config=cfg).config == cfg
+
+
+def _client(train_data, **train):
+    from flwr_strategies.clients.fedmud import build_fedmud_client
+    from flwr_strategies.setup import ClientSetup, TrainConfig
+
+    setup = ClientSetup(partition_id=0, num_partitions=1, model=Net(), train_data=train_data, test_data=None,
+                        train=TrainConfig(**train), device="cpu", seed=0, state=RecordDict())
+    return build_fedmud_client(setup, {})
+
+
+def test_ready_made_client_takes_a_dataloader_and_honours_the_train_settings():
+    from flwr_strategies.clients.training import TensorData
+
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 64), torch.randint(0, 10, (40,))
+    init = [v.numpy().copy() for v in Net().state_dict().values()]
+    core = mud_legacy.FedMUD(model=Net(), initial_parameters=init, target_ratio=0.25).core
+    ins = core.configure_train(1, [0])[0]
+    # a DataLoader: its own batches; num_examples = len(dataset); equal to the pieces in a hand-written loop
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+    cfg = {**ins.config, "lr": 0.1, "local_epochs": 2, "local_steps": 0}
+    arrays, n, metrics = _client(loader, lr=0.1).fit(list(ins.arrays), cfg)
+    assert n == 40 and metrics["steps"] == 10
+    model = Net()
+    mud = FedMUDRound(model, ins.arrays, cfg, RecordDict())
+    for _ in range(2):
+        _user_train(model, loader, 0.1)
+    for a, b in zip(arrays, mud.finish()):
+        np.testing.assert_array_equal(a, b)
+    # gradient clipping: one step of lr 1 moves the trainable parameters by at most the clip bound
+    data = TensorData(x, y)
+    cfg1 = {**ins.config, "lr": 1.0, "local_steps": 1, "batch_size": 40}
+    clipped, _, _ = _client(data, lr=1.0, grad_clip=1e-3).fit(list(ins.arrays), cfg1)
+    moved = np.sqrt(sum(float(((a.astype(np.float64) - b) ** 2).sum()) for a, b, k in
+                        zip(clipped, ins.arrays, core.payload_keys) if "running" not in k))
+    assert 0 < moved <= 1e-3 * (1 + 1e-5)
+    # momentum and weight decay reach the optimizer: two steps with them differ from plain SGD
+    cfg2 = {**ins.config, "lr": 0.1, "local_steps": 2, "batch_size": 20}
+    plain, _, _ = _client(data, lr=0.1).fit(list(ins.arrays), cfg2)
+    heavy, _, _ = _client(data, lr=0.1, momentum=0.9).fit(list(ins.arrays), cfg2)
+    decayed, _, _ = _client(data, lr=0.1, weight_decay=0.1).fit(list(ins.arrays), cfg2)
+    assert not all(np.array_equal(a, b) for a, b in zip(plain, heavy))
+    assert not all(np.array_equal(a, b) for a, b in zip(plain, decayed))

@@ -45,8 +45,8 @@ class FedMUD(CentralizedLegacyStrategy):
     model : torch.nn.Module
         The plain model (structure; copied). Every ``nn.Linear``/``nn.Conv2d`` except the first and
         the last is decomposed.
-    initial_parameters : Parameters | list[np.ndarray]
-        Every ``model.state_dict()`` entry, in order (required, as for Flower's FedAvg).
+    initial_parameters : Parameters | list[np.ndarray], optional
+        Every ``model.state_dict()`` entry, in order. Default: ``model``'s own current weights.
     config : FedMUDConfig, optional
         All FedMUD settings at once; keyword settings below override it.
     **kwargs
@@ -62,6 +62,8 @@ class FedMUD(CentralizedLegacyStrategy):
     def __init__(self, *, model: nn.Module, config: FedMUDConfig | None = None, **kwargs: Any) -> None:
         self.model = model
         self.config, rest = split_config(self.method_config, config, dict(kwargs))
+        if rest.get("initial_parameters") is None and isinstance(model, nn.Module):
+            rest["initial_parameters"] = [v.detach().cpu().numpy().copy() for v in model.state_dict().values()]
         super().__init__(**rest)
 
     def build_core(self, initial_arrays: list[np.ndarray], **core_kwargs: Any) -> FedMUDServer:
