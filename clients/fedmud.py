@@ -42,9 +42,10 @@ from flwr_strategies.setup import ClientSetup
 
 from .app import message_config, train_reply
 from .base import TorchClient, train_settings
-from .training import TensorData, local_sgd
+from .training import TensorData, local_sgd, set_weights
 
-__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "train_batches", "STATE_BASE", "STATE_META"]
+__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "train_batches", "evaluate_batches", "STATE_BASE",
+           "STATE_META"]
 
 #: ``context.state`` keys holding this client's ``W_base`` (ArrayRecord) and its merge count (ConfigRecord).
 STATE_BASE = "fedmud.base"
@@ -163,6 +164,24 @@ class FedMUDRound:
         return train_reply(msg, context, self.finish(), int(num_examples), metrics)
 
 
+@torch.no_grad()
+def evaluate_batches(model: nn.Module, batches: Iterable, device: Any = None,
+                     loss_fn=torch.nn.functional.cross_entropy) -> tuple[float, int, int]:
+    """Mean loss, number correct and number of examples of ``model`` over ``(x, y)`` batches."""
+    model.eval()
+    total, correct, n = 0.0, 0, 0
+    for xb, yb in batches:
+        if device is not None:
+            xb, yb = xb.to(device), yb.to(device)
+        out = model(xb)
+        total += float(loss_fn(out, yb, reduction="sum"))
+        correct += int((out.argmax(1) == yb).sum())
+        n += int(yb.shape[0])
+    if n == 0:
+        raise ValueError("the evaluation data yielded no batches")
+    return total / n, correct, n
+
+
 def _batches_len(data: Any) -> int:
     if isinstance(data, TensorData):
         return len(data)
@@ -235,6 +254,14 @@ class FedMUDClient(TorchClient):
         finally:
             arrays = mud.finish()
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
+
+    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any]):
+        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
+        if isinstance(data, TensorData):
+            return super().evaluate(parameters, config)
+        set_weights(self.model, parameters)  # the plain global model
+        loss, correct, n = evaluate_batches(self.model, data, self.setup.device)
+        return loss, n, {**self.base_metrics(), "accuracy": correct / max(n, 1)}
 
 
 def build_fedmud_client(setup: ClientSetup, params: dict[str, Any]) -> FedMUDClient:

@@ -226,8 +226,11 @@ def test_ready_made_client_takes_a_dataloader_and_honours_the_train_settings():
     # a DataLoader: its own batches; num_examples = len(dataset); equal to the pieces in a hand-written loop
     loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
     cfg = {**ins.config, "lr": 0.1, "local_epochs": 2, "local_steps": 0}
-    arrays, n, metrics = _client(loader, lr=0.1).fit(list(ins.arrays), cfg)
+    client = _client(loader, lr=0.1)
+    arrays, n, metrics = client.fit(list(ins.arrays), cfg)
     assert n == 40 and metrics["steps"] == 10
+    loss, n_eval, ev = client.evaluate(core.global_arrays(), {})  # federated evaluation on the loader
+    assert n_eval == 40 and 0.0 <= ev["accuracy"] <= 1.0 and np.isfinite(loss)
     model = Net()
     mud = FedMUDRound(model, ins.arrays, cfg, RecordDict())
     for _ in range(2):
