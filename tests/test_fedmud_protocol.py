@@ -170,3 +170,36 @@ def test_options_validation():
         MUDOptions(init_scale=-1)
     with pytest.raises(ValueError, match="weighting must be"):
         MUDOptions(weighting="x")
+
+
+def test_merge_log_is_bounded_and_far_behind_clients_get_the_base():
+    """Issue 15: the server keeps one integer per client and at most `log_capacity` merges (a longer
+    catch-up would be larger than W_base itself); a client far behind receives W_base instead."""
+    opts = METHOD_OPTIONS["fedmud_bkd_aad"].with_overrides({"target_ratio": 0.5})
+    server, sent = _run(opts, 9, lambda t: [0, 1] if t in (1, 9) else [0], check=_check_replica)
+    assert 1 <= len(server.merge_log) <= server.log_capacity
+    assert server.confirmed == {0: server.merges, 1: server.merges}
+    assert all(isinstance(v, int) for v in server.confirmed.values())
+    last = {pid: cfg for t, pid, _, cfg in sent if t == 9}
+    assert last[1]["fedmud_full_base"] and not last[0]["fedmud_full_base"]
+
+
+def test_a_client_whose_reply_was_lost_skips_merges_it_already_holds():
+    """Client 1 applies round 2's push but its reply is dropped: the server still thinks it is one merge
+    behind and sends that merge again; the client skips it and stays bit-identical."""
+    opts = METHOD_OPTIONS["fedmud_bkd_aad"].with_overrides({"target_ratio": 0.5, "reset_interval": 1})
+    server, _ = _server(opts, 4, 2)
+    states = {}
+    for t in range(1, 5):
+        replies = []
+        for ins in server.configure_train(t, [0, 1]):
+            if t == 3 and ins.partition_id == 1:  # the catch-up path, not a full base
+                assert ins.config["fedmud_catchup_seeds"] and ins.config["fedmud_sync_from"] == 0
+            client = MUDClientCore.from_message_config(tiny_net(), ins.config)
+            states[ins.partition_id] = client.receive(ins.arrays, ins.config, states.get(ins.partition_id))
+            _check_replica(t, ins.partition_id, server, client)
+            _train(client.dm.model, ins.partition_id, t)
+            if not (t == 2 and ins.partition_id == 1):  # lost after the client applied round 2's push
+                replies.append(Reply(ins.partition_id, client.payload(), 10))
+        server.train_round(t, replies, sampled=[0, 1])
+    assert states[1][1] == server.merges == 3

@@ -154,15 +154,20 @@ class FedMUDServer(ServerCore):
             self.merges += 1
             common["fedmud_new_seed"] = int(new_seed)
         out, sync_bytes = [], 0
+        shared: dict[tuple[bool, int], list[np.ndarray]] = {}  # one array list per distinct sync (serialised once)
         for pid in partition_ids:
             full, start, entries = plans[pid]
-            arrays = payload
             cfg_i = {**common, "fedmud_sync_from": int(start), "fedmud_full_base": bool(full),
                      "fedmud_catchup_seeds": ",".join(str(seed) for _, seed, _ in entries)}
-            if full:
-                arrays = payload + base_before
-            elif entries:
-                arrays = payload + [a for _, _, arrs in entries for a in arrs]
+            key = (bool(full), int(start) if (full or entries) else -1)
+            if key not in shared:
+                if full:
+                    shared[key] = payload + base_before
+                elif entries:
+                    shared[key] = payload + [a for _, _, arrs in entries for a in arrs]
+                else:
+                    shared[key] = payload
+            arrays = shared[key]
             sync_bytes += sum(a.nbytes for a in arrays[len(payload):])
             out.append(Instruction(pid, arrays, cfg_i, model_layout=False))
         self._round = {"round": int(server_round), "push": bool(push), "sync_bytes": int(sync_bytes)}
