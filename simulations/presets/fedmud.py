@@ -152,7 +152,7 @@ def render(out: Path, preset: Preset) -> str:
     lines += ["", "## Initialisation scale a (Non-IID-1; paper Fig. 4)", "", "| run | best / final |", "|---|---|",
               f"| BKD+AAD a=5 (default) | {_acc(parts['Non-IID-1'].get('FedMUD+BKD+AAD'))} |"]
     lines += [f"| {label} | {_acc(r)} |" for label, r in init.items() if label.startswith("BKD")]
-    lines.append(f"| AAD a=0.1 (default) | {_acc(parts['Non-IID-1'].get('FedMUD+AAD'))} |")
+    lines.append(f"| AAD a=0.1 (this preset; library default 1.0) | {_acc(parts['Non-IID-1'].get('FedMUD+AAD'))} |")
     lines += [f"| {label} | {_acc(r)} |" for label, r in init.items() if label.startswith("AAD")]
     return "\n".join(lines) + "\n"
 
