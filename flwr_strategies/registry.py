@@ -18,7 +18,7 @@ _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.dfedcata.method",
     "flwr_strategies.doadp.method",
     "flwr_strategies.fedli.registration",
-    "flwr_strategies.fedmud.methods",
+    "flwr_strategies.fedmud.registration",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}
