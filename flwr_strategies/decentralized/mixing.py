@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 _TOL = 1e-9
+#: size of the column-block buffer of an in-place :func:`mix` (the only temporary it allocates)
+INPLACE_BLOCK_BYTES = 64 << 20
 
 
 class MixingError(ValueError):
@@ -214,10 +216,11 @@ def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, block: int
     elif out.shape != X.shape or out.dtype != X.dtype or not out.flags["C_CONTIGUOUS"]:
         raise ValueError("out must be a C-contiguous array with the shape and dtype of X")
     if block is None:
-        block = max(1 << 16, (64 << 20) // max(1, m * X.itemsize)) if inplace else max(d, 1)
+        block = max(1, INPLACE_BLOCK_BYTES // max(1, m * X.itemsize)) if inplace else max(d, 1)
     Xt = torch.from_numpy(X)
     Ot = torch.from_numpy(out)
-    tmp = torch.empty((m, min(block, d)), dtype=Xt.dtype) if inplace else None
+    # the block buffer is a NumPy allocation, so memory tools that trace NumPy (tracemalloc) see it
+    tmp = torch.from_numpy(np.empty((m, min(block, d)), dtype=X.dtype)) if inplace else None
     indptr, indices, data = W.indptr, W.indices, W.data.astype(np.float64)
     for s0 in range(0, d, block):
         e0 = min(d, s0 + block)
