@@ -186,13 +186,12 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
 
 def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
-    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
+    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order). As in
+    :func:`random_k`, at most ``m`` picks are drawn (the official code fails instead)."""
     _check_m(m)
-    picks = int(neighbours) - 1
+    picks = min(int(neighbours) - 1, m)
     if picks <= 0:
         return sp.csr_matrix((m, m))
-    if picks > m:
-        raise ValueError(f"random_code: cannot pick {picks} of {m} nodes without replacement")
     rows, cols = [], []
     for i in range(m):
         idx = rng.choice(m, picks, replace=False)
