@@ -11,13 +11,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from flwr_strategies.clients.dfedcata import (
     SAM,
-    DecentralizedClient,
     LocalSGD,
     MoreauEnvelope,
     build_decentralized_client,
     local_update,
 )
-from flwr_strategies.clients.training import TensorData, get_weights, set_weights
+from flwr_strategies.clients.training import TensorData, get_weights
 from flwr_strategies.dfedcata.local import batch_indices
 from flwr_strategies.setup import ClientSetup, TrainConfig
 

@@ -90,7 +90,6 @@ class DFedCataServer(DecentralizedCore):
         self.beta = float(cfg.beta)
         self.lam = float(cfg.lam)
         self.anchor = cfg.extrapolation_anchor
-        m = self.num_partitions
         if self.sequential:
             self.spare = np.empty((0, self.layout.size), dtype=self.dtype)  # not needed: one row per turn
             self._seq_z = np.empty(self.layout.size, dtype=self.dtype)
@@ -98,7 +97,6 @@ class DFedCataServer(DecentralizedCore):
             self._seq_turn: tuple[int, int] | None = None
         # "prev_local" in sequential mode anchors at the peer's own row of the local table: no table
         self.anchors = None if (self.sequential and self.anchor == "prev_local") else self.models.data.copy()
-        self._m = m
 
     # ------------------------------------------------------------------ hooks
     def client_config(self, server_round: int) -> dict[str, Any]:
@@ -156,7 +154,7 @@ class DFedCataServer(DecentralizedCore):
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         if not self.sequential:
             return super().configure_train(server_round, partition_ids)
-        t, i = self.turn(server_round)
+        _, i = self.turn(server_round)
         W = self.mixing_matrix(server_round)
         cfg = {**self.base_config(server_round), **self.client_config(server_round), "flower_round": int(server_round)}
         if i not in partition_ids:
