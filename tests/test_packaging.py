@@ -86,6 +86,8 @@ def test_every_package_folder_is_listed_in_pyproject():
         base = ROOT / folder
         for init in base.rglob("__init__.py"):
             rel = init.parent.relative_to(base)
+            if any((base / Path(*rel.parts[:i]) / "pyproject.toml").is_file() for i in range(1, len(rel.parts) + 1)):
+                continue  # an example Flower app with its own pyproject (the user's app), not the library
             sub = ".".join(rel.parts)
             pkg = f"{name}.{sub}" if sub else name
             if not any(pkg.startswith(other + ".") or pkg == other for other in mapping if other != name and other.startswith(name + ".")):
