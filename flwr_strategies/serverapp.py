@@ -15,6 +15,18 @@ _EXPORTS = {
     "FedAvg": "flwr_strategies.baselines.serverapp",
     "FedProx": "flwr_strategies.baselines.serverapp",
     "FedAdam": "flwr_strategies.baselines.serverapp",
+    "DFedCata": "flwr_strategies.dfedcata.serverapp",
+    "DFedAvg": "flwr_strategies.dfedcata.serverapp",
+    "DPSGD": "flwr_strategies.dfedcata.serverapp",
+    "FedSAM": "flwr_strategies.dfedcata.serverapp",
+    "FedLiLS": "flwr_strategies.fedli.serverapp",
+    "FedLiLU": "flwr_strategies.fedli.serverapp",
+    "FedExP": "flwr_strategies.fedli.serverapp",
+    "Scaffold": "flwr_strategies.fedli.serverapp",
+    "FedMUD": "flwr_strategies.fedmud.serverapp",
+    "FedLMT": "flwr_strategies.fedmud.serverapp",
+    "FedPara": "flwr_strategies.fedmud.serverapp",
+    "FedHM": "flwr_strategies.fedmud.serverapp",
     "MessageStrategy": "flwr_strategies.adapters.message",
 }
 

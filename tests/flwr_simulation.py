@@ -54,6 +54,9 @@ class LocalSimulation:
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "OMP_NUM_THREADS": "1",
             "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+            # a Ray instance of its own: without this, ray.init() joins any cluster another process
+            # on the machine started (/tmp/ray/ray_current_cluster), and the two runs mix
+            "RAY_ADDRESS": "local",
         })
 
     def run(self, app_dir: Path, num_supernodes: int, run_config: dict | None = None, timeout: int = 420):
@@ -85,5 +88,9 @@ class LocalSimulation:
 
 
 def central_accuracies(log: str) -> dict[int, float]:
-    """``{round: accuracy}`` from the app's ``CENTRAL round=.. accuracy=..`` lines."""
-    return {int(m.group(1)): float(m.group(2)) for m in CENTRAL.finditer(log)}
+    """``{round: accuracy}`` from the app's ``CENTRAL round=.. accuracy=..`` lines (the first line of
+    each round: the global model; a decentralized strategy may evaluate the peers' models after it)."""
+    out: dict[int, float] = {}
+    for m in CENTRAL.finditer(log):
+        out.setdefault(int(m.group(1)), float(m.group(2)))
+    return out

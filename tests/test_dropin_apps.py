@@ -32,8 +32,10 @@ def _cases() -> list:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def simulation(tmp_path_factory):
+    # one SuperLink per run: a local SuperLink that already ran an app of the same name and version
+    # ran the earlier app's code again (seen with flwr 1.41), and every switched app shares its name
     sim = LocalSimulation(tmp_path_factory.mktemp("flwr"))
     yield sim
     sim.close()

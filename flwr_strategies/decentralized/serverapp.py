@@ -33,7 +33,10 @@ class DecentralizedMessageStrategy(MessageStrategy):
     neighbours, topology_p, ws_k, weights, allow_row_stochastic, allow_disconnected, failure_policy, \\
 client_eval_every, client_eval_max
         Graph settings, as :class:`~flwr_strategies.decentralized.config.GraphConfig` (defaults:
-        10, -1.0, 8, "auto", False, None, "renormalize", 1, 0).
+        10, -1.0, 8, "auto", False, None, "renormalize", 0, 0). ``client_eval_every`` defaults to 0
+        here: with k > 0, your ``evaluate_fn`` also scores every peer's own model every k rounds
+        (reported as ``client_accuracy_mean``/``client_accuracy_min``), which multiplies its cost
+        by the number of peers.
     fraction_evaluate : float (default: 1.0)
         Fraction of nodes asked for federated evaluation of the network-average model, in [0, 1].
     min_evaluate_nodes : int (default: 2)
@@ -66,7 +69,7 @@ client_eval_every, client_eval_max
         allow_row_stochastic: bool = False,
         allow_disconnected: bool | None = None,
         failure_policy: str = "renormalize",
-        client_eval_every: int = 1,
+        client_eval_every: int = 0,
         client_eval_max: int = 0,
         fraction_evaluate: float = 1.0,
         min_evaluate_nodes: int = 2,

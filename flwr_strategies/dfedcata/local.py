@@ -136,6 +136,15 @@ class MoreauEnvelope:
         return add_prox
 
     def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    def attach(self) -> "MoreauEnvelope":
+        """Register the gradient hooks now (as entering the context); returns ``self``. For a model
+        built per round, ``MoreauEnvelope(model, lam).attach()`` is all a training handler needs."""
+        return self.__enter__()
+
+    def detach(self) -> None:
+        """Remove the gradient hooks (as leaving the context)."""
         for h in self._hooks:
             h.remove()
         self._hooks = []
