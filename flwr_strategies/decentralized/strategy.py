@@ -338,7 +338,9 @@ class DecentralizedLegacyStrategy(LegacyStrategy):
     neighbours, topology_p, ws_k, weights, allow_row_stochastic, allow_disconnected, failure_policy, \
 client_eval_every, client_eval_max
         Graph settings, as :class:`~flwr_strategies.decentralized.config.GraphConfig` (defaults:
-        10, -1.0, 8, "auto", False, None, "renormalize", 1, 0).
+        10, -1.0, 8, "auto", False, None, "renormalize", 0, 0). With ``client_eval_every`` k > 0,
+        ``evaluate_fn`` also scores every peer's own model every k rounds (the registered methods
+        use k = 1; here it is off by default, since it multiplies the evaluation cost by m).
     evaluate_fn : callable | None (default: None)
         Flower's ``evaluate_fn(server_round, ndarrays, config) -> (loss, metrics)``; scores the
         network-average model and, every ``client_eval_every`` rounds, the peers' own models.
@@ -376,7 +378,7 @@ client_eval_every, client_eval_max
         allow_row_stochastic: bool = False,
         allow_disconnected: bool | None = None,
         failure_policy: str = "renormalize",
-        client_eval_every: int = 1,
+        client_eval_every: int = 0,
         client_eval_max: int = 0,
         **kwargs: Any,
     ) -> None:
