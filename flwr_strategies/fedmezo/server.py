@@ -289,7 +289,10 @@ class FedMeZOServer(LoRAServer):
         if lr is None:
             raise ReplyError(f"partition {pid} was sent no learning rate this round")
         pairs = list(zip(rec["seed"].tolist(), rec["coef"].tolist()))
-        arrays = replay_updates(self.current, pairs, lr, z_device=self.config.z_device)
+        try:
+            arrays = replay_updates(self.current, pairs, lr, z_device=self.config.z_device)
+        except (RuntimeError, OverflowError) as err:  # a coefficient too large for the adapters' dtype
+            raise ReplyError(f"partition {pid}: replaying its pairs gives non-finite adapters ({err})") from None
         if not all(np.isfinite(a).all() for a in arrays):
             raise ReplyError(f"partition {pid}: replaying its pairs gives non-finite adapters")
         self._replayed[pid] = arrays
