@@ -168,8 +168,11 @@ class CausalLMTask:
         (sd, config), _ = self._base()
         with torch.random.fork_rng():
             torch.manual_seed(self.seed)
-            base = AutoModelForCausalLM.from_config(config, dtype=self.base_dtype)
+            # built in fp32 and cast explicitly: ``from_config(dtype=...)`` switches torch's process-wide
+            # default dtype while it builds, which races with a model running in another thread
+            base = AutoModelForCausalLM.from_config(config)
             base.load_state_dict(sd)
+            base.to(self.base_dtype)
             model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
                                targets=self.lora["targets"])
         cast_adapters(model, self.adapter_dtype)  # frozen base in base_dtype, adapters in adapter_dtype (spec 1.3 rule 8)
