@@ -339,6 +339,18 @@ class _LoRAClient(TorchClient):
     def get_parameters(self, config: dict[str, Scalar]) -> list[np.ndarray]:
         return trainable_arrays(self.model)
 
+    def with_defaults(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The server's ``config`` over this client's ``ClientSetup.train`` settings (used when a
+        strategy other than FedMeZO's sends fewer keys)."""
+        t = self.setup.train
+        rnd = int(config.get("server_round", 1))
+        base = {"lr": t.lr_at(rnd), "local_steps": int(t.local_steps or 0), "local_epochs": int(t.local_epochs or 0),
+                "batch_size": int(t.batch_size), "weight_decay": float(t.weight_decay), "momentum": float(t.momentum),
+                "run_seed": int(self.setup.seed), "server_round": rnd}
+        if t.grad_clip is not None:
+            base["grad_clip"] = float(t.grad_clip)
+        return {**base, **dict(config)}
+
     def _batches(self, config: Mapping[str, Any]) -> tuple[int, int, Iterator[Batch]]:
         B = int(config.get("batch_size") or 1)
         H = round_steps(config, self.setup.train_data, B)
@@ -376,6 +388,7 @@ class FedMeZOClient(_LoRAClient):
     """
 
     def fit(self, parameters, config):
+        config = self.with_defaults(config)
         _reject(config, "FedMeZO", momentum="MeZO keeps no optimizer state",
                 grad_clip="MeZO computes no gradient to clip")
         load_trainable_arrays(self.model, parameters)
@@ -407,6 +420,7 @@ class LoRAFedAvgClient(_LoRAClient):
     Dropout (LoRA's 0.05) is on, drawn from a generator seeded by (run_seed, round, partition)."""
 
     def fit(self, parameters, config):
+        config = self.with_defaults(config)
         load_trainable_arrays(self.model, parameters)
         params = [p for _, p in _trainable(self.model)]
         opt = torch.optim.SGD(params, lr=float(config["lr"]), momentum=float(config.get("momentum", 0.0) or 0.0),

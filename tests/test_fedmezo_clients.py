@@ -68,6 +68,17 @@ def test_mezo_on_a_peft_model_touches_only_the_adapters_and_runs_in_eval_mode():
     assert any(not np.array_equal(a, b) for a, b in zip(lora, trainable_arrays(model)))
     load_trainable_arrays(model, lora)
     assert all(np.array_equal(a, b) for a, b in zip(lora, trainable_arrays(model)))
+    # federated evaluation may send the adapters or the whole state_dict: both load
+    from flwr_strategies.clients.training import get_weights
+
+    data = tokenize_records(generate_instructions(6, seed=4), tok)
+    setup = ClientSetup(partition_id=0, num_partitions=1, model=model, train_data=data, test_data=data,
+                        train=TrainConfig(lr=1e-3, local_epochs=None, local_steps=1, batch_size=1), device="cpu", seed=0)
+    client = FedMeZOClient(setup)
+    full = get_weights(model)
+    l1, n1, m1 = client.evaluate(lora, {})
+    l2, n2, m2 = client.evaluate(full, {})
+    assert (l1, n1) == (l2, n2) and n1 == 6 and np.isfinite(l1) and 0 <= m1["accuracy"] <= 1
     with pytest.raises(ValueError, match="expected 8 trainable arrays"):
         load_trainable_arrays(model, lora[:7])
 

@@ -132,3 +132,15 @@ def test_config_defaults_are_the_papers():
     assert (c.lr, c.local_steps, c.batch_size, c.mu, c.weight_decay, c.num_perturbations) == (1e-5, 30, 1, 1e-3, 0.0, 1)
     assert (c.lr_strategy, c.lr_alpha, c.lr_window, c.weighting, c.comm_mode, c.eval_every) == \
         ("frozen", 5e-6, 5, "uniform", "params", 10)
+
+
+def test_lr_decay_scales_the_personalised_rates():
+    arrays = [np.zeros((2, 2), np.float32), np.ones((3,), np.float32)]
+    cfg = FedMeZOConfig(lr=1e-3, lr_decay=0.5, lr_strategy="random", lr_alpha_rel=0.5)
+    core = FedMeZOServer(arrays, trainable=[0], config=cfg, num_partitions=2, seed=3)
+    twin = FedMeZOServer(arrays, trainable=[0], config=FedMeZOConfig(lr=1e-3, lr_strategy="random", lr_alpha_rel=0.5),
+                         num_partitions=2, seed=3)
+    for rnd in (1, 3):
+        got = [i.config["lr"] for i in core.configure_train(rnd, [0, 1])]
+        ref = [i.config["lr"] * 0.5 ** (rnd - 1) for i in twin.configure_train(rnd, [0, 1])]
+        assert got == ref and all(5e-4 * 0.5 ** (rnd - 1) <= g <= 1.5e-3 * 0.5 ** (rnd - 1) for g in got)
