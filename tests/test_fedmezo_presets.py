@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from flwr_strategies.simulations.compare import run_preset
 from flwr_strategies.simulations.lm.data import generate_instructions
@@ -42,6 +43,8 @@ def test_paper_preset_runs_on_a_tiny_local_checkpoint(local_checkpoint, tmp_path
         assert len(losses) == 2 and all(np.isfinite(losses))
     assert results[1]["params"]["adapter_dtype"] == "fp16" and results[3]["method"] == "lora-fedavg"
     assert (tmp_path / "summary.md").read_text().startswith("## Test loss per round")
+    # building fp16 models in client threads must not leave fp16 as torch's process-wide default
+    assert torch.get_default_dtype() == torch.float32
 
 
 def test_paper_preset_needs_a_checkpoint_and_data(tmp_path):

@@ -21,6 +21,7 @@ setting and the value.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from .model import apply_lora, check_model_dir, ensure_tiny_base, load_causal_lm
 LM_DATASETS = ("instructions", "dolly", "alpaca", "gsm8k", "codealpaca")
 BASE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _MODEL_CACHE: dict[Any, Any] = {}
+_BUILD_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ class CausalLMTask:
     def _base(self):
         key = (self.model_dir, str(self.base_dtype))
         if key not in _MODEL_CACHE:
-            model, tok = load_causal_lm(self.model_dir, dtype=self.base_dtype)
+            with _BUILD_LOCK:
+                model, tok = load_causal_lm(self.model_dir, dtype=self.base_dtype)
             _MODEL_CACHE.clear()
             _MODEL_CACHE[key] = (model.state_dict(), model.config, tok)
         sd, config, tok = _MODEL_CACHE[key]
@@ -166,11 +169,13 @@ class CausalLMTask:
         from transformers import AutoModelForCausalLM
 
         (sd, config), _ = self._base()
-        with torch.random.fork_rng():
+        # transformers switches torch's process-wide default dtype while it builds a model (to the
+        # config's dtype, fp16 for an fp16 checkpoint) and restores it afterwards. Clients build
+        # models in worker threads, so two builds could interleave and leave fp16 as the default.
+        # Build one model at a time, in fp32, and cast explicitly.
+        with _BUILD_LOCK, torch.random.fork_rng():
             torch.manual_seed(self.seed)
-            # built in fp32 and cast explicitly: ``from_config(dtype=...)`` switches torch's process-wide
-            # default dtype while it builds, which races with a model running in another thread
-            base = AutoModelForCausalLM.from_config(config)
+            base = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             base.load_state_dict(sd)
             base.to(self.base_dtype)
             model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
