@@ -153,6 +153,7 @@ def run_message(cfg: Any, grid: Grid) -> tuple[Any, list[dict[str, Any]]]:
     """
     from flwr_strategies.simulations.experiment import get_experiment
 
+    cfg = cfg.resolve()  # unset settings take the method's defaults
     if cfg.fraction_fit != 1.0:
         raise ValueError(f"run_message needs fraction_fit=1.0, got {cfg.fraction_fit}")
     exp = get_experiment(cfg)

@@ -1,0 +1,27 @@
+"""Every method as a Message-API strategy (``flwr.serverapp.strategy.Strategy`` with ``start()``).
+
+The mirror of Flower's ``flwr.serverapp.strategy``: ``from flwr_strategies.serverapp import
+DFedCata`` replaces ``from flwr.serverapp.strategy import FedAvg`` in a Message-API ServerApp. The
+legacy-API classes of the same names are exported by ``flwr_strategies`` itself. Names import
+lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FedAvg": "flwr_strategies.baselines.serverapp",
+    "FedProx": "flwr_strategies.baselines.serverapp",
+    "FedAdam": "flwr_strategies.baselines.serverapp",
+    "MessageStrategy": "flwr_strategies.adapters.message",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'flwr_strategies.serverapp' has no attribute '{name}'")
