@@ -71,7 +71,8 @@ def test_impossible_settings_fail_naming_the_value(method, params, train, messag
 DIRECT = [
     (FedMeZOConfig, {"lr": math.nan}, "lr must be a finite number, got nan"),
     (FedMeZOConfig, {"local_steps": 0}, "local_steps must be an integer >= 1, got 0"),
-    (FedMeZOConfig, {"local_steps": 30, "local_epochs": 1}, "set exactly one of local_steps and local_epochs"),
+    (FedMeZOConfig, {"local_steps": 30, "local_epochs": 1}, "local_epochs must be None when local_steps is set (local_steps=30), got 1"),
+    (FedMeZOConfig, {"local_steps": None}, "local_steps must be an integer >= 1 when local_epochs is not set"),
     (FedMeZOConfig, {"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
     (FedMeZOConfig, {"lr_decay": 1.5}, "lr_decay must be <= 1.0, got 1.5"),
     (FedMeZOConfig, {"num_perturbations": 1.5}, "num_perturbations must be an integer >= 1, got 1.5"),

@@ -12,14 +12,6 @@ from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.runner import run_experiment
 
 
-def with_method_defaults(conf: dict) -> dict:
-    """The runner's rule: a value the user set > the method's ``train_defaults`` > the project's."""
-    spec = get_method(conf["method"])
-    out = {k: v for k, (v, _) in spec.train_defaults.items()}
-    out.update(conf)
-    return out
-
-
 def test_train_defaults_are_the_papers_except_the_tiny_models_lr():
     for name, cfg in (("fedmezo", FedMeZOConfig()), ("lora-fedavg", LoRAFedAvgConfig())):
         spec = get_method(name)
@@ -38,10 +30,13 @@ def test_train_defaults_are_the_papers_except_the_tiny_models_lr():
 
 @pytest.mark.parametrize("method", ["fedmezo", "lora-fedavg"])
 def test_run_with_the_methods_defaults_learns_in_five_rounds(method):
-    conf = with_method_defaults({"method": method, "rounds": 5, "progress": False})
-    res = run_experiment(ExperimentConfig.from_dict(conf))
+    # = python -m simulations run --method M --rounds 5 (no other flag: the method's defaults apply)
+    res = run_experiment(ExperimentConfig(method=method, rounds=5, progress=False))
     assert res["summary"]["failures"] == 0
-    assert res["config"]["lr"] == 2e-4 and res["config"]["num_clients"] == 3 and res["config"]["local_steps"] == 30
+    prov, conf = res["provenance"], res["config"]
+    assert (conf["lr"], prov["lr"]) == (2e-4, "project")
+    assert (conf["local_steps"], prov["local_steps"]) == (30, "paper") and (conf["num_clients"], prov["num_clients"]) == (3, "paper")
+    assert prov["params"]["lora_r"] == "paper" and prov["params"]["mu" if method == "fedmezo" else "lora_alpha"] == "paper"
     losses = [(r["round"], r["loss"]) for r in res["rounds"] if r.get("loss") is not None]
     assert [t for t, _ in losses] == [0, 5]  # evaluated every 10 rounds and at the last one
     assert losses[-1][1] < 0.97 * losses[0][1], losses

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..setup import SettingError
 from .engine import RESTORE_MODES
 from .lr_rules import LR_STRATEGIES
 from .zseed import Z_DEVICES
@@ -32,27 +33,28 @@ ADAPTER_DTYPES = ("fp32", "fp16", "bf16")
 def _number(name: str, value, *, low: float | None = None, low_open: bool = False, high: float | None = None,
             high_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise SettingError(name, value, "a finite number")
     if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+        raise SettingError(name, value, f"{'>' if low_open else '>='} {low}")
     if high is not None and (value >= high if high_open else value > high):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+        raise SettingError(name, value, f"{'<' if high_open else '<='} {high}")
 
 
 def _integer(name: str, value, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise SettingError(name, value, f"an integer >= {low}")
 
 
 def _choice(name: str, value, options: tuple[str, ...]) -> None:
     if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        raise SettingError(name, value, f"one of {options}")
 
 
 def _steps_or_epochs(local_steps, local_epochs) -> None:
-    if (local_steps is None) == (local_epochs is None):
-        raise ValueError(f"set exactly one of local_steps and local_epochs, got local_steps={local_steps!r}, "
-                         f"local_epochs={local_epochs!r}")
+    if local_steps is None and local_epochs is None:
+        raise SettingError("local_steps", None, "an integer >= 1 when local_epochs is not set")
+    if local_steps is not None and local_epochs is not None:
+        raise SettingError("local_epochs", local_epochs, f"None when local_steps is set (local_steps={local_steps!r})")
     if local_steps is not None:
         _integer("local_steps", local_steps, 1)
     else:

@@ -51,6 +51,16 @@ TRAIN_DEFAULTS = {
     "fraction_fit": (1.0, "official code"),
 }
 
+#: Where each ``--set`` hyperparameter's default comes from (``extra["param_provenance"]``).
+PARAM_PROVENANCE = {
+    "model_dir": "project", "lora_r": "paper", "lora_alpha": "paper", "lora_dropout": "official code",
+    "lora_targets": "official code", "max_len": "project", "base_dtype": "project", "adapter_dtype": "spec",
+    "n_examples": "project", "test_fraction": "project", "eval_every": "official code", "weighting": "paper",
+    "mu": "paper", "num_perturbations": "paper", "lr_strategy": "official code", "lr_alpha": "official code",
+    "lr_alpha_rel": "spec", "lr_window": "official code", "comm_mode": "paper", "z_device": "spec",
+    "restore_mode": "spec",
+}
+
 #: Why a value in TRAIN_DEFAULTS is not the paper's (shown in docs and results).
 TRAIN_DEFAULT_NOTES = {
     "lr": "paper: 1e-5 for OpenLLaMA-3B (fedmezo-paper preset); 2e-4 is the largest stable rate on the tiny "
@@ -113,10 +123,11 @@ register_method(MethodSpec(
     summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
     paper=PAPER, defaults=FEDMEZO_DEFAULTS, build_core=_fedmezo,
     client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
+    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES, "param_provenance": PARAM_PROVENANCE}))
 register_method(MethodSpec(
     name="lora-fedavg",
     summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
     paper=PAPER, defaults=dict(LM_DEFAULTS), build_core=_lora_fedavg,
     client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
+    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES,
+                             "param_provenance": {k: PARAM_PROVENANCE[k] for k in LM_DEFAULTS}}))
