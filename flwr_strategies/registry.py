@@ -14,7 +14,7 @@ from typing import Any
 
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.registration",
-    "flwr_strategies.fedmezo.methods",
+    "flwr_strategies.fedmezo.registration",
     "flwr_strategies.dfedcata.registration",
     "flwr_strategies.doadp.method",
     "flwr_strategies.fedli.registration",

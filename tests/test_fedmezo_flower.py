@@ -1,48 +1,25 @@
-"""Flower wiring of FedMeZO (T13, T18, T11 at the protocol level, T21) and an end-to-end run that
-must learn, on the cached tiny pretrained base and generated instruction data."""
+"""FedMeZO's server core with the ready-made clients (T13, T18, T11 at the protocol level, T21),
+driven without Flower, and an end-to-end run that must learn and be deterministic."""
 
 import numpy as np
 import pytest
-from flwr.common import (Code, FitRes, GetPropertiesRes, RecordDict, Status, ndarrays_to_parameters,
-                         parameters_to_ndarrays)
-from flwr.server.client_proxy import ClientProxy
+from flwr.common import RecordDict
 
 from flwr_strategies.clients.fedmezo import FedMeZOClient
-from flwr_strategies.common import payload_bytes
+from flwr_strategies.core.messages import Reply
+from flwr_strategies.fedmezo import FedMeZOConfig, FedMeZOServer, lora_positions
 from flwr_strategies.fedmezo.lr_rules import personalised_lrs
-from flwr_strategies.fedmezo.methods import _strategy
-from flwr_strategies.sampling import PartitionClientManager
+from flwr_strategies.fedmezo.registration import fedmezo_config
 from flwr_strategies.simulations.experiment import Experiment, ExperimentConfig
 from flwr_strategies.simulations.runner import run_experiment
 
 H = 4
 
 
-class _Proxy(ClientProxy):
-    def __init__(self, cid, client):
-        super().__init__(cid)
-        self.client = client
-
-    def get_properties(self, ins, timeout, group_id):
-        return GetPropertiesRes(Status(Code.OK, ""), self.client.get_properties({}))
-
-    def fit(self, ins, timeout, group_id):
-        arr, n, m = self.client.fit(parameters_to_ndarrays(ins.parameters), ins.config)
-        return FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arr), n, m)
-
-    def get_parameters(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def evaluate(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def reconnect(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-
 def _cfg(**kw):
-    base = dict(method="fedmezo", dataset="instructions", num_clients=3, rounds=2, lr=1e-3, local_epochs=None,
-                local_steps=H, batch_size=1, params={"n_examples": 240, "lr_strategy": "round-wise", "lr_alpha_rel": 0.5},
+    base = dict(method="fedmezo", dataset="instructions", num_clients=3, rounds=2, lr=2e-4, local_epochs=None,
+                local_steps=H, batch_size=1, params={"n_examples": 240, "lr_strategy": "round-wise", "lr_alpha_rel": 0.5,
+                                                     "eval_every": 1},
                 progress=False)
     base.update(kw)
     return ExperimentConfig(**base)
@@ -53,76 +30,117 @@ def exp():
     return Experiment(_cfg())
 
 
+def _server(exp, **over):
+    setup = exp.server_setup()
+    config = fedmezo_config(setup, {**exp.params, **over})
+    keys = list(exp.model_fn().state_dict().keys())
+    return FedMeZOServer(setup.initial_parameters, trainable=lora_positions(keys), config=config, num_partitions=3,
+                         seed=setup.seed, on_train_config=setup.fit_config)
+
+
 def _run_rounds(exp, comm_mode, rounds=2):
-    strat = _strategy(exp.server_setup(), {**exp.params, "comm_mode": comm_mode}, zo=True)
-    cm = PartitionClientManager(3, seed=0)
-    for pid in (2, 0, 1):
-        client = FedMeZOClient(exp.client_setup(pid, RecordDict(), exp.task.model_fn()), exp.params)
-        cm.register(_Proxy(f"c{pid}", client))
-    params = strat.initialize_parameters(cm)
+    core = _server(exp, comm_mode=comm_mode)
+    clients = {pid: FedMeZOClient(exp.client_setup(pid, RecordDict(), exp.task.model_fn()), exp.params) for pid in (2, 0, 1)}
     log = []
     for rnd in range(1, rounds + 1):
-        ins = strat.configure_fit(rnd, params, cm)
-        results = [(p, p.fit(fi, None, None)) for p, fi in ins]
-        up = sum(payload_bytes(r.parameters) + sum(len(v) for v in r.metrics.values() if isinstance(v, bytes))
-                 for _, r in results)
-        params, metrics = strat.aggregate_fit(rnd, results, [])
-        log.append(dict(ins=ins, results=results, metrics=metrics, up=up))
-    return parameters_to_ndarrays(params), log
+        ins = core.configure_train(rnd, core.select(rnd, [0, 1, 2]))
+        replies = []
+        for i in ins:
+            arrays, n, metrics = clients[i.partition_id].fit([a.copy() for a in i.arrays], dict(i.config))
+            replies.append(Reply(i.partition_id, arrays, n, metrics))
+        up = sum(sum(a.nbytes for a in r.arrays) + len(r.metrics.get("zo_pairs", b"")) for r in replies)
+        metrics = core.train_round(rnd, replies, sampled=[i.partition_id for i in ins], on_bad_reply="raise")
+        log.append(dict(ins=ins, replies=replies, metrics=metrics, up=up))
+    return core, log
 
 
-def test_configure_fit_personal_rates_and_seed_upload_equals_plain(exp):
-    arr_p, log_p = _run_rounds(exp, "params")
-    arr_s, log_s = _run_rounds(exp, "seeds")
+def test_personal_rates_seed_upload_equals_plain_and_lora_only_payload(exp):
+    core_p, log_p = _run_rounds(exp, "params")
+    core_s, log_s = _run_rounds(exp, "seeds")
+    # instructions carry only the adapters (8 LoRA tensors, r=128), not in the model layout
+    ins = log_p[0]["ins"][0]
+    assert not ins.model_layout and len(ins.arrays) == 8
+    n_lora = sum(a.size for a in ins.arrays)
+    assert n_lora == 2 * 2 * 128 * (64 + 64)
     # seed replay gives the same aggregated LoRA, bit for bit (snapshot restore)
-    assert len(arr_p) == len(arr_s) == 8
-    assert all(np.array_equal(a, b) for a, b in zip(arr_p, arr_s))
+    assert all(np.array_equal(a, b) for a, b in zip(core_p.current, core_s.current))
     # and far fewer uploaded bytes: 16 B per step vs 4 B per LoRA value
     assert log_s[0]["up"] == 3 * H * 16
-    assert log_p[0]["up"] == 3 * 4096 * 4
+    assert log_p[0]["up"] == 3 * n_lora * 4
+    # global_arrays is the whole model in the initial layout, with the new adapters in place
+    full = core_p.global_arrays()
+    assert len(full) == len(exp.initial_parameters)
+    assert all(np.array_equal(full[i], a) for i, a in zip(core_p.trainable, core_p.current))
+    frozen = [i for i in range(len(full)) if i not in core_p.trainable]
+    assert all(np.array_equal(full[i], exp.initial_parameters[i]) for i in frozen)
     # round 1: everyone at eta0; round 2: round-wise personalised rates from round-1 losses
-    r1 = [fi.config["lr"] for _, fi in log_p[0]["ins"]]
-    assert r1 == [1e-3] * 3
-    losses = [r.metrics["train_loss"] for _, r in log_p[0]["results"]]
-    pids = [r.metrics["partition-id"] for _, r in log_p[0]["results"]]
-    assert pids == [0, 1, 2]
-    exp_lr = personalised_lrs(losses, 1e-3, 5e-4)
-    r2 = [fi.config["lr"] for _, fi in log_p[1]["ins"]]
-    assert np.allclose(r2, exp_lr, rtol=0, atol=1e-15) and len(set(r2)) == 3
-    # client reply: num_examples = H*B and the metric keys
-    _, res = log_p[0]["results"][0]
-    assert res.num_examples == H * 1
+    assert [i.config["lr"] for i in log_p[0]["ins"]] == [2e-4] * 3
+    losses = [r.metrics["train_loss"] for r in log_p[0]["replies"]]
+    assert [r.partition_id for r in log_p[0]["replies"]] == [0, 1, 2]
+    expected = personalised_lrs(losses, 2e-4, 1e-4)
+    r2 = [i.config["lr"] for i in log_p[1]["ins"]]
+    assert np.allclose(r2, expected, rtol=0, atol=1e-15) and len(set(r2)) == 3
+    # client reply: num_examples = H*B and the metric keys of spec 1.7
+    rep = log_p[0]["replies"][0]
+    assert rep.num_examples == H * 1
     for k in ("train_loss", "train_loss_mid", "n_skipped", "lr_used", "partition-id", "proj_grad_abs_mean"):
-        assert k in res.metrics
+        assert k in rep.metrics
     # aggregation = uniform mean of the returned tensors (A and B separately)
-    cl = [parameters_to_ndarrays(r.parameters) for _, r in log_p[1]["results"]]
+    cl = [r.arrays for r in log_p[1]["replies"]]
     for k in range(8):
-        ref = (np.mean([c[k].astype(np.float64) for c in cl], axis=0)).astype(np.float32)
-        assert np.allclose(ref, arr_p[k], rtol=1e-6, atol=1e-9)
+        ref = np.mean([c[k].astype(np.float64) for c in cl], axis=0)
+        assert np.allclose(ref, core_p.current[k], rtol=1e-6, atol=1e-9)
 
 
 def test_identical_client_arrays_aggregate_to_themselves(exp):
-    strat = _strategy(exp.server_setup(), dict(exp.params), zo=True)
-    arrs = [np.random.default_rng(k).normal(size=(3, 4)).astype(np.float32) for k in range(2)]
-    res = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrs), H, {"partition-id": i, "train_loss": 1.0}))
-           for i in range(3)]
-    strat._sent_lr = {0: 1e-3, 1: 1e-3, 2: 1e-3}
-    out, _ = strat.aggregate_fit(1, res, [])
-    assert all(np.array_equal(a, b) for a, b in zip(arrs, parameters_to_ndarrays(out)))
+    core = _server(exp)
+    ins = core.configure_train(1, [0, 1, 2])
+    arrs = [np.random.default_rng(k).normal(size=a.shape).astype(np.float32) for k, a in enumerate(ins[0].arrays)]
+    core.train_round(1, [Reply(p, arrs, H, {"train_loss": 1.0}) for p in range(3)], sampled=[0, 1, 2],
+                     on_bad_reply="raise")
+    assert all(np.array_equal(a, b) for a, b in zip(arrs, core.current))
+
+
+def test_weighting_by_examples(exp):
+    core = _server(exp, weighting="num_examples")
+    ins = core.configure_train(1, [0, 1])
+    a0 = [np.zeros_like(a) for a in ins[0].arrays]
+    a1 = [np.ones_like(a) for a in ins[0].arrays]
+    core.train_round(1, [Reply(0, a0, 1, {}), Reply(1, a1, 3, {})], sampled=[0, 1], on_bad_reply="raise")
+    assert all(np.allclose(c, 0.75) for c in core.current)
 
 
 def test_bad_strategy_options(exp):
     with pytest.raises(ValueError, match="comm_mode"):
-        _strategy(exp.server_setup(), {**exp.params, "comm_mode": "zip"}, zo=True)
+        _server(exp, comm_mode="zip")
     with pytest.raises(ValueError, match="lr_strategy"):
-        _strategy(exp.server_setup(), {**exp.params, "lr_strategy": "fancy"}, zo=True)
+        _server(exp, lr_strategy="fancy")
 
 
 def test_end_to_end_learns_and_is_deterministic():
-    cfg = _cfg(rounds=8, local_steps=20, params={"n_examples": 360})
+    cfg = _cfg(rounds=3, local_steps=10, params={"n_examples": 240, "eval_every": 1})
     r1 = run_experiment(cfg)
     losses = [r["loss"] for r in r1["rounds"]]
     assert all(np.isfinite(losses))
-    assert min(losses[-3:]) <= 0.985 * losses[0]
-    r2 = run_experiment(_cfg(rounds=2, local_steps=20, params={"n_examples": 360}))
-    assert [r["loss"] for r in r2["rounds"]] == losses[:3]
+    assert losses[-1] < losses[1] < losses[0]
+    r2 = run_experiment(cfg)
+    assert [r["loss"] for r in r2["rounds"]] == losses
+
+
+def test_config_defaults_are_the_papers():
+    c = FedMeZOConfig()
+    assert (c.lr, c.local_steps, c.batch_size, c.mu, c.weight_decay, c.num_perturbations) == (1e-5, 30, 1, 1e-3, 0.0, 1)
+    assert (c.lr_strategy, c.lr_alpha, c.lr_window, c.weighting, c.comm_mode, c.eval_every) == \
+        ("frozen", 5e-6, 5, "uniform", "params", 10)
+
+
+def test_lr_decay_scales_the_personalised_rates():
+    arrays = [np.zeros((2, 2), np.float32), np.ones((3,), np.float32)]
+    cfg = FedMeZOConfig(lr=1e-3, lr_decay=0.5, lr_strategy="random", lr_alpha_rel=0.5)
+    core = FedMeZOServer(arrays, trainable=[0], config=cfg, num_partitions=2, seed=3)
+    twin = FedMeZOServer(arrays, trainable=[0], config=FedMeZOConfig(lr=1e-3, lr_strategy="random", lr_alpha_rel=0.5),
+                         num_partitions=2, seed=3)
+    for rnd in (1, 3):
+        got = [i.config["lr"] for i in core.configure_train(rnd, [0, 1])]
+        ref = [i.config["lr"] * 0.5 ** (rnd - 1) for i in twin.configure_train(rnd, [0, 1])]
+        assert got == ref and all(5e-4 * 0.5 ** (rnd - 1) <= g <= 1.5e-3 * 0.5 ** (rnd - 1) for g in got)

@@ -1,23 +1,38 @@
-"""FedMeZO: zeroth-order (MeZO) federated LoRA tuning of language models.
+"""FedMeZO: zeroth-order (MeZO) federated LoRA tuning of language models, and its backprop
+baseline LoRA FedAvg.
 
 Paper: Ling, Chen, Yao, Li, Shen, "On the Convergence of Zeroth-Order Federated Tuning for Large
 Language Models", KDD 2024 (arXiv:2402.05926).
 
-Framework-neutral core (torch in, torch out):
+- :mod:`.config`       -- validated hyperparameters (paper defaults): ``FedMeZOConfig``, ``LoRAFedAvgConfig``.
+- :mod:`.zseed`        -- seed derivation and seed-regenerated Gaussian directions ``z``.
+- :mod:`.engine`       -- the MeZO step (perturb in place, two forwards, projected gradient, update).
+- :mod:`.local`        -- the stateless data cursor and a plain local-round loop.
+- :mod:`.replay`       -- (seed, scalar) upload: encoding and server-side replay (an extension).
+- :mod:`.lr_rules`     -- personalised learning-rate rules (Proposition 3.7).
+- :mod:`.accounting`   -- LoRA size / payload arithmetic and the paper's theory constants.
+- :mod:`.server`       -- the framework-neutral server cores ``FedMeZOServer``, ``LoRAFedAvgServer``.
+- :mod:`.strategy`     -- legacy Flower strategies ``FedMeZO``, ``LoRAFedAvg``.
+- :mod:`.serverapp`    -- Message-API strategies ``FedMeZO``, ``LoRAFedAvg``.
+- :mod:`.registration` -- the ``fedmezo`` and ``lora-fedavg`` registry entries.
 
-- :mod:`.zseed`     -- seed derivation and seed-regenerated Gaussian directions ``z``.
-- :mod:`.engine`    -- the MeZO step (perturb in place, two forwards, projected gradient, update).
-- :mod:`.replay`    -- (seed, scalar) upload: encoding and server-side replay.
-- :mod:`.lr_rules`  -- personalised learning-rate rules (Proposition 3.7).
-- :mod:`.accounting`-- LoRA size / payload arithmetic and the paper's theory constants.
+The client pieces (the ``MeZO`` optimizer, payload helpers, ready-made clients) are in
+``flwr_strategies.clients.fedmezo``.
 """
 
+from .config import FedMeZOConfig, LoRAFedAvgConfig
 from .engine import MeZOEngine, StepResult, trainable_named_params
 from .lr_rules import PersonalisedLR, normalise_signals, personalised_lrs
 from .replay import decode_pairs, encode_pairs, replay_updates
+from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
 from .zseed import derive_seed, make_generator, z_like
 
 __all__ = [
+    "FedMeZOConfig",
+    "LoRAFedAvgConfig",
+    "FedMeZOServer",
+    "LoRAFedAvgServer",
+    "lora_positions",
     "MeZOEngine",
     "StepResult",
     "trainable_named_params",

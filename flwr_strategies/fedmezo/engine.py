@@ -34,6 +34,11 @@ RESTORE_MODES = ("snapshot", "regenerate")
 _WD_EXCLUDE = ("bias", "layer_norm", "layernorm")
 
 
+def direction_seed(step_seed: int, j: int) -> int:
+    """Seed of direction ``j`` of a step whose seed is ``step_seed`` (``j = 0`` is the step seed)."""
+    return int(step_seed) if j == 0 else derive_seed(int(step_seed) % (2**63), 0, 0, 0, int(j))
+
+
 def trainable_named_params(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Canonical order of the tensors MeZO perturbs: ``named_parameters()`` with ``requires_grad``."""
     out = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -197,16 +202,13 @@ class MeZOEngine:
             if self.module is not None and was_training:
                 self.module.train()
 
-    def _direction_seed(self, seed: int, j: int) -> int:
-        return seed if j == 0 else derive_seed(seed % (2**63), 0, 0, 0, j)
-
     def _step(self, loss_fn, lr: float, seed: int, override: float | None) -> StepResult:
         self.n_steps += 1
         snap = self.snapshot() if self.restore_mode == "snapshot" else None
         mu = self.mu
         grads: list[float] = []
         lp_sum = lm_sum = 0.0
-        seeds = [self._direction_seed(seed, j) for j in range(self.num_perturbations)]
+        seeds = [direction_seed(seed, j) for j in range(self.num_perturbations)]
         ok = True
         for s in seeds:
             self.perturb(s, mu)

@@ -108,19 +108,31 @@ class PersonalisedLR:
             return d if r == server_round - 1 else None
         raise AssertionError(self.strategy)
 
-    def rates(self, server_round: int, client_ids: Sequence[int]) -> dict[int, float]:
-        """Learning rate of each client for ``server_round``."""
+    def rates(self, server_round: int, client_ids: Sequence[int], scale: float = 1.0) -> dict[int, float]:
+        """Learning rate of each client for ``server_round`` (every rate times ``scale``, the
+        round's learning-rate decay factor)."""
         ids = sorted(int(c) for c in client_ids)
         if self.strategy == "frozen":
-            return {c: self.eta0 for c in ids}
+            return {c: scale * self.eta0 for c in ids}
         if self.strategy == "random":
             rng = np.random.default_rng(np.random.SeedSequence([self.seed, int(server_round)]))
             draws = rng.uniform(self.eta0 - self.alpha, self.eta0 + self.alpha, size=max(ids, default=-1) + 1)
-            return {c: float(draws[c]) for c in ids}
+            return {c: scale * float(draws[c]) for c in ids}
         sig = {c: self._signal(c, server_round) for c in ids}
         have = [c for c in ids if sig[c] is not None]
         out = {c: self.eta0 for c in ids}
         if len(have) >= 2:
             for c, lr in zip(have, personalised_lrs([sig[c] for c in have], self.eta0, self.alpha)):
                 out[c] = lr
-        return out
+        return {c: scale * lr for c, lr in out.items()}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """The signal histories (JSON-friendly: string keys, lists)."""
+        return {"loss_history": {str(c): [[int(r), float(v)] for r, v in h] for c, h in self.loss_history.items()},
+                "diff_signal": {str(c): [int(r), float(d)] for c, (r, d) in self.diff_signal.items()}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore :meth:`state_dict`."""
+        self.loss_history = {int(c): [(int(r), float(v)) for r, v in h] for c, h in state["loss_history"].items()}
+        self.diff_signal = {int(c): (int(v[0]), float(v[1])) for c, v in state["diff_signal"].items()}

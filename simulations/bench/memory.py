@@ -38,6 +38,7 @@ def _rss_kib() -> int:
 
 
 def _build(args):
+    from flwr_strategies.clients.fedmezo import cast_adapters
     from flwr_strategies.simulations.lm.data import collate, generate_instructions, tokenize_records
     from flwr_strategies.simulations.lm.model import apply_lora, build_byte_tokenizer, ensure_tiny_base, load_causal_lm
 
@@ -60,9 +61,7 @@ def _build(args):
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     model = model.to(device=args.device, dtype=dtype)
     model = apply_lora(model, r=args.lora_r, alpha=2 * args.lora_r)
-    for n, p in model.named_parameters():  # adapters in fp32 (spec 1.3 rule 8)
-        if p.requires_grad:
-            p.data = p.data.float()
+    cast_adapters(model, args.adapter_dtype)  # fp32 by default (spec 1.3 rule 8); fp16 = the reference
     recs = generate_instructions(args.batch_size, seed=11)
     data = tokenize_records(recs, tok, max_len=args.max_len)
     batch = {k: v.to(args.device) for k, v in collate(data, range(args.batch_size), int(tok.pad_token_id)).items()}
@@ -130,7 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=0, help="instead: a random Llama of this hidden size (memory only)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="base model dtype")
-    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--lora-r", type=int, default=128, help="LoRA rank (alpha = 2r; paper: 128 / 256)")
+    p.add_argument("--adapter-dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="LoRA adapter dtype")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-len", type=int, default=320)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -174,9 +174,9 @@ def run(argv: list[str]) -> dict:
     ratio_extra = z["extra_bytes"] / max(1, f["extra_bytes"])
     print(f"\nMeZO/forward peak ratio: {ratio_peak:.3f}; backprop/forward: {b['peak_bytes'] / f['peak_bytes']:.3f}")
     print(f"MeZO/forward extra-memory ratio: {ratio_extra:.3f}; backprop/forward: {b['extra_bytes'] / max(1, f['extra_bytes']):.3f}")
-    lora_up = r0["lora_params"] * 4
+    lora_up = r0["lora_params"] * (2 if args.adapter_dtype != "fp32" else 4)
     seed_up = args.steps * 16
-    print(f"\nupload per client per round: LoRA fp32 {lora_up:,} B (fp16 would be {r0['lora_params'] * 2:,} B); "
+    print(f"\nupload per client per round: LoRA {args.adapter_dtype} {lora_up:,} B (fp16: {r0['lora_params'] * 2:,} B); "
           f"seed-and-scalar (H={args.steps}) {seed_up:,} B; ratio {lora_up / seed_up:.0f}x")
     res = {"rows": rows, "mezo_forward_peak_ratio": ratio_peak, "mezo_forward_extra_ratio": ratio_extra,
            "lora_upload_bytes": lora_up, "seed_upload_bytes": seed_up}

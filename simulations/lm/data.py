@@ -61,24 +61,43 @@ def generate_instructions(n: int, seed: int = 0, categories: Sequence[str] = CAT
     return [_make(cats[int(rng.integers(len(cats)))], rng) for _ in range(n)]
 
 
-def load_instruction_file(path: str | Path) -> list[dict]:
-    """Read Dolly (jsonl: instruction, context, response, category) or Alpaca (json list or jsonl:
-    instruction, input, output) records into the common schema."""
+def _record(r: dict, fmt: str) -> dict:
+    if fmt == "gsm8k":
+        return {"instruction": r["question"], "input": "",
+                "output": str(r["answer"]).replace("####", "The answer is"), "category": "none"}
+    rec = {
+        "instruction": r["instruction"],
+        "input": r.get("input", r.get("context", "")) or "",
+        "output": r.get("output", r.get("response", "")),
+        "category": r.get("category", "none"),
+    }
+    if fmt == "codealpaca":  # the reference's category is the programming language in ``input``
+        rec["category"] = str(r.get("input", "") or "none")
+    return rec
+
+
+INSTRUCTION_FORMATS = ("dolly", "alpaca", "gsm8k", "codealpaca")
+
+
+def load_instruction_file(path: str | Path, fmt: str = "dolly") -> list[dict]:
+    """Read instruction records into the common schema (spec 4.3 mappings): Dolly (jsonl:
+    instruction, context, response, category), Alpaca (json list or jsonl: instruction, input,
+    output), GSM8K (jsonl: question, answer; ``####`` becomes ``The answer is``) or CodeAlpaca
+    (Alpaca fields; the category is the ``input`` field, the language)."""
+    if fmt not in INSTRUCTION_FORMATS:
+        raise ValueError(f"instruction format must be one of {INSTRUCTION_FORMATS}, got {fmt!r}")
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"instruction data file not found: {p}")
     text = p.read_text(encoding="utf-8")
     rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+    need = ("question", "answer") if fmt == "gsm8k" else ("instruction",)
     out = []
     for i, r in enumerate(rows):
-        if "instruction" not in r:
-            raise ValueError(f"{p}: record {i} has no 'instruction' field")
-        out.append({
-            "instruction": r["instruction"],
-            "input": r.get("input", r.get("context", "")) or "",
-            "output": r.get("output", r.get("response", "")),
-            "category": r.get("category", "none"),
-        })
+        missing = [k for k in need if k not in r]
+        if missing:
+            raise ValueError(f"{p}: record {i} has no '{missing[0]}' field (reading it as {fmt})")
+        out.append(_record(r, fmt))
     if not out:
         raise ValueError(f"{p}: no records")
     return out
@@ -101,18 +120,27 @@ def prompt_of(rec: dict) -> str:
 
 @dataclass
 class LMData:
-    """Tokenised examples: per example an id tensor and a label tensor (prompt masked to -100)."""
+    """Tokenised examples: per example an id tensor and a label tensor (prompt masked to -100).
+
+    ``batch(indices)`` collates examples into a right-padded HF-style dict (the in-memory data
+    protocol of the FedMeZO clients)."""
 
     ids: list[torch.Tensor]
     labels: list[torch.Tensor]
     categories: list[str]
+    pad_id: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def subset(self, idx: Sequence[int]) -> "LMData":
         idx = [int(i) for i in idx]
-        return LMData([self.ids[i] for i in idx], [self.labels[i] for i in idx], [self.categories[i] for i in idx])
+        return LMData([self.ids[i] for i in idx], [self.labels[i] for i in idx], [self.categories[i] for i in idx],
+                      self.pad_id)
+
+    def batch(self, idx: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Examples ``idx`` as ``{input_ids, attention_mask, labels}``, right-padded."""
+        return collate(self, idx, self.pad_id)
 
 
 def tokenize_records(records: Sequence[dict], tokenizer, max_len: int = 320) -> LMData:
@@ -128,7 +156,8 @@ def tokenize_records(records: Sequence[dict], tokenizer, max_len: int = 320) -> 
         ids.append(torch.tensor(x, dtype=torch.long))
         labels.append(torch.tensor(y, dtype=torch.long))
         cats.append(str(r.get("category", "none")))
-    return LMData(ids, labels, cats)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return LMData(ids, labels, cats, int(pad))
 
 
 def collate(data: LMData, idx: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:

@@ -3,34 +3,111 @@
 - Model: ``--model PATH`` (or ``--set model_dir=PATH``) names a local transformers checkpoint with
   its tokenizer; without it the cached tiny pretrained LLaMA-architecture base is used (built on
   first use, see :mod:`simulations.lm.model`). peft LoRA (``lora_r``, ``lora_alpha``,
-  ``lora_dropout``, ``lora_targets``) on ``q_proj``/``v_proj`` by default; the base is frozen.
-- Data: ``--dataset instructions`` (default; generated, 8 categories) or ``dolly``/``alpaca``
-  (a jsonl/json file in ``--data-dir``). A random ``test_fraction`` is held out centrally; the
-  train part is split over clients by ``--partition`` ``iid`` | ``dirichlet`` (LDA over categories,
-  ``--alpha``) | ``meta`` (whole categories per client, Dolly-Meta).
+  ``lora_dropout``, ``lora_targets``) on ``q_proj``/``v_proj`` by default; the base is frozen in
+  ``base_dtype``, the adapters are in ``adapter_dtype`` (fp32 by default; ``fp16`` as the
+  reference implementation).
+- Data: ``--dataset instructions`` (default, also for ``digits``; generated, 8 categories) or
+  ``dolly``/``alpaca``/``gsm8k``/``codealpaca`` (a jsonl/json file in ``--data-dir``). A random
+  ``test_fraction`` is held out centrally; the train part is split over clients by
+  ``--partition`` ``iid`` | ``dirichlet`` (LDA over categories, ``--alpha``) | ``meta`` (whole
+  categories per client, Dolly-Meta).
 - Evaluation: mean per-example response-token cross-entropy on the pooled test split;
   ``accuracy`` is next-token accuracy on response tokens.
+
+Every LM setting is checked when the task is built (before any training); an error names the
+setting and the value.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from flwr_strategies.clients.fedmezo import ADAPTER_DTYPES, cast_adapters, evaluate_causal_lm
 from flwr_strategies.registry import get_method, resolve_params
 
-from .data import (LMData, collate, find_instruction_file, generate_instructions, load_instruction_file,
-                   split_clients, tokenize_records)
-from .model import apply_lora, ensure_tiny_base, load_causal_lm
+from .data import (LMData, find_instruction_file, generate_instructions, load_instruction_file, split_clients,
+                   tokenize_records)
+from .model import apply_lora, check_model_dir, ensure_tiny_base, load_causal_lm
 
-LM_DATASETS = ("instructions", "dolly", "alpaca")
-_MODEL_CACHE: dict[str, Any] = {}
+LM_DATASETS = ("instructions", "dolly", "alpaca", "gsm8k", "codealpaca")
+BASE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_MODEL_CACHE: dict[Any, Any] = {}
+_BUILD_LOCK = threading.RLock()
 
 
-def lm_param(params: dict, key: str, default: Any) -> Any:
-    return params.get(key, default)
+@dataclass(frozen=True)
+class LMSettings:
+    """The LM workload's settings (method parameters shared by ``fedmezo`` and ``lora-fedavg``).
+
+    Parameters
+    ----------
+    model_dir : str
+        Local checkpoint directory ("" = the cached tiny pretrained base).
+    lora_r : int
+        LoRA rank, >= 1 (paper: 128).
+    lora_alpha : float
+        LoRA scaling numerator, > 0 (paper: 256; scale alpha/r = 2).
+    lora_dropout : float
+        LoRA dropout in [0, 1) (official code: 0.05; off during MeZO's forward passes).
+    lora_targets : tuple[str, ...]
+        Module-name suffixes that get adapters (PEFT's LLaMA default: q_proj, v_proj).
+    max_len : int
+        Token length limit of an example, >= 8 (official code: 1000; 320 for the byte tokenizer).
+    base_dtype, adapter_dtype : str
+        ``fp32``, ``fp16`` or ``bf16`` (paper: fp16 base; spec: fp32 adapters, ``fp16`` = reference).
+    n_examples : int
+        Generated examples (``instructions`` only), >= 2.
+    test_fraction : float
+        Fraction held out as the central test split, in (0, 1) (paper: 1%).
+    """
+
+    model_dir: str
+    lora_r: int
+    lora_alpha: float
+    lora_dropout: float
+    lora_targets: tuple[str, ...]
+    max_len: int
+    base_dtype: str
+    adapter_dtype: str
+    n_examples: int
+    test_fraction: float
+
+    @classmethod
+    def from_params(cls, params: dict, model: str | None = None) -> "LMSettings":
+        def integer(key: str, low: int) -> int:
+            v = params[key]
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
+            return int(v)
+
+        def number(key: str, low: float, high: float | None = None, low_open: bool = True) -> float:
+            v = params[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or (v <= low if low_open else v < low) or (high is not None and v >= high):
+                rng = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'})"
+                raise ValueError(f"{key} must be a finite number in {rng}, got {v!r}")
+            return float(v)
+
+        for key in ("base_dtype", "adapter_dtype"):
+            if params[key] not in BASE_DTYPES:
+                raise ValueError(f"{key} must be one of {tuple(BASE_DTYPES)}, got {params[key]!r}")
+        targets = tuple(t.strip() for t in str(params["lora_targets"]).split(",") if t.strip())
+        if not targets:
+            raise ValueError(f"lora_targets must name at least one module, got {params['lora_targets']!r}")
+        model_dir = str(params.get("model_dir") or model or "")
+        if model_dir:
+            check_model_dir(model_dir)
+        return cls(model_dir=model_dir, lora_r=integer("lora_r", 1), lora_alpha=number("lora_alpha", 0.0),
+                   lora_dropout=number("lora_dropout", 0.0, 1.0, low_open=False), lora_targets=targets,
+                   max_len=integer("max_len", 8), base_dtype=str(params["base_dtype"]),
+                   adapter_dtype=str(params["adapter_dtype"]), n_examples=integer("n_examples", 2),
+                   test_fraction=number("test_fraction", 0.0, 1.0))
 
 
 class CausalLMTask:
@@ -38,37 +115,33 @@ class CausalLMTask:
 
     def __init__(self, cfg: Any) -> None:
         params = resolve_params(get_method(cfg.method), cfg.params)
-        model_dir = params.get("model_dir") or cfg.model or ""
-        self.model_dir = str(model_dir) if model_dir else str(ensure_tiny_base())
-        self.lora = dict(r=int(params.get("lora_r", 8)), alpha=int(params.get("lora_alpha", 16)),
-                         dropout=float(params.get("lora_dropout", 0.05)),
-                         targets=tuple(t.strip() for t in str(params.get("lora_targets", "q_proj,v_proj")).split(",") if t.strip()))
+        self.settings = s = LMSettings.from_params(params, cfg.model)
+        self.model_dir = s.model_dir or str(ensure_tiny_base())
+        self.lora = dict(r=s.lora_r, alpha=s.lora_alpha, dropout=s.lora_dropout, targets=s.lora_targets)
         self.seed = int(cfg.seed)
-        dt = str(params.get("base_dtype", "fp32"))
-        dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-        if dt not in dtypes:
-            raise ValueError(f"base_dtype must be one of {sorted(dtypes)}, got {dt!r}")
-        self.base_dtype = dtypes[dt]
+        self.base_dtype = BASE_DTYPES[s.base_dtype]
+        self.adapter_dtype = ADAPTER_DTYPES[s.adapter_dtype]
         self.device = torch.device(cfg.device)
         base, tok = self._base()
         self.tokenizer = tok
         self.pad_id = int(tok.pad_token_id)
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-        max_len = int(params.get("max_len", 320))
         if cfg.dataset in (None, "", "instructions", "digits"):
-            recs = generate_instructions(int(params.get("n_examples", 1200)), seed=7 + int(data_seed))
+            recs = generate_instructions(s.n_examples, seed=7 + int(data_seed))
             name = "instructions"
-        elif cfg.dataset in ("dolly", "alpaca"):
+        elif cfg.dataset in LM_DATASETS:
             if not cfg.data_dir:
                 raise ValueError(f"--dataset {cfg.dataset} needs --data-dir with the jsonl/json file")
-            recs = load_instruction_file(find_instruction_file(cfg.data_dir))
+            recs = load_instruction_file(find_instruction_file(cfg.data_dir), fmt=cfg.dataset)
             name = cfg.dataset
         else:
             raise KeyError(f"causal-lm task: unknown dataset '{cfg.dataset}'; valid: {', '.join(LM_DATASETS)}")
-        data = tokenize_records(recs, tok, max_len=max_len)
+        data = tokenize_records(recs, tok, max_len=s.max_len)
         rng = np.random.default_rng(np.random.SeedSequence([int(data_seed), 31]))
         perm = rng.permutation(len(data))
-        n_test = max(1, int(round(float(params.get("test_fraction", 1 / 12)) * len(data))))
+        n_test = max(1, int(round(s.test_fraction * len(data))))
+        if n_test >= len(data):
+            raise ValueError(f"test_fraction {s.test_fraction} leaves no training data ({len(data)} examples)")
         self.test = data.subset(np.sort(perm[:n_test]))
         self.train = data.subset(np.sort(perm[n_test:]))
         how = cfg.partition or "iid"
@@ -77,13 +150,16 @@ class CausalLMTask:
         for i, p in enumerate(self.parts):
             if len(p) == 0:
                 raise ValueError(f"client {i} received an empty training set (partition {how}, {len(self.train)} examples)")
-        self.notes = [f"causal-lm: model {self.model_dir}", f"data {name}: {len(self.train)} train / {len(self.test)} test, "
-                      f"split {how} over {cfg.num_clients} clients", f"LoRA r={self.lora['r']} alpha={self.lora['alpha']} on {','.join(self.lora['targets'])}"]
+        self.notes = [f"causal-lm: model {self.model_dir} (base {s.base_dtype}, adapters {s.adapter_dtype})",
+                      f"data {name}: {len(self.train)} train / {len(self.test)} test, "
+                      f"split {how} over {cfg.num_clients} clients",
+                      f"LoRA r={s.lora_r} alpha={s.lora_alpha:g} dropout={s.lora_dropout:g} on {','.join(s.lora_targets)}"]
 
     def _base(self):
-        key = self.model_dir
+        key = (self.model_dir, str(self.base_dtype))
         if key not in _MODEL_CACHE:
-            model, tok = load_causal_lm(self.model_dir)
+            with _BUILD_LOCK:
+                model, tok = load_causal_lm(self.model_dir, dtype=self.base_dtype)
             _MODEL_CACHE.clear()
             _MODEL_CACHE[key] = (model.state_dict(), model.config, tok)
         sd, config, tok = _MODEL_CACHE[key]
@@ -93,15 +169,18 @@ class CausalLMTask:
         from transformers import AutoModelForCausalLM
 
         (sd, config), _ = self._base()
-        with torch.random.fork_rng():
+        # transformers switches torch's process-wide default dtype while it builds a model (to the
+        # config's dtype, fp16 for an fp16 checkpoint) and restores it afterwards. Clients build
+        # models in worker threads, so two builds could interleave and leave fp16 as the default.
+        # Build one model at a time, in fp32, and cast explicitly.
+        with _BUILD_LOCK, torch.random.fork_rng():
             torch.manual_seed(self.seed)
-            base = AutoModelForCausalLM.from_config(config)
+            base = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             base.load_state_dict(sd)
-            model = apply_lora(base.to(self.base_dtype), r=self.lora["r"], alpha=self.lora["alpha"],
-                               dropout=self.lora["dropout"], targets=self.lora["targets"])
-        for p in model.parameters():  # frozen base in base_dtype, LoRA adapters in fp32 (spec 1.3 rule 8)
-            if p.requires_grad:
-                p.data = p.data.float()
+            base.to(self.base_dtype)
+            model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
+                               targets=self.lora["targets"])
+        cast_adapters(model, self.adapter_dtype)  # frozen base in base_dtype, adapters in adapter_dtype (spec 1.3 rule 8)
         return model.to(self.device)
 
     def client_data(self, partition_id: int) -> tuple[LMData, None]:
@@ -116,27 +195,15 @@ class CausalLMTask:
 
 
 @torch.no_grad()
-def evaluate_lm(model: torch.nn.Module, data: LMData, pad_id: int, batch_size: int = 50) -> tuple[float, dict[str, float]]:
+def evaluate_lm(model: torch.nn.Module, data: LMData, pad_id: int | None = None,
+                batch_size: int = 50) -> tuple[float, dict[str, float]]:
     """(mean per-example response loss, {"accuracy": response next-token accuracy, "test_loss"})."""
-    was = model.training
-    model.eval()
-    dev = next(model.parameters()).device
-    losses, correct, total = [], 0, 0
-    for s in range(0, len(data), batch_size):
-        b = collate(data, range(s, min(len(data), s + batch_size)), pad_id)
-        b = {k: v.to(dev) for k, v in b.items()}
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.float()
-        lab = b["labels"][:, 1:]
-        lg = logits[:, :-1]
-        ce = torch.nn.functional.cross_entropy(lg.transpose(1, 2), lab, ignore_index=-100, reduction="none")
-        mask = lab != -100
-        cnt = mask.sum(1).clamp(min=1)
-        losses.append((ce.sum(1) / cnt).cpu())
-        correct += int(((lg.argmax(-1) == lab) & mask).sum())
-        total += int(mask.sum())
-    model.train(was)
-    loss = float(torch.cat(losses).mean()) if losses else float("nan")
-    return loss, {"accuracy": correct / max(1, total), "test_loss": loss}
+    if pad_id is not None and pad_id != data.pad_id:
+        data = LMData(data.ids, data.labels, data.categories, int(pad_id))
+    batches = (data.batch(range(s, min(len(data), s + batch_size))) for s in range(0, len(data), batch_size))
+    loss, metrics = evaluate_causal_lm(model, batches)
+    metrics.pop("num_examples")
+    return loss, metrics
 
 
 def _register() -> None:

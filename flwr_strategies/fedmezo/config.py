@@ -1,0 +1,245 @@
+"""Hyperparameters of FedMeZO and of its backprop baseline LoRA FedAvg (frozen, validated).
+
+Paper: Ling, Chen, Yao, Li, Shen, "On the Convergence of Zeroth-Order Federated Tuning for Large
+Language Models", KDD 2024 (arXiv:2402.05926). Reference code: alibaba/FederatedScope, branch
+``FedMeZO`` (``llm/baseline/{frozen,dynamic}/*.yaml``). Every default is the paper's setting for
+OpenLLaMA-3B (tag in brackets: [paper], [official code], [spec] = our spec's decision); the
+project's runner may replace the learning rate for its tiny default model (see
+:mod:`.registration`).
+
+Every field is checked on construction; an impossible value raises ``ValueError`` naming the
+setting and the value, before any training starts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..setup import SettingError
+from .engine import RESTORE_MODES
+from .lr_rules import LR_STRATEGIES
+from .zseed import Z_DEVICES
+
+__all__ = ["FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
+           "Z_DEVICES", "ADAPTER_DTYPES"]
+
+COMM_MODES = ("params", "seeds")
+WEIGHTINGS = ("uniform", "num_examples")
+#: Data type of the LoRA adapters (``fp16`` reproduces the reference, which calls ``model.half()``).
+ADAPTER_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def _number(name: str, value, *, low: float | None = None, low_open: bool = False, high: float | None = None,
+            high_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SettingError(name, value, "a finite number")
+    if low is not None and (value <= low if low_open else value < low):
+        raise SettingError(name, value, f"{'>' if low_open else '>='} {low}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise SettingError(name, value, f"{'<' if high_open else '<='} {high}")
+
+
+def _integer(name: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SettingError(name, value, f"an integer >= {low}")
+
+
+def _choice(name: str, value, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise SettingError(name, value, f"one of {options}")
+
+
+def _steps_or_epochs(local_steps, local_epochs) -> None:
+    if local_steps is None and local_epochs is None:
+        raise SettingError("local_steps", None, "an integer >= 1 when local_epochs is not set")
+    if local_steps is not None and local_epochs is not None:
+        raise SettingError("local_epochs", local_epochs, f"None when local_steps is set (local_steps={local_steps!r})")
+    if local_steps is not None:
+        _integer("local_steps", local_steps, 1)
+    else:
+        _integer("local_epochs", local_epochs, 1)
+
+
+@dataclass(frozen=True)
+class FedMeZOConfig:
+    """FedMeZO: FedAvg of LoRA adapters that each client tunes with MeZO zeroth-order steps.
+
+    Parameters
+    ----------
+    lr : float (default: 1e-5)
+        Base client learning rate eta0, > 0 [paper: 1e-5 Dolly/Alpaca, 2e-5 CodeAlpaca, 2.5e-5
+        GSM8K]. With a personalised ``lr_strategy`` client i gets ``eta0 + alpha * Phi_i``.
+    local_steps : int | None (default: 30)
+        H, MeZO steps per round, >= 1 [paper]. Exactly one of ``local_steps``/``local_epochs``.
+    local_epochs : int | None (default: None)
+        Alternatively, passes over the local data per round (``ceil(n_i / batch_size)`` steps
+        each), >= 1. Not with ``comm_mode="seeds"``.
+    batch_size : int (default: 1)
+        Examples per MeZO step; both forward passes use the same batch, >= 1 [paper].
+    mu : float (default: 1e-3)
+        Perturbation scale (MeZO's epsilon, the code's ``zo_eps``), > 0 [paper].
+    weight_decay : float (default: 0.0)
+        Decoupled weight decay of the MeZO update, >= 0; skipped for bias/LayerNorm tensors
+        [official code].
+    lr_decay : float (default: 1.0)
+        Per-round factor of eta0 and alpha (round t uses ``lr * lr_decay**(t-1)``), in (0, 1]
+        [paper: no decay].
+    num_perturbations : int (default: 1)
+        n, directions averaged per step (n-SPSA, 2n forward passes), >= 1 [paper, following MeZO].
+    lr_strategy : str (default: "frozen")
+        Personalised rates (paper Proposition 3.7, Fig. 4): ``frozen`` (eta0 for all), ``random``,
+        ``round-wise``, ``five-round`` or ``model-diff`` [official code].
+    lr_alpha : float (default: 5e-6)
+        Absolute spread alpha of the personalised rates, ``0 <= alpha < lr`` [official code]. Unused
+        with ``frozen``.
+    lr_alpha_rel : float | None (default: None)
+        The paper's relative form instead: ``alpha = lr_alpha_rel * lr``, in [0, 1) (0.5 equals the
+        code's 5e-6 at lr 1e-5). Overrides ``lr_alpha`` when set.
+    lr_window : int (default: 5)
+        Rounds averaged by ``five-round``, >= 1 [official code].
+    weighting : str (default: "uniform")
+        ``uniform`` (the paper's 1/N) or ``num_examples`` (the reference's sample-weighted mean,
+        equal when every client runs H steps of batch B) [paper].
+    comm_mode : str (default: "params")
+        ``params``: clients upload their LoRA tensors [paper]. ``seeds``: an extension NOT in the
+        paper: clients upload their (seed, coefficient) pairs, 16 bytes per step, and the server
+        replays them (bit-identical with ``restore_mode="snapshot"``). Needs ``weight_decay=0``,
+        ``z_device="cpu"`` and ``local_steps``.
+    z_device : str (default: "cpu")
+        Where the directions are drawn: ``cpu`` (portable, replayable anywhere) or ``param`` (the
+        parameter's device; faster on GPU) [spec].
+    restore_mode : str (default: "snapshot")
+        ``snapshot`` (copy back, bit-exact) or ``regenerate`` (MeZO's ``+mu z``, 1-ulp drift) [spec].
+    eval_every : int (default: 10)
+        Central evaluation period in rounds (round 0 and the last round are always evaluated),
+        >= 1 [official code].
+    """
+
+    lr: float = 1e-5
+    local_steps: int | None = 30
+    local_epochs: int | None = None
+    batch_size: int = 1
+    mu: float = 1e-3
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0
+    num_perturbations: int = 1
+    lr_strategy: str = "frozen"
+    lr_alpha: float = 5e-6
+    lr_alpha_rel: float | None = None
+    lr_window: int = 5
+    weighting: str = "uniform"
+    comm_mode: str = "params"
+    z_device: str = "cpu"
+    restore_mode: str = "snapshot"
+    eval_every: int = 10
+
+    def __post_init__(self) -> None:
+        _number("lr", self.lr, low=0.0, low_open=True)
+        _steps_or_epochs(self.local_steps, self.local_epochs)
+        _integer("batch_size", self.batch_size, 1)
+        _number("mu", self.mu, low=0.0, low_open=True)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _number("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        _integer("num_perturbations", self.num_perturbations, 1)
+        _choice("lr_strategy", self.lr_strategy, LR_STRATEGIES)
+        _number("lr_alpha", self.lr_alpha, low=0.0)
+        if self.lr_alpha_rel is not None:
+            _number("lr_alpha_rel", self.lr_alpha_rel, low=0.0, high=1.0, high_open=True)
+        if self.lr_strategy != "frozen" and not self.alpha < self.lr:
+            raise ValueError(f"lr_alpha must be < lr so that every personalised rate stays > 0, got lr_alpha="
+                             f"{self.alpha!r} with lr={self.lr!r}")
+        _integer("lr_window", self.lr_window, 1)
+        _choice("weighting", self.weighting, WEIGHTINGS)
+        _choice("comm_mode", self.comm_mode, COMM_MODES)
+        _choice("z_device", self.z_device, Z_DEVICES)
+        _choice("restore_mode", self.restore_mode, RESTORE_MODES)
+        _integer("eval_every", self.eval_every, 1)
+        if self.comm_mode == "seeds":
+            if self.weight_decay != 0:
+                raise ValueError(f"comm_mode='seeds' needs weight_decay=0 (the update is then linear in the "
+                                 f"directions), got weight_decay={self.weight_decay!r}")
+            if self.z_device != "cpu":
+                raise ValueError(f"comm_mode='seeds' needs z_device='cpu' (directions drawn on the client's device "
+                                 f"cannot be replayed on the server), got z_device={self.z_device!r}")
+            if self.local_steps is None:
+                raise ValueError("comm_mode='seeds' needs local_steps (the server checks the uploaded seeds against "
+                                 f"the round's H steps), got local_epochs={self.local_epochs!r}")
+
+    @property
+    def alpha(self) -> float:
+        """Absolute spread of the personalised rates at round 1 (0 for ``frozen``)."""
+        if self.lr_strategy == "frozen":
+            return 0.0
+        return self.lr_alpha_rel * self.lr if self.lr_alpha_rel is not None else self.lr_alpha
+
+    def client_config(self) -> dict:
+        """The method constants every client gets (Flower Scalars only)."""
+        return {"mu": float(self.mu), "weight_decay": float(self.weight_decay),
+                "num_perturbations": int(self.num_perturbations), "restore_mode": self.restore_mode,
+                "z_device": self.z_device, "comm_mode": self.comm_mode, "local_steps": int(self.local_steps or 0),
+                "local_epochs": int(self.local_epochs or 0), "batch_size": int(self.batch_size)}
+
+
+@dataclass(frozen=True)
+class LoRAFedAvgConfig:
+    """LoRA FedAvg: the paper's backprop baseline ("BP-based FedAvg"), plain SGD on the LoRA adapters.
+
+    Parameters
+    ----------
+    lr : float (default: 1e-5)
+        Client SGD learning rate, > 0 [paper: the same rate as FedMeZO].
+    local_steps : int | None (default: 30)
+        SGD steps per round, >= 1 [official code: 30 batches; the paper's text says one epoch].
+    local_epochs : int | None (default: None)
+        Alternatively, local epochs per round, >= 1.
+    batch_size : int (default: 1)
+        Minibatch size, >= 1 [paper].
+    weight_decay : float (default: 0.0)
+        SGD weight decay, >= 0 [official code].
+    momentum : float (default: 0.0)
+        SGD momentum (reset every round), in [0, 1) [official code: SGD without momentum].
+    lr_decay : float (default: 1.0)
+        Per-round learning-rate factor, in (0, 1].
+    grad_clip : float | None (default: None)
+        Gradient-norm bound, > 0, or None for no clipping.
+    weighting : str (default: "uniform")
+        ``uniform`` or ``num_examples``.
+    eval_every : int (default: 10)
+        Central evaluation period in rounds, >= 1.
+    """
+
+    lr: float = 1e-5
+    local_steps: int | None = 30
+    local_epochs: int | None = None
+    batch_size: int = 1
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    lr_decay: float = 1.0
+    grad_clip: float | None = None
+    weighting: str = "uniform"
+    eval_every: int = 10
+
+    def __post_init__(self) -> None:
+        _number("lr", self.lr, low=0.0, low_open=True)
+        _steps_or_epochs(self.local_steps, self.local_epochs)
+        _integer("batch_size", self.batch_size, 1)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _number("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        _number("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        if self.grad_clip is not None:
+            _number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        _choice("weighting", self.weighting, WEIGHTINGS)
+        _integer("eval_every", self.eval_every, 1)
+
+    @property
+    def alpha(self) -> float:
+        return 0.0
+
+    def client_config(self) -> dict:
+        out = {"weight_decay": float(self.weight_decay), "momentum": float(self.momentum),
+               "local_steps": int(self.local_steps or 0), "local_epochs": int(self.local_epochs or 0),
+               "batch_size": int(self.batch_size)}
+        if self.grad_clip is not None:
+            out["grad_clip"] = float(self.grad_clip)
+        return out
