@@ -39,6 +39,7 @@ _EXPORTS = {
     "Scaffold": "flwr_strategies.fedli.strategy",
     "DOADPStrategy": "flwr_strategies.doadp.strategy",
     "FedMeZO": "flwr_strategies.fedmezo.strategy",
+    "LoRAFedAvg": "flwr_strategies.fedmezo.strategy",
     "FedMUDStrategy": "flwr_strategies.fedmud.strategy",
     "FedMUD": "flwr_strategies.fedmud.strategy",
     "FedLMT": "flwr_strategies.fedmud.strategy",

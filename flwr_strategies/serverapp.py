@@ -27,6 +27,8 @@ _EXPORTS = {
     "FedLMT": "flwr_strategies.fedmud.serverapp",
     "FedPara": "flwr_strategies.fedmud.serverapp",
     "FedHM": "flwr_strategies.fedmud.serverapp",
+    "FedMeZO": "flwr_strategies.fedmezo.serverapp",
+    "LoRAFedAvg": "flwr_strategies.fedmezo.serverapp",
     "MessageStrategy": "flwr_strategies.adapters.message",
 }
 
