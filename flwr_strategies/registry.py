@@ -16,7 +16,7 @@ _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.registration",
     "flwr_strategies.fedmezo.methods",
     "flwr_strategies.dfedcata.method",
-    "flwr_strategies.doadp.method",
+    "flwr_strategies.doadp.registration",
     "flwr_strategies.fedli.methods",
     "flwr_strategies.fedmud.methods",
 )
