@@ -239,8 +239,8 @@ class IndexedData:
     """Random access to a client's records, for the agent's own batch draw.
 
     Accepts :class:`~flwr_strategies.clients.training.TensorData` (or anything with tensors ``x``
-    and ``y``), a ``DataLoader`` (its ``dataset`` is indexed), an indexable dataset of ``(x, y)``
-    pairs, or any iterable of ``(x, y)`` batches (materialised once).
+    and ``y``), a ``DataLoader`` (its ``dataset`` is indexed), a ``torch.utils.data.Dataset`` of
+    ``(x, y)`` pairs, or any other iterable of ``(x, y)`` batches, e.g. a list (materialised once).
     """
 
     def __init__(self, data: Any) -> None:
@@ -250,9 +250,9 @@ class IndexedData:
             self._x, self._y = data.x, data.y
         elif hasattr(data, "dataset") and hasattr(data.dataset, "__getitem__") and hasattr(data.dataset, "__len__"):
             self._dataset = data.dataset
-        elif hasattr(data, "__getitem__") and hasattr(data, "__len__") and not torch.is_tensor(data):
+        elif isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
             self._dataset = data
-        elif isinstance(data, Iterable):
+        elif isinstance(data, Iterable):  # a list of batches, a generator, any iterable of (x, y) batches
             xs, ys = [], []
             for xb, yb in data:
                 xs.append(torch.as_tensor(xb))

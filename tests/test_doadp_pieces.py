@@ -73,7 +73,7 @@ def test_pieces_reproduce_one_agent_round():
     privatizer = Privatizer(sigma=0.3, clip=1.0, beta=0.15, batch_size=4, generator=rng)
     m = privatizer(per_sample_gradients(model, loss, x[batch], y[batch]))
     x_new = torch.from_numpy(state.x) - 0.1 * m + torch.from_numpy(cons)
-    copy = TopKPublicCopy(d, 7)
+    copy = TopKPublicCopy(d, 7, msg_dtype="float64")
     idx, val = copy.message(x_new)
     copy.apply(idx, val)
     assert np.array_equal(batch, res.batch)
