@@ -54,7 +54,8 @@ def check_topk_message(idx: np.ndarray, val: np.ndarray, k: int, d: int) -> str 
         return f"a Top-k message has k={k} indices and values, got shapes {idx.shape} and {val.shape}"
     if k and (int(idx.min()) < 0 or int(idx.max()) >= d):
         return f"Top-k indices must lie in [0, {d}), got min {int(idx.min())} and max {int(idx.max())}"
-    if np.unique(idx).size != k:
+    srt = np.sort(idx)
+    if k > 1 and not (srt[1:] != srt[:-1]).all():
         return "Top-k indices must be distinct (duplicate index)"
     return None
 
@@ -261,8 +262,8 @@ class DOADPServer(PeerServer):
             raise ReplyError(f"partition {reply.partition_id}: doadp_client_seeded must be 0 or 1, got {seeded!r}")
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        # compute everything first ...
-        rows: dict[int, np.ndarray] = {}
+        # compute everything first (parse and check every message; no table is touched) ...
+        rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         losses, seeded = [], 0
         for r in replies:
             msg = self._message(server_round, r)
@@ -270,18 +271,15 @@ class DOADPServer(PeerServer):
                 seeded += 1
             if msg is None:
                 continue
-            idx, val = msg
-            row = self.XHAT[r.partition_id].copy()
-            row[idx] += val
-            rows[r.partition_id] = row
+            rows[r.partition_id] = msg
             if "train_loss" in r.metrics:
                 losses.append(float(r.metrics["train_loss"]))
         vbytes = np.dtype(self.msg_dtype).itemsize
         ibytes = 8
         p2p = int(sum(int(self.degrees[pid]) for pid in rows)) * int(self.k) * (vbytes + ibytes)
-        # ... then commit
-        for pid, row in rows.items():
-            self.XHAT[pid] = row
+        # ... then commit: validated, distinct in-range indices, so the in-place adds cannot fail
+        for pid, (idx, val) in rows.items():
+            self.XHAT[pid, idx] += val
             self.accepted[pid] += 1
             self.active_steps[pid] += 1
         self.commit_reports(server_round, replies)
