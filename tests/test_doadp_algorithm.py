@@ -97,13 +97,13 @@ def test_compressed_consensus(small):  # oracle 5
     X0 = np.random.default_rng(0).normal(size=(20, d))
     gstar = gamma_theory(spectral_gap(W), phi(W), 0.8, 3, d)
     err0 = np.linalg.norm(X0 - X0.mean(axis=0))
-    for gamma, T, tol in ((gstar, 600, 0.8), (0.05, 600, 1e-2)):
+    for gamma, T, tol in ((gstar, 300, 0.9), (0.05, 400, 5e-2)):
         params = DOADPParams(alpha=0.0, beta=0.15, p=0.8, k=3, sigma=0.0, clip=1.0)
         net = DOADPNetwork(prob, W, np.zeros(d), params, gamma=gamma, client_seeds=SEEDS, X0=X0)
         errs = []
         for t in range(T):
             net.step()
-            if (t + 1) % 200 == 0:
+            if (t + 1) % 100 == 0:
                 errs.append(np.linalg.norm(net.X - X0.mean(axis=0)))
         assert all(a > b for a, b in zip(errs, errs[1:])) or errs[-1] < 1e-12
         assert errs[-1] < tol * err0
@@ -195,9 +195,9 @@ def test_learns_logistic_regression(small):
     x0 = np.zeros(prob.d)
     f0 = prob.objective(x0)
     ev = lambda t, xbar, X: {"subopt": prob.objective(xbar) - fs}  # noqa: E731
-    hist = run_doadp(prob, W, x0, DOADPParams(alpha=0.2, beta=0.15, p=0.8, k=4, sigma=0.0, clip=10.0), 1500,
-                     gamma=0.05, client_seeds=SEEDS, evaluate=ev, eval_every=500)
-    assert hist["subopt"][-1] < 0.1 * (f0 - fs)
+    hist = run_doadp(prob, W, x0, DOADPParams(alpha=0.2, beta=0.15, p=0.8, k=4, sigma=0.0, clip=10.0), 700,
+                     gamma=0.05, client_seeds=SEEDS, evaluate=ev, eval_every=350)
+    assert hist["subopt"][-1] < 0.15 * (f0 - fs)
 
 
 def test_params_validation():
