@@ -1,93 +1,436 @@
-"""DO-ADP client (legacy ``NumPyClient``): one agent of Algorithm 1 (Huo et al.).
+"""DO-ADP client side: torch-native pieces for your own training code, and the ready-made client.
 
-The agent's private model x_i, momentum m_i and own public copy xhat_i persist in
-``context.state`` (``ClientSetup.state``) as one ``ArrayRecord`` (flat float64 vectors). Each round it
-receives its consensus term (and, in round 1, the common x_0) plus ``config["active"]`` and
-``config["t"]``, runs :func:`flwr_strategies.doadp.algorithm.agent_step` and returns its Top-k
-message ``[indices int64, values]`` when active, two empty arrays when inactive, and additionally
-its private model when ``config["report_model"]`` is set (evaluation only).
+Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified Privacy via Efficient
+Communication" (arXiv 2506.07102), Algorithm 1, one agent.
 
-Randomness: the sample choice and the noise come from the seeded stream
-``flwr_strategies.doadp.rng.agent_rng(seed, t, partition_id)`` (no global RNG state), so the
-Flower path reproduces the reference simulator.
+Pieces (each usable alone, in the style of ``torch.optim``):
+
+- :func:`private_generator`: the agent's randomness for one round, from OS entropy, or from a
+  client-side seed that never passes through the server;
+- :class:`UniformBatchSampler`: a ``torch.utils.data`` batch sampler drawing b distinct records per
+  step from the private generator (the draw the accountant certifies; a shuffled ``DataLoader``
+  is not);
+- :func:`per_sample_gradients`: ``(b, d)`` per-sample gradients of your ``nn.Module`` (``torch.func``);
+- :class:`Privatizer`: per-sample clipping, mean, Gaussian noise, momentum;
+- :class:`TopKPublicCopy`: the public copy ``xhat`` and the Top-k message of ``x - xhat`` with error
+  feedback (the message is pending until the server confirms it);
+- :class:`DOADPAgent`: one agent's whole round (coin, batch, privatize, step, message) and its state
+  in ``context.state``; a ClientApp's train handler is five lines on it (see the README).
+
+The ready-made :class:`DOADPClient` (a ``NumPyClient``) is :class:`DOADPAgent` on the client's
+model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches such as a
+``DataLoader``; iterables without random access are materialised once).
+
+Privacy: the coin, the batch and the noise come from :func:`private_generator`. The server sends
+no seed; nothing it sends or receives reproduces them. For reproducible simulations give the agent a
+client-side seed: ``client_seed=`` in Python, the node config key ``doadp-client-seed``, or a
+per-node secret written into the node's ``context.state`` with :func:`set_client_seed`. Replies
+carry ``doadp_client_seeded`` (0/1), so results say which mode ran. A DO-ADP client refuses a round
+without noise or clipping (a server cannot switch its privacy off); only the ``dmsgd`` client trains
+without privacy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
-from flwr.common import ArrayRecord, Scalar
+import torch
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.common import Scalar
+from torch.func import functional_call, grad, vmap
 
 from flwr_strategies.clients.base import TorchClient
-from flwr_strategies.doadp.algorithm import AgentState, DOADPParams, agent_step, index_dtype_for
-from flwr_strategies.doadp.torch_oracle import TorchGradOracle
+from flwr_strategies.doadp.algorithm import (
+    AgentState,
+    DOADPParams,
+    agent_round,
+    index_dtype_for,
+    noisy_gradient,
+    reconcile,
+)
+from flwr_strategies.doadp.rng import agent_generator, check_client_seed, draw_batch
+from flwr_strategies.doadp.sparsify import top_k
 
-__all__ = ["DOADPClient"]
+__all__ = [
+    "SEED_KEY",
+    "STATE_KEY",
+    "private_generator",
+    "set_client_seed",
+    "client_seed_of",
+    "UniformBatchSampler",
+    "per_sample_gradients",
+    "flat_parameters",
+    "load_flat_parameters",
+    "Privatizer",
+    "TopKPublicCopy",
+    "IndexedData",
+    "DOADPAgent",
+    "DOADPClient",
+    "build_doadp_client",
+    "build_dmsgd_client",
+]
 
-_STATE_KEY = "doadp"
+STATE_KEY = "doadp"
+SECRET_KEY = "doadp-secret"
+SEED_KEY = "doadp-client-seed"
 
 
-def params_from_config(config: dict[str, Scalar]) -> DOADPParams:
-    """DOADPParams from the ``doadp_*`` keys the strategy sends every round (spec Sec. 10)."""
-    G = float(config["doadp_G"])
+# ---------------------------------------------------------------------------- randomness
+def private_generator(client_seed: int | None = None, t: int = 0) -> np.random.Generator:
+    """The agent's generator for round ``t``: fresh OS entropy (``client_seed=None``, the default)
+    or, for reproducible simulations, a client-side seed the server never sees."""
+    return agent_generator(client_seed, t)
+
+
+def set_client_seed(state, seed: int) -> None:
+    """Store a client-side seed as a per-node secret in ``context.state`` (simulation only).
+
+    Call it on the client side (the node's own ``Context``); the server never sees ``context.state``.
+    """
+    state[SECRET_KEY] = ConfigRecord({SEED_KEY: int(check_client_seed(seed))})
+
+
+def client_seed_of(state=None, node_config=None) -> int | None:
+    """The client-side seed from ``node_config[SEED_KEY]`` or the secret in ``state``; None if neither."""
+    if node_config is not None and SEED_KEY in node_config:
+        return check_client_seed(int(node_config[SEED_KEY]))
+    if state is not None and SECRET_KEY in state:
+        return check_client_seed(int(state[SECRET_KEY][SEED_KEY]))
+    return None
+
+
+class UniformBatchSampler(torch.utils.data.Sampler):
+    """Batch sampler: ``num_batches`` batches of ``batch_size`` distinct indices out of ``n``, drawn
+    uniformly and independently per batch from a private NumPy generator.
+
+    Use it as ``DataLoader(dataset, batch_sampler=UniformBatchSampler(len(dataset), b, 1, rng))``.
+    """
+
+    def __init__(self, n: int, batch_size: int, num_batches: int, generator: np.random.Generator,
+                 sampling: str = "uniform") -> None:
+        self.n, self.batch_size, self.num_batches = int(n), int(batch_size), int(num_batches)
+        self.generator, self.sampling = generator, sampling
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.num_batches):
+            yield draw_batch(self.generator, self.n, self.batch_size, self.sampling).tolist()
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+# ---------------------------------------------------------------------------- gradients
+def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    return list(model.named_parameters())
+
+
+def flat_parameters(model: torch.nn.Module) -> np.ndarray:
+    """The model's parameters as one float64 vector (``named_parameters`` order)."""
+    return torch.cat([p.detach().reshape(-1).double().cpu() for _, p in _trainable(model)]).numpy()
+
+
+def load_flat_parameters(model: torch.nn.Module, vec: np.ndarray) -> None:
+    """Write a flat vector into the model's parameters in place."""
+    vec = np.asarray(vec)
+    pos = 0
+    with torch.no_grad():
+        for _, p in _trainable(model):
+            n = p.numel()
+            p.copy_(torch.from_numpy(np.ascontiguousarray(vec[pos:pos + n])).view_as(p).to(p.dtype))
+            pos += n
+    if pos != vec.size:
+        raise ValueError(f"vector has {vec.size} entries, the model has {pos} parameters")
+
+
+def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tensor,
+                         params: np.ndarray | None = None) -> np.ndarray:
+    """Per-sample gradients ``(len(x), d)`` float64 of ``loss_fn(model(x_i), y_i)``.
+
+    ``params`` (a flat vector) evaluates them at other parameters than the model's own. The model
+    must not use batch statistics (no BatchNorm: use GroupNorm); buffers are kept as they are.
+    """
+    names = [n for n, _ in _trainable(model)]
+    if params is None:
+        pdict = {n: p.detach() for n, p in _trainable(model)}
+    else:
+        flat = torch.from_numpy(np.asarray(params, dtype=np.float64))
+        pdict, pos = {}, 0
+        for n, p in _trainable(model):
+            pdict[n] = flat[pos:pos + p.numel()].view_as(p).to(dtype=p.dtype, device=p.device)
+            pos += p.numel()
+    buffers = dict(model.named_buffers())
+
+    def one(pd, xb, yb):
+        out = functional_call(model, (pd, buffers), (xb.unsqueeze(0),))
+        return loss_fn(out, yb.unsqueeze(0))
+
+    if len(x) == 0:
+        return np.zeros((0, sum(p.numel() for _, p in _trainable(model))))
+    g = vmap(grad(one), in_dims=(None, 0, 0))(pdict, x, y)
+    return torch.cat([g[n].reshape(len(x), -1) for n in names], dim=1).double().cpu().numpy()
+
+
+# ---------------------------------------------------------------------------- pieces
+class Privatizer:
+    """Per-sample clip -> sum / b -> ``+ N(0, sigma^2 I_d)`` -> momentum ``m <- g + noise + beta m``.
+
+    Parameters
+    ----------
+    sigma : float
+        Noise std per coordinate (> 0).
+    clip : float
+        G: coordinate clip at G/sqrt(d) (``clip_mode="coordinate"``) or L2 clip at G.
+    beta : float (default: 0.15)
+        Momentum factor in [0, 1).
+    batch_size : int (default: 1)
+        b, the divisor of the clipped sum.
+    clip_mode : str (default: "coordinate")
+    generator : np.random.Generator | None
+        The agent's private generator (default: OS entropy).
+    """
+
+    def __init__(self, sigma: float, clip: float, beta: float = 0.15, batch_size: int = 1,
+                 clip_mode: str = "coordinate", generator: np.random.Generator | None = None) -> None:
+        self.params = DOADPParams(beta=beta, sigma=float(sigma), clip=float(clip), clip_mode=clip_mode,
+                                  batch_size=int(batch_size))
+        if not self.params.private:
+            raise ValueError(f"Privatizer needs sigma > 0 and a clip bound, got sigma={sigma!r}, clip={clip!r}")
+        self.generator = generator if generator is not None else private_generator()
+        self.momentum: torch.Tensor | None = None
+
+    def __call__(self, per_sample_grads: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Returns the new momentum (float64, length d) from ``(b, d)`` per-sample gradients."""
+        grads = np.asarray(per_sample_grads.detach().cpu() if torch.is_tensor(per_sample_grads) else per_sample_grads,
+                           dtype=np.float64)
+        d = grads.shape[-1]
+        g, noise = noisy_gradient(grads, self.params, self.generator, d)
+        m_old = np.zeros(d) if self.momentum is None else self.momentum.numpy()
+        self.momentum = torch.from_numpy(g + noise + self.params.beta * m_old)
+        return self.momentum
+
+
+class TopKPublicCopy:
+    """The agent's public copy ``xhat`` and its Top-k message with error feedback (CHOCO-style).
+
+    ``message(x)`` returns ``(indices, values)`` of ``TopK_k(x - xhat)`` (values rounded to
+    ``msg_dtype``) without changing anything; ``apply(indices, values)`` adds them to ``xhat``.
+    """
+
+    def __init__(self, d: int, k: int, init: torch.Tensor | np.ndarray | None = None, msg_dtype: str = "float32"):
+        if not 1 <= int(k) <= int(d):
+            raise ValueError(f"k must lie in [1, d] = [1, {d}], got k={k!r}")
+        self.k, self.msg_dtype = int(k), msg_dtype
+        self.xhat = torch.zeros(int(d), dtype=torch.float64) if init is None else torch.as_tensor(
+            np.asarray(init, dtype=np.float64)).clone()
+
+    def message(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        x = np.asarray(x.detach().cpu() if torch.is_tensor(x) else x, dtype=np.float64)
+        idx, val = top_k(x - self.xhat.numpy(), self.k)
+        val = val.astype(self.msg_dtype).astype(np.float64)
+        return torch.from_numpy(idx), torch.from_numpy(val)
+
+    def apply(self, indices: torch.Tensor, values: torch.Tensor) -> None:
+        self.xhat[indices.long()] += values.double()
+
+
+class IndexedData:
+    """Random access to a client's records, for the agent's own batch draw.
+
+    Accepts :class:`~flwr_strategies.clients.training.TensorData` (or anything with tensors ``x``
+    and ``y``), a ``DataLoader`` (its ``dataset`` is indexed), a ``torch.utils.data.Dataset`` of
+    ``(x, y)`` pairs, or any other iterable of ``(x, y)`` batches, e.g. a list (materialised once).
+    """
+
+    def __init__(self, data: Any) -> None:
+        self._x = self._y = None
+        self._dataset = None
+        if hasattr(data, "x") and hasattr(data, "y") and torch.is_tensor(getattr(data, "x")):
+            self._x, self._y = data.x, data.y
+        elif hasattr(data, "dataset") and hasattr(data.dataset, "__getitem__") and hasattr(data.dataset, "__len__"):
+            self._dataset = data.dataset
+        elif isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
+            self._dataset = data
+        elif isinstance(data, Iterable):  # a list of batches, a generator, any iterable of (x, y) batches
+            xs, ys = [], []
+            for xb, yb in data:
+                xs.append(torch.as_tensor(xb))
+                ys.append(torch.as_tensor(yb))
+            if not xs:
+                raise ValueError("the client's training data is empty")
+            self._x, self._y = torch.cat(xs), torch.cat(ys)
+        else:
+            raise TypeError(f"unsupported training data {type(data).__name__}: pass tensors, a Dataset or a DataLoader")
+
+    def __len__(self) -> int:
+        return int(self._y.shape[0]) if self._y is not None else len(self._dataset)
+
+    def batch(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._x is not None:
+            ii = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=self._x.device)
+            return self._x[ii], self._y[ii]
+        items = [self._dataset[int(i)] for i in idx]
+        return torch.stack([torch.as_tensor(a) for a, _ in items]), torch.as_tensor([int(b) for _, b in items])
+
+
+def _params_from_config(config: dict[str, Scalar]) -> DOADPParams:
+    clip = float(config["doadp_clip"])
     return DOADPParams(
-        alpha=float(config["doadp_alpha"]), gamma=float(config["doadp_gamma"]), beta=float(config["doadp_beta"]),
-        p=float(config["doadp_p"]), k=int(config["doadp_k"]), sigma=float(config["doadp_sigma"]),
-        G=None if G < 0 else G, clip_mode=str(config["doadp_clip_mode"]),
-        batch_size=int(config["doadp_batch_size"]), msg_dtype=str(config["doadp_msg_dtype"]),
-        seed=int(config["doadp_seed"]), allow_low_p=bool(int(config["doadp_allow_low_p"])),
+        alpha=float(config["doadp_alpha"]), beta=float(config["doadp_beta"]), p=float(config["doadp_p"]),
+        k=int(config["doadp_k"]), sigma=float(config["doadp_sigma"]), clip=None if clip < 0 else clip,
+        clip_mode=str(config["doadp_clip_mode"]), batch_size=int(config["doadp_batch_size"]),
+        sampling=str(config["doadp_sampling"]), msg_dtype=str(config["doadp_msg_dtype"]),
     )
 
 
-class DOADPClient(TorchClient):
-    """One DO-ADP agent.
+class DOADPAgent:
+    """One DO-ADP agent's round on your own model and data.
 
-    Parameters (``params``)
-    -----------------------
-    public_copy : str (default "zero")
-        Initial own public copy, as the strategy's.
+    Build it from what the server sent (``arrays``: the consensus term, and x0 while the agent has no
+    state; ``config``: the ``doadp_*`` keys) and the node's state, call :meth:`train`, save::
+
+        agent = DOADPAgent(arrays, config, context.state, client_seed=client_seed_of(context.state,
+                                                                                     context.node_config))
+        reply_arrays, metrics = agent.train(model, trainset, loss_fn)
+        agent.save(context.state)          # commit only once the reply exists
+
+    Parameters
+    ----------
+    arrays : list[np.ndarray]
+        ``[cons]`` or ``[cons, x0]``.
+    config : dict
+        The round's config (``t``, ``doadp_*``, ``doadp_accepted``, ``report_model``).
+    state : RecordDict | None
+        ``context.state`` (the agent's x, m, xhat persist under ``"doadp"``).
+    client_seed : int | None (default: None)
+        Client-side seed (None: OS entropy).
+    require_private : bool (default: True)
+        Refuse rounds without noise or clipping (False only for the non-private D-mSGD).
     """
 
-    def __init__(self, setup, params: dict[str, Any] | None = None, grad_oracle=None) -> None:
-        super().__init__(setup, params)
-        self.public_copy = str(self.params.get("public_copy", "zero"))
-        self.oracle = grad_oracle or TorchGradOracle(self.model, setup.train_data.x, setup.train_data.y)
-
-    def _load(self, arrays: list[np.ndarray]) -> AgentState:
-        st = self.setup.state
-        if st is not None and _STATE_KEY in st:
-            x, m, xhat = st[_STATE_KEY].to_numpy_ndarrays()
-            return AgentState(x=x, m=m, xhat=xhat)
-        if len(arrays) < 2:
-            raise RuntimeError(
-                f"DO-ADP client {self.partition_id}: no state and no x0 received (state lost between rounds?)"
+    def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
+                 client_seed: int | None = None, require_private: bool = True) -> None:
+        self.params = _params_from_config(config)
+        private = bool(int(config.get("doadp_private", 1)))
+        if require_private and not (private and self.params.private):
+            raise ValueError(
+                f"DO-ADP client refuses a non-private round (sigma={self.params.sigma}, clip={self.params.clip}); "
+                "only the dmsgd client trains without privacy"
             )
-        return AgentState.initial(arrays[1], self.public_copy)
+        if not require_private and private:
+            raise ValueError("this is a D-mSGD (non-private) client; the server runs a private method")
+        self.cons = np.asarray(arrays[0], dtype=np.float64).reshape(-1)
+        self.t = int(config["t"])
+        self.report = bool(int(config.get("report_model", 0)))
+        self.client_seed = check_client_seed(client_seed)
+        if state is not None and STATE_KEY in state:
+            current = AgentState.from_arrays(state[STATE_KEY].to_numpy_ndarrays())
+        elif len(arrays) >= 2:
+            current = AgentState.initial(arrays[1], str(config.get("doadp_public_copy", "zero")))
+        else:
+            raise ValueError("DO-ADP agent has no state and the server sent no x0 (state lost between rounds?)")
+        if current.x.shape != self.cons.shape:
+            raise ValueError(f"consensus term has length {self.cons.size}, the agent's model has {current.x.size}")
+        self.state = reconcile(current, int(config.get("doadp_accepted", current.sent)))
+        self.next_state: AgentState | None = None
+        self.result = None
 
-    def _save(self, s: AgentState) -> None:
-        if self.setup.state is not None:
-            self.setup.state[_STATE_KEY] = ArrayRecord([s.x, s.m, s.xhat])
+    def train(self, model: torch.nn.Module, data: Any, loss_fn: Callable = torch.nn.functional.cross_entropy
+              ) -> tuple[list[np.ndarray], dict[str, Scalar]]:
+        """Run the round; returns the reply arrays (``[indices, values]``, empty when inactive, plus
+        the private model in evaluation rounds of ``evaluate_private``) and metrics."""
+        if len(list(model.buffers())):
+            raise ValueError("DO-ADP needs a model without buffers (its flat vector is the parameters only)")
+        d = sum(p.numel() for p in model.parameters())
+        if d != self.state.x.size:
+            raise ValueError(f"the model has {d} parameters, the server's model has {self.state.x.size}")
+        data = data if isinstance(data, IndexedData) else IndexedData(data)
+        losses: list[float] = []
+
+        def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            xb, yb = data.batch(idx)
+            dev = next(model.parameters()).device
+            xb, yb = xb.to(dev), yb.to(dev)
+            with torch.no_grad():
+                load_flat_parameters(model, x)
+                losses.append(float(loss_fn(model(xb), yb)))
+            return per_sample_gradients(model, loss_fn, xb, yb)
+
+        rng = private_generator(self.client_seed, self.t)
+        self.next_state, self.result = agent_round(self.state, self.cons, self.params, rng, grad_fn, len(data))
+        if self.result.active:
+            idx = self.result.indices.astype(index_dtype_for(self.state.x.size))
+            arrays = [idx, self.result.values.astype(self.params.msg_dtype)]
+        else:
+            arrays = [np.empty(0, dtype=np.int64), np.empty(0, dtype=self.params.msg_dtype)]
+        if self.report:
+            arrays.append(self.next_state.x.copy())
+        metrics: dict[str, Scalar] = {"doadp_client_seeded": int(self.client_seed is not None),
+                                      "doadp_active": int(self.result.active)}
+        if losses:
+            metrics["train_loss"] = float(np.mean(losses))
+        return arrays, metrics
+
+    def save(self, state) -> None:
+        """Commit the agent's next state into ``context.state`` (call after the reply is built)."""
+        if self.next_state is None:
+            raise RuntimeError("call train() before save()")
+        if state is not None:
+            state[STATE_KEY] = ArrayRecord(self.next_state.to_arrays())
+
+
+class DOADPClient(TorchClient):
+    """The ready-made DO-ADP agent (legacy ``NumPyClient``; the Message API runs it through
+    :func:`flwr_strategies.clients.app.numpy_client_app`).
+
+    Parameters
+    ----------
+    setup : ClientSetup
+        Model (no buffers), training data (``TensorData`` or an iterable of ``(x, y)`` batches), and
+        ``state`` (= ``context.state``, where the agent's x, m, xhat persist).
+    params : dict | None
+        Method hyperparameters (unused: everything comes from the server's config each round).
+    client_seed : int | None (default: None)
+        Client-side seed; None reads ``node_config``/``context.state`` (:func:`client_seed_of`),
+        and falls back to OS entropy.
+    require_private : bool (default: True)
+        False only for the non-private D-mSGD client.
+    loss_fn : callable (default: cross entropy)
+    """
+
+    def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
+                 require_private: bool = True, loss_fn: Callable = torch.nn.functional.cross_entropy) -> None:
+        super().__init__(setup, params)
+        self.require_private = require_private
+        self.loss_fn = loss_fn
+        if client_seed is None:
+            client_seed = client_seed_of(setup.state, getattr(setup, "node_config", None))
+        self.client_seed = check_client_seed(client_seed)
+        self._data: IndexedData | None = None
+
+    def num_train(self) -> int:
+        return len(self.data)
+
+    @property
+    def data(self) -> IndexedData:
+        if self._data is None:
+            self._data = IndexedData(self.setup.train_data)
+        return self._data
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        cons = np.asarray(parameters[0], dtype=np.float64)
-        state = self._load(parameters)
-        if state.x.shape[0] != self.oracle.d:
-            raise ValueError(
-                f"DO-ADP needs a model without buffers: flat size {state.x.shape[0]} != parameters {self.oracle.d}"
-            )
-        self.doadp = params_from_config(config)
-        t = int(config["t"])
-        active = bool(int(config["active"]))
-        res = agent_step(state, cons, active, self.doadp, self.oracle.per_sample_grads, self.oracle.q, t,
-                         self.partition_id)
-        self._save(state)
-        if active:
-            out = [res.indices.astype(index_dtype_for(self.oracle.d)), res.values.astype(self.doadp.msg_dtype)]
-            metrics = {}
-        else:
-            out = [np.empty(0, dtype=np.int64), np.empty(0, dtype=self.doadp.msg_dtype)]
-            metrics = {}
-        if int(config.get("report_model", 0)):
-            out.append(state.x.copy())
-        return out, self.num_train(), {**self.base_metrics(), **metrics}
+        agent = DOADPAgent(parameters, config, self.setup.state, client_seed=self.client_seed,
+                           require_private=self.require_private)
+        arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
+        agent.save(self.setup.state)
+        return arrays, self.num_train(), {**self.base_metrics(), **metrics}
+
+
+def build_doadp_client(setup, params: dict[str, Any]) -> DOADPClient:
+    """Registry factory of the DO-ADP client."""
+    return DOADPClient(setup, params)
+
+
+def build_dmsgd_client(setup, params: dict[str, Any]) -> DOADPClient:
+    """Registry factory of the non-private D-mSGD client."""
+    return DOADPClient(setup, params, require_private=False)

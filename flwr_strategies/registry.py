@@ -16,7 +16,7 @@ _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.registration",
     "flwr_strategies.fedmezo.registration",
     "flwr_strategies.dfedcata.registration",
-    "flwr_strategies.doadp.method",
+    "flwr_strategies.doadp.registration",
     "flwr_strategies.fedli.registration",
     "flwr_strategies.fedmud.registration",
 )

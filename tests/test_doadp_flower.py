@@ -1,4 +1,5 @@
-"""DO-ADP on Flower: strategy + NumPyClient equal the reference simulator; e2e run; budget stop."""
+"""The cores + ready-made clients (the Flower path without the transport) equal the NumPy reference
+simulators for the same client-side seeds: DO-ADP, D-mSGD, DPDO, DP-DDA and CPGT."""
 
 import os
 
@@ -7,27 +8,29 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 import numpy as np
 import pytest
 import torch
-from flwr.common import Code, FitRes, RecordDict, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.app import RecordDict
 
-from flwr_strategies.clients.doadp import DOADPClient
+from flwr_strategies.clients.doadp import DOADPClient, set_client_seed
+from flwr_strategies.clients.doadp_baselines import CPGTClient, DPDDAClient, DPDOClient
 from flwr_strategies.clients.training import TensorData
+from flwr_strategies.core.messages import Reply
 from flwr_strategies.doadp import DOADPNetwork, DOADPParams
-from flwr_strategies.doadp.graphs import circulant_mixing, ring_topology
-from flwr_strategies.doadp.strategy import DOADPStrategy
+from flwr_strategies.doadp.baseline_server import CPGTServer, DPDDAServer, DPDOServer
+from flwr_strategies.doadp.baselines import BatchGrad, run_cpgt, run_dpdda, run_dpdo
+from flwr_strategies.doadp.config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
+from flwr_strategies.doadp.graphs import circulant_mixing
+from flwr_strategies.doadp.server import DMSGDServer, DOADPServer
+from flwr_strategies.doadp.simulator import run_dmsgd
 from flwr_strategies.doadp.torch_oracle import TorchNetworkProblem
 from flwr_strategies.setup import ClientSetup, TrainConfig
 
-N, Q, FEAT, CLS = 8, 30, 6, 3
-
-
-class _Proxy:
-    def __init__(self, cid):
-        self.cid = str(cid)
+N, Q, FEAT, CLS, HOPS, B = 6, 30, 5, 3, 2, 4
+SEEDS = [11 + i for i in range(N)]
 
 
 def _model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(FEAT, 5), torch.nn.Tanh(), torch.nn.Linear(5, CLS))
+    return torch.nn.Sequential(torch.nn.Linear(FEAT, 4), torch.nn.Tanh(), torch.nn.Linear(4, CLS))
 
 
 def _shards():
@@ -35,93 +38,111 @@ def _shards():
     return [(torch.randn(Q, FEAT, generator=g), torch.randint(0, CLS, (Q,), generator=g)) for _ in range(N)]
 
 
-def _flower_run(params, rounds, privacy=None, eval_every=5, hops=2):
-    model = _model()
-    init = [p.detach().numpy().copy() for p in model.state_dict().values()]
-    proxies = {i: _Proxy(i) for i in range(N)}
-    strat = DOADPStrategy(doadp=params, privacy=privacy, eval_every=eval_every, num_clients=N,
-                          initial_parameters=init, topology=ring_topology(N, hops), weights="uniform",
-                          partition_resolver=lambda cm: proxies)
+def _x0():
+    return np.concatenate([p.detach().numpy().ravel() for p in _model().parameters()]).astype(np.float64)
+
+
+def _run_cores(core, client_cls, rounds, **client_kw):
+    """Drive a core and one ready-made client per agent (state in a RecordDict, client-side seed)."""
     shards = _shards()
-    states = [RecordDict() for _ in range(N)]
-    tc = TrainConfig(lr=params.alpha, local_epochs=None, local_steps=1, batch_size=params.batch_size)
-    log = []
-    for rnd in range(1, rounds + 1):
-        ins = strat.configure_fit(rnd, None, None)
-        if not ins:
-            log.append(None)
-            break
-        results = []
-        for proxy, fitins in ins:
-            pid = int(proxy.cid)
-            setup = ClientSetup(partition_id=pid, num_partitions=N, model=_model(),
-                                train_data=TensorData(*shards[pid]), test_data=None, train=tc,
-                                device=torch.device("cpu"), seed=0, state=states[pid])
-            arrays, n, metrics = DOADPClient(setup, {}).fit(parameters_to_ndarrays(fitins.parameters), fitins.config)
-            results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), n, metrics)))
-        _, metrics = strat.aggregate_fit(rnd, results, [])
-        log.append(metrics)
-    return strat, states, init, log
+    states = []
+    for i in range(N):
+        st = RecordDict()
+        set_client_seed(st, SEEDS[i])
+        states.append(st)
+    tc = TrainConfig(lr=0.1, local_epochs=None, local_steps=1, batch_size=B)
+    for r in range(1, rounds + 1):
+        replies = []
+        for ins in core.configure_train(r, list(range(N))):
+            pid = ins.partition_id
+            setup = ClientSetup(partition_id=pid, num_partitions=N, model=_model(), train_data=TensorData(*shards[pid]),
+                                test_data=None, train=tc, device=torch.device("cpu"), seed=0, state=states[pid])
+            arrays, n, metrics = client_cls(setup, {}, **client_kw).fit(ins.arrays, ins.config)
+            replies.append(Reply(pid, arrays, n, metrics))
+        out = core.train_round(r, replies, sampled=range(N), on_bad_reply="raise")
+        assert out["rejected"] == 0 and out["failures"] == 0
+    return states
 
 
-def test_flower_path_equals_reference_simulator():
-    params = DOADPParams(alpha=0.1, gamma=0.05, beta=0.15, p=0.7, k=10, sigma=0.05, G=1.0, batch_size=2, seed=3)
-    T = 12
-    strat, states, init, log = _flower_run(params, T)
-    x0 = np.concatenate([a.ravel() for a in init]).astype(np.float64)
-    W = circulant_mixing(N, 2)
-    assert np.array_equal(W, strat.W_dense)
-    net = DOADPNetwork(TorchNetworkProblem(_model(), _shards()), W, x0, params)
+def _init():
+    return [p.detach().numpy().copy() for p in _model().parameters()]
+
+
+def test_doadp_core_and_clients_equal_reference_simulator():
+    T = 8
+    core = DOADPServer(_init(), num_partitions=N, num_rounds=T, dataset_size=Q, alpha=0.1, batch_size=B, hops=HOPS,
+                       config=DOADPConfig(p=0.7, k_frac=0.3, sigma=0.3, epsilon=50.0, msg_dtype="float64"))
+    states = _run_cores(core, DOADPClient, T)
+    params = DOADPParams(alpha=0.1, beta=0.15, p=0.7, k=core.k, sigma=core.sigma, clip=1.0, batch_size=B)
+    net = DOADPNetwork(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), params, gamma=0.05,
+                       client_seeds=SEEDS)
     for _ in range(T):
         net.step()
-    X_fl = np.stack([states[i]["doadp"].to_numpy_ndarrays()[0] for i in range(N)])
-    assert np.max(np.abs(X_fl - net.X)) < 1e-12
-    assert np.max(np.abs(strat.models.data - net.XHAT)) < 1e-12
-    # public copies held by the server equal each agent's own copy
-    XH_own = np.stack([states[i]["doadp"].to_numpy_ndarrays()[2] for i in range(N)])
-    assert np.array_equal(XH_own, strat.models.data)
-    # metrics: active agents, paper rate and P2P bytes (k values + k indices to each of 4 neighbours)
-    d = x0.size
-    for m in log:
-        assert m["paper_rate"] == pytest.approx(m["active"] * 10 / (N * d))
-        assert m["p2p_bytes"] == m["active"] * 4 * 10 * (8 + 2)
-    assert net.active_steps == sum(m["active"] for m in log)
+    X = np.stack([states[i]["doadp"].to_numpy_ndarrays()[0] for i in range(N)])
+    assert np.max(np.abs(X - net.X)) < 1e-12
+    assert np.max(np.abs(core.XHAT - net.XHAT)) < 1e-12
+    # the public copies the server holds equal every agent's own copy, bit for bit
+    own = np.stack([states[i]["doadp"].to_numpy_ndarrays()[2] for i in range(N)])
+    assert np.array_equal(own, core.XHAT)
+    assert np.array_equal(core.active_steps, net.active_steps)
 
 
-def test_budget_stop_and_spent_epsilon():  # noqa: D103
-    from flwr_strategies.privacy import doadp_sigma
-
-    # calibrated for 100 iterations, then a quarter of that noise: the budget runs out after ~10 rounds
-    sigma = doadp_sigma(0.5, 1e-5, 100, 0.8, 10, 53, Q, 1.0, strict=True) / 4
-    params = DOADPParams(alpha=0.05, p=0.8, k=10, sigma=sigma, G=1.0, seed=0)
-    priv = {"epsilon": 0.5, "delta0": 1e-5, "q": Q, "mode": "paper"}
-    strat, _, _, log = _flower_run(params, 40, privacy=priv)
-    spent = [m["epsilon_spent"] for m in log if m]
-    assert all(a < b for a, b in zip(spent, spent[1:]))
-    assert spent[-1] <= 0.5 and log[-1] is None and strat.budget_exhausted
-    assert strat.spent_epsilon(len(spent) + 1) > 0.5
-    assert all(m["epsilon_spent_conservative"] >= m["epsilon_spent"] for m in log if m)
+def test_dmsgd_core_equals_reference():
+    T = 6
+    core = DMSGDServer(_init(), num_partitions=N, num_rounds=T, dataset_size=Q, alpha=0.1, batch_size=B, hops=HOPS,
+                       config=DMSGDConfig())
+    states = _run_cores(core, DOADPClient, T, require_private=False)
+    ref = run_dmsgd(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), alpha=0.1, gamma=0.05,
+                    beta=0.15, T=T, client_seeds=SEEDS, batch_size=B, eval_every=T)
+    X = np.stack([states[i]["doadp"].to_numpy_ndarrays()[0] for i in range(N)])
+    assert np.max(np.abs(X - ref["X"])) < 1e-12
 
 
-def test_disconnected_or_time_varying_graph_rejected():
-    from flwr_strategies.decentralized import Topology
-
-    model = _model()
-    init = [p.detach().numpy().copy() for p in model.state_dict().values()]
-    with pytest.raises(ValueError):
-        DOADPStrategy(doadp=DOADPParams(k=5), num_clients=N, initial_parameters=init,
-                      topology=Topology("random", N, seed=0, neighbours=2))
-    with pytest.raises(ValueError, match="k="):
-        DOADPStrategy(doadp=DOADPParams(k=10**6), num_clients=N, initial_parameters=init,
-                      topology=ring_topology(N, 1))
+BG = BatchGrad(batch_size=B, clip=1.0)
 
 
-def test_e2e_runner_learns():
-    from flwr_strategies.simulations.experiment import ExperimentConfig
-    from flwr_strategies.simulations.runner import run_experiment
+def test_dpdo_core_equals_reference():
+    T = 6
+    core = DPDOServer(_init(), num_partitions=N, num_rounds=T, dataset_size=Q, alpha=0.1, batch_size=B, hops=HOPS,
+                      config=DPDOConfig(epsilon=5.0))
+    states = _run_cores(core, DPDOClient, T)
+    ref = run_dpdo(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), b0=core.b0, c=0.1,
+                   T=T, bg=BG, client_seeds=SEEDS, eval_every=T)
+    assert np.max(np.abs(core.Y - ref["Y"])) < 1e-12
+    X = np.stack([states[i]["dpdo"].to_numpy_ndarrays()[0] for i in range(N)])
+    assert np.max(np.abs(X - ref["X"])) < 1e-12
 
-    cfg = ExperimentConfig(method="dmsgd", dataset="digits", num_clients=10, rounds=60, seed=0, lr=0.3,
-                           local_steps=1, batch_size=8, model="logreg", params={"eval_every": 20, "hops": 2})
-    res = run_experiment(cfg)
-    accs = [r["accuracy"] for r in res["rounds"] if r.get("accuracy") is not None]
-    assert accs[-1] > 0.6
+
+def test_dpdda_core_equals_reference():
+    T = 6
+    core = DPDDAServer(_init(), num_partitions=N, num_rounds=T, dataset_size=Q, alpha=0.1, batch_size=B, hops=HOPS,
+                       config=DPDDAConfig(epsilon=50.0, p_s=0.5, sigma=0.3, beta0=10.0))
+    _run_cores(core, DPDDAClient, T)
+    ref = run_dpdda(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), sigma=core.sigma, T=T,
+                    p_s=0.5, beta0=10.0, reg=core.reg, bg=BG, client_seeds=SEEDS, eval_every=T)
+    assert np.max(np.abs(core.Z - ref["Z"])) < 1e-12
+    assert np.max(np.abs(core.global_arrays()[0].ravel() - ref["xbar"][:FEAT * 4].astype(np.float32))) < 1e-6
+
+
+def test_cpgt_core_equals_reference():
+    T = 6
+    core = CPGTServer(_init(), num_partitions=N, num_rounds=T, dataset_size=Q, alpha=0.1, batch_size=B, hops=HOPS,
+                      config=CPGTConfig(epsilon=5.0, k_frac=0.3))
+    states = _run_cores(core, CPGTClient, T)
+    ref = run_cpgt(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), b0=core.b0, k=core.k,
+                   lr=0.1, T=T, bg=BG, client_seeds=SEEDS, eval_every=T)
+    assert np.max(np.abs(core.H["x"] - ref["H"]["x"])) < 1e-12
+    assert np.max(np.abs(core.H["y"] - ref["H"]["y"])) < 1e-12
+    X = np.stack([states[i]["cpgt"].to_numpy_ndarrays()[0] for i in range(N)])
+    assert np.max(np.abs(X - ref["X"])) < 1e-12
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_small_networks_build(n):
+    # 4 agents with the paper's hops=3: the circulant wraps around into the complete graph (no error)
+    core = DOADPServer(_init(), num_partitions=n, num_rounds=3, dataset_size=Q, batch_size=B,
+                       config=DOADPConfig(sigma=1.0, epsilon=50.0))
+    assert core.W.shape == (n, n)
+    assert np.allclose(core.W.toarray().sum(axis=0), 1) and np.allclose(core.W.toarray().sum(axis=1), 1)
+    if n == 4:
+        assert (core.W.toarray() > 0).all()

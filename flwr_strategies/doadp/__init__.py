@@ -1,29 +1,32 @@
-"""DO-ADP: decentralized momentum SGD with differential privacy amplified by random activation and
-Top-k sparsified messages (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with
-Amplified Privacy via Efficient Communication").
+"""DO-ADP: decentralized momentum SGD with differential privacy, random activation and Top-k
+sparsified messages (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified
+Privacy via Efficient Communication", arXiv 2506.07102), its non-private reduction D-mSGD and the
+paper's baselines DPDO, DP-DDA and CPGT.
 
-Framework-neutral math lives here (Algorithm 1, Top-k, clipping, reference simulator, baselines,
-theory helpers); privacy accounting is in :mod:`flwr_strategies.privacy`.
+Folder roles (the same in every method folder):
+
+- :mod:`.config`: validated hyperparameter dataclasses (paper defaults);
+- :mod:`.algorithm`, :mod:`.baselines`, :mod:`.clipping`, :mod:`.sparsify`, :mod:`.rng`,
+  :mod:`.graphs`, :mod:`.theory`: the math, NumPy in / NumPy out, each tested alone;
+- :mod:`.server`, :mod:`.baseline_server` (on :mod:`.peer`): framework-neutral server cores;
+- :mod:`.strategy` (legacy Flower API) and :mod:`.serverapp` (Message API): thin adapters;
+- :mod:`.registration`: the registered methods ``doadp``, ``dmsgd``, ``dpdo``, ``dp-dda``, ``cpgt``;
+- :mod:`.simulator`, :mod:`.problems`, :mod:`.torch_oracle`: reference engine for long runs.
+
+Privacy accounting lives in :mod:`flwr_strategies.privacy`; the client side in
+:mod:`flwr_strategies.clients.doadp` and :mod:`flwr_strategies.clients.doadp_baselines`.
 """
 
-from .algorithm import (
-    AgentState,
-    DOADPParams,
-    StepResult,
-    active_update,
-    agent_step,
-    consensus_terms,
-    inactive_update,
-    message_nbytes,
-)
+from .algorithm import AgentState, DOADPParams, StepResult, agent_round, consensus_terms, message_nbytes, reconcile
 from .clipping import clip_per_sample
-from .rng import activation_mask, agent_rng, draw_samples
+from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
+from .rng import activation_coin, agent_generator, draw_batch
 from .simulator import DOADPNetwork, check_mixing, run_dmsgd, run_doadp
 from .sparsify import densify, rand_k, top_k, top_k_dense, top_k_indices
 
 __all__ = [
-    "AgentState", "DOADPParams", "StepResult", "active_update", "agent_step", "consensus_terms",
-    "inactive_update", "message_nbytes", "clip_per_sample", "activation_mask", "agent_rng",
-    "draw_samples", "DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp", "densify", "rand_k",
-    "top_k", "top_k_dense", "top_k_indices",
+    "AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes", "reconcile",
+    "clip_per_sample", "CPGTConfig", "DMSGDConfig", "DOADPConfig", "DPDDAConfig", "DPDOConfig",
+    "activation_coin", "agent_generator", "draw_batch", "DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp",
+    "densify", "rand_k", "top_k", "top_k_dense", "top_k_indices",
 ]

@@ -1,46 +1,146 @@
-"""Baselines of Table I / Fig. 3 of Huo et al., as reconstructed in the spec (Sec. 6).
+"""Baselines of Table I / Fig. 3 of Huo et al. (DPDO, DP-DDA, CPGT): one agent's round, and
+reference simulators of the whole network (NumPy; framework neutral).
 
-The paper describes each baseline in one sentence; the update rules here are the standard forms of
-the cited works with the spec's [CHOICE] constants. Verify against the originals before claiming a
-faithful reproduction.
+The paper describes each baseline in one sentence; the update rules are the standard forms of the
+cited works as reconstructed in the spec (Sec. 6), with its [CHOICE] constants. All of them use the
+same per-sample clipped minibatch gradient as DO-ADP (batch b drawn from the agent's private
+generator), so they can be compared at the same batch size.
 
-* :func:`run_dpdo`: DPDO (Huang, Mitra, Vaidya 2015): broadcast ``x + Laplace(b_t)``, mix, full
-  local gradient step with ``lam_t = c rs^t``; ``b_t = b0 rn^t``; pure eps-DP.
-* :func:`run_dpdda`: DP-DDA (Liu, Johansson, Shi 2024): node sampling ``p_s``, Gaussian noise on a
-  clipped one-sample gradient, dual averaging, every node transmits; (eps, delta)-DP through the
-  DO-ADP chain with ``p = p_s``, ``k = d``.
-* :func:`run_cpgt`: CPGT (Xie et al. 2023): compressed gradient tracking with Laplace perturbation
-  of both transmitted variables, Top-k on each; pure eps-DP.
+Each method runs *pipelined* on Flower: in round r (t = r - 1) an agent first completes iteration
+t - 1 with what its neighbours broadcast in round r - 1 (relayed by the server), then broadcasts
+for iteration t. The reference simulators here run the same per-agent functions in the same order,
+with the same per-agent generators, so they equal the Flower path for the same client seeds.
 
-All runners take the problem interface of :mod:`.simulator`, and per-sample gradients are clipped
-exactly as in DO-ADP (coordinate clip at G/sqrt(d)).
+* DPDO (Huang, Mitra, Vaidya 2015): ``x_t = z_{t-1} - c rs^{t-1} g(z_{t-1})``, broadcast
+  ``y_t = x_t + Laplace(b0 rn^t)``, ``z_t = sum_j w_ij y_j``. Pure eps-DP: given the public z, y_t
+  is a Laplace mechanism on one clipped minibatch mean (L1 sensitivity ``2 G sqrt(d) c rs^{t-1} / b``),
+  amplified by the uniform batch draw and composed (certified, :mod:`flwr_strategies.privacy.laplace`).
+* DP-DDA (Liu, Johansson, Shi 2024): sampled with probability p_s, an agent adds
+  ``gtil = g(x_t) + N(0, sigma^2)`` (else 0) to ``z = sum_j w_ij z_j``, then
+  ``x = -z / (A_t reg + beta0 sqrt(t+1))`` (a_t = 1). Every agent broadcasts z. Certified by the
+  same standard accountant as DO-ADP; no credit for p_s (a non-sampled agent adds exactly 0, which
+  an observer of consecutive z's sees).
+* CPGT (Xie et al. 2023): compressed gradient tracking; both x and the tracker y are perturbed with
+  Laplace noise, Top-k compressed against references h (CHOCO-style), and mixed. Its epsilon is the
+  spec's heuristic (the tracker accumulates every past gradient, so its per-release sensitivity is
+  not bounded by one step's): NOT certified.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from ..privacy.doadp_accountant import doadp_sigma
-from ..privacy.laplace import geometric_laplace_scale
+from .algorithm import GradFn
 from .clipping import clip_per_sample
-from .rng import agent_rng, draw_samples
-from .simulator import EvalFn, _grads, check_mixing
+from .rng import agent_generator, draw_batch
+from .simulator import EvalFn, _seeds, check_mixing
 from .sparsify import top_k
 
-_BASELINE_TAG = {"dpdo": 11, "dpdda": 12, "cpgt": 13}
+__all__ = [
+    "BatchGrad",
+    "clipped_batch_gradient",
+    "dpdo_round",
+    "dpdda_round",
+    "cpgt_round",
+    "run_dpdo",
+    "run_dpdda",
+    "run_cpgt",
+]
 
 
-def _rng(name: str, seed: int, t: int) -> np.random.Generator:
-    return np.random.default_rng([_BASELINE_TAG[name], int(seed), int(t)])
+@dataclass(frozen=True)
+class BatchGrad:
+    """How an agent computes its clipped minibatch gradient: b records (``sampling``), per-sample
+    clip ``clip`` (``clip_mode``), sum divided by b."""
+
+    batch_size: int = 1
+    clip: float = 1.0
+    clip_mode: str = "coordinate"
+    sampling: str = "uniform"
 
 
+def clipped_batch_gradient(x: np.ndarray, rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad) -> np.ndarray:
+    """Draw the batch from ``rng`` and return ``sum_j clip(grad l(x; z_j)) / b``."""
+    idx = draw_batch(rng, q, bg.batch_size, bg.sampling)
+    d = x.shape[0]
+    grads = grad_fn(x, idx) if idx.size else np.zeros((0, d))
+    return clip_per_sample(np.asarray(grads, np.float64).reshape(-1, d), bg.clip, bg.clip_mode).sum(axis=0) / bg.batch_size
+
+
+# ----------------------------------------------------------------------------------- DPDO
+def dpdo_round(x: np.ndarray, z: np.ndarray | None, t: int, *, c: float, rs: float, b0: float, rn: float,
+               rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad) -> tuple[np.ndarray, np.ndarray]:
+    """DPDO agent, round t: complete iteration t-1 from the mixed broadcasts ``z`` (None in the
+    agent's first round, which starts from ``x``), then broadcast. Returns ``(x_t, y_t)``."""
+    if z is not None:
+        g = clipped_batch_gradient(z, rng, grad_fn, q, bg)
+        x = z - c * rs ** (t - 1) * g
+    y = x + rng.laplace(0.0, b0 * rn**t, size=x.shape[0])
+    return x, y
+
+
+# ----------------------------------------------------------------------------------- DP-DDA
+def dpdda_round(x: np.ndarray, mixed: np.ndarray, t: int, *, p_s: float, sigma: float, reg: float, beta0: float,
+                rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad) -> tuple[np.ndarray, np.ndarray, bool]:
+    """DP-DDA agent, round t: ``z = mixed + gtil``; ``x = -z / ((t+1) reg + beta0 sqrt(t+1))``.
+    Returns ``(x_{t+1}, z_t, sampled)``."""
+    sampled = bool(rng.random() < p_s)
+    z = np.array(mixed, dtype=np.float64, copy=True)
+    if sampled:
+        g = clipped_batch_gradient(x, rng, grad_fn, q, bg)
+        z += g + rng.normal(0.0, sigma, size=x.shape[0])
+    x_new = -z / ((t + 1.0) * reg + beta0 * math.sqrt(t + 1.0))
+    return x_new, z, sampled
+
+
+# ----------------------------------------------------------------------------------- CPGT
+def cpgt_round(x: np.ndarray, y: np.ndarray | None, completion: tuple | None, h_x: np.ndarray, h_y: np.ndarray,
+               t: int, *, k: int, lr: float, rs: float, g_cons: float, b0: float, rn: float,
+               rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad, msg_dtype: str = "float64"):
+    """CPGT agent, round t. ``y=None``: the agent's first round (``y = g(x)``); otherwise it first
+    completes iteration t-1 with ``completion = (hat_x, hatw_x, hat_y, hatw_y)``. Returns
+    ``(x, y, (idx_x, val_x), (idx_y, val_y))``."""
+    if y is None:  # first round of this agent: the tracker starts at its own gradient
+        y = clipped_batch_gradient(x, rng, grad_fn, q, bg)
+    elif completion is not None:
+        hat_x, hatw_x, hat_y, hatw_y = completion
+        idx = draw_batch(rng, q, bg.batch_size, bg.sampling)
+        d = x.shape[0]
+
+        def g_at(v):
+            gr = grad_fn(v, idx) if idx.size else np.zeros((0, d))
+            return clip_per_sample(np.asarray(gr, np.float64).reshape(-1, d), bg.clip, bg.clip_mode).sum(0) / bg.batch_size
+
+        x_new = x - g_cons * (hat_x - hatw_x) - lr * rs ** (t - 1) * y
+        y = y - g_cons * (hat_y - hatw_y) + g_at(x_new) - g_at(x)
+        x = x_new
+    scale = b0 * rn**t
+    msgs = []
+    for v, h in ((x, h_x), (y, h_y)):
+        vt = v + rng.laplace(0.0, scale, size=v.shape[0])
+        ind, val = top_k(vt - h, k)
+        msgs.append((ind, val.astype(msg_dtype).astype(np.float64)))
+    return x, y, msgs[0], msgs[1]
+
+
+def cpgt_mix(W, H: np.ndarray, Q: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Server side of one CPGT variable: ``hat = H + Q``, ``hatw = W hat``, ``H' = (1-a) H + a hat``."""
+    hat = H + Q
+    hatw = W @ hat
+    return hat, hatw, (1.0 - a) * H + a * hat
+
+
+# ----------------------------------------------------------------------------------- references
 def _recorder(evaluate, hist):
-    def record(t, X):
+    def record(t, xbar, X):
         if evaluate is None:
             return
-        out = evaluate(t, X.mean(axis=0), X)
+        out = evaluate(t, xbar, X)
         hist["t"].append(t)
         for key, val in out.items():
             hist.setdefault(key, []).append(val)
@@ -48,138 +148,88 @@ def _recorder(evaluate, hist):
     return record
 
 
-def clipped_local_grads(problem, X: np.ndarray, G: float, clip_mode: str = "coordinate", ridge=True):
-    """Full local gradients, each the mean of per-sample clipped gradients, for every agent."""
-    out = np.empty_like(X)
-    q = problem.q
-    for i in range(X.shape[0]):
-        g = problem.per_sample_grads(i, X[i], np.arange(q), ridge)
-        out[i] = clip_per_sample(g, G, clip_mode).mean(axis=0)
-    return out
+def _grad_fns(problem) -> list[Callable]:
+    return [(lambda i: (lambda x, idx: problem.per_sample_grads(i, x, idx)))(i) for i in range(problem.n)]
 
 
-# --------------------------------------------------------------------------------------- DPDO
-def dpdo_noise_scale(epsilon: float, G: float, d: int, q: int, c: float, rs: float, rn: float) -> float:
-    """Spec 6.1: ``b0 = 2 G sqrt(d) c / (q eps (rn - rs))`` (record-level, pure eps-DP)."""
-    return geometric_laplace_scale(epsilon, 2.0 * G * math.sqrt(d) * c / q, rs, rn)
-
-
-def run_dpdo(problem, W, x0, *, epsilon: float, T: int, c: float = 0.001, rs: float = 0.99,
-             rn: float = 0.995, G: float = 1.0, seed: int = 0, evaluate: EvalFn | None = None,
+def run_dpdo(problem, W, x0, *, b0: float, c: float, T: int, rs: float = 0.99, rn: float = 0.995,
+             bg: BatchGrad = BatchGrad(), client_seeds=None, evaluate: EvalFn | None = None,
              eval_every: int = 100) -> dict:
-    """DPDO: ``y = x + Lap(b0 rn^t)``; ``z = W y``; ``x = z - c rs^t grad f_i(z)`` (X = R^d, no projection)."""
+    """T rounds of pipelined DPDO; records ``evaluate(t, mean(Y), X)`` (the public average of the
+    broadcasts) after rounds ``eval_every, 2 eval_every, ..., T``."""
     W = check_mixing(W)
     n, d = W.shape[0], len(x0)
-    b0 = dpdo_noise_scale(epsilon, G, d, problem.q, c, rs, rn)
+    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
     X = np.tile(np.asarray(x0, float), (n, 1))
-    hist = {"t": [], "b0": b0}
+    Y = np.zeros_like(X)
+    hist: dict = {"t": [], "b0": b0}
     record = _recorder(evaluate, hist)
-    record(0, X)
+    t0 = time.perf_counter()
     for t in range(T):
-        Y = X + _rng("dpdo", seed, t).laplace(0.0, b0 * rn**t, size=X.shape)
         Z = W @ Y
-        X = Z - c * rs**t * clipped_local_grads(problem, Z, G)
+        for i in range(n):
+            X[i], Y[i] = dpdo_round(X[i], Z[i] if t else None, t, c=c, rs=rs, b0=b0, rn=rn,
+                                    rng=agent_generator(seeds[i], t), grad_fn=fns[i], q=problem.q, bg=bg)
         if (t + 1) % eval_every == 0 or t + 1 == T:
-            record(t + 1, X)
-    hist["comm_rate"] = 1.0
-    hist["xbar"] = X.mean(axis=0)
+            record(t + 1, Y.mean(axis=0), X)
+    hist.update(comm_rate=1.0, xbar=X.mean(axis=0), public=Y.mean(axis=0), X=X, Y=Y, wall_s=time.perf_counter() - t0)
     return hist
 
 
-# ------------------------------------------------------------------------------------- DP-DDA
-def run_dpdda(problem, W, x0, *, epsilon: float, delta0: float, T: int, p_s: float = 0.24,
-              beta0: float = 1000.0, G: float = 1.0, reg: float | None = None, rescale: bool = False,
-              sigma: float | None = None, seed: int = 0, evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
-    """DP-DDA with ``a_t = 1``, ``beta_t = beta0 sqrt(t+1)``, ``h(x) = reg ||x||^2 / 2``.
-
-    ``reg`` defaults to 1/q (the logistic-regression ridge, which is then removed from the sampled
-    gradient); ``x_i = -z_i / (A_t reg + beta_t)``. ``rescale=True`` divides the noisy gradient by
-    ``p_s`` (unbiased variant; unclear in the paper, default off).
-    """
+def run_dpdda(problem, W, x0, *, sigma: float, T: int, p_s: float = 0.24, beta0: float = 100.0,
+              reg: float | None = None, bg: BatchGrad = BatchGrad(), client_seeds=None,
+              evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
+    """T rounds of DP-DDA (``reg`` defaults to 1/q); records ``evaluate(t, mean(X), X)``."""
     W = check_mixing(W)
-    n, d, q = W.shape[0], len(x0), problem.q
-    reg = 1.0 / q if reg is None else float(reg)
-    ridge = reg == 0.0
-    if sigma is None:  # calibrated with the DO-ADP chain at p = p_s, k = d
-        sigma = doadp_sigma(epsilon, delta0, T, p_s, d, d, q, G, allow_low_p=True)
+    n = W.shape[0]
+    reg = 1.0 / problem.q if reg is None else float(reg)
+    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
     X = np.tile(np.asarray(x0, float), (n, 1))
     Z = np.zeros_like(X)
-    hist = {"t": [], "sigma": sigma}
+    hist: dict = {"t": [], "sigma": sigma}
     record = _recorder(evaluate, hist)
-    record(0, X)
+    sampled = 0
+    t0 = time.perf_counter()
     for t in range(T):
-        sampled = _rng("dpdda", seed, t).random(n) < p_s
-        Gt = np.zeros_like(X)
-        for i in np.flatnonzero(sampled):
-            rng = agent_rng(seed, t, i)
-            idx = draw_samples(rng, q, 1)
-            g = clip_per_sample(problem.per_sample_grads(i, X[i], idx, ridge), G).mean(axis=0)
-            g = g + rng.normal(0.0, sigma, size=d)
-            Gt[i] = g / p_s if rescale else g
-        Z = W @ Z + Gt
-        A_t = t + 1.0
-        X = -Z / (A_t * reg + beta0 * math.sqrt(t + 1.0))
+        M = W @ Z
+        for i in range(n):
+            X[i], Z[i], s = dpdda_round(X[i], M[i], t, p_s=p_s, sigma=sigma, reg=reg, beta0=beta0,
+                                        rng=agent_generator(seeds[i], t), grad_fn=fns[i], q=problem.q, bg=bg)
+            sampled += s
         if (t + 1) % eval_every == 0 or t + 1 == T:
-            record(t + 1, X)
-    hist["comm_rate"] = 1.0
-    hist["xbar"] = X.mean(axis=0)
+            record(t + 1, X.mean(axis=0), X)
+    hist.update(comm_rate=1.0, xbar=X.mean(axis=0), X=X, Z=Z, sampled=sampled, wall_s=time.perf_counter() - t0)
     return hist
 
 
-# --------------------------------------------------------------------------------------- CPGT
-def cpgt_noise_scale(epsilon: float, G: float, d: int, q: int, lr: float, rs: float, rn: float) -> float:
-    """Laplace b0 per variable: half the budget each for x and y, ``s0 = 2 G sqrt(d) lr / q``.
-
-    [CHOICE, heuristic] The per-round L1 sensitivity of both released variables is taken as the
-    record's contribution to a step, ``2 G sqrt(d) lr_t / q`` with ``lr_t = lr rs^t``, as DPDO.
-    """
-    return geometric_laplace_scale(epsilon / 2.0, 2.0 * G * math.sqrt(d) * lr / q, rs, rn)
-
-
-def run_cpgt(problem, W, x0, *, epsilon: float, T: int, k: int, lr: float = 0.001, a: float = 0.5,
-             g_cons: float = 0.05, rs: float = 0.999, rn: float = 0.9995, G: float = 1.0,
-             seed: int = 0, evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
-    """CPGT: compressed gradient tracking (C-GT) with Laplace noise before Top-k, both variables.
-
-    Stochastic one-sample gradients (the same sample for both evaluations of a round), step size
-    ``lr rs^t``, noise ``b0 rn^t``.
-    """
+def run_cpgt(problem, W, x0, *, b0: float, k: int, lr: float, T: int, a: float = 0.5, g_cons: float = 0.05,
+             rs: float = 0.999, rn: float = 0.9995, bg: BatchGrad = BatchGrad(), client_seeds=None,
+             evaluate: EvalFn | None = None, eval_every: int = 100, msg_dtype: str = "float64") -> dict:
+    """T rounds of pipelined CPGT; records ``evaluate(t, mean(H_x), X)`` (the public references)."""
     W = check_mixing(W)
-    n, d, q = W.shape[0], len(x0), problem.q
-    b0 = cpgt_noise_scale(epsilon, G, d, q, lr, rs, rn)
+    n, d = W.shape[0], len(x0)
+    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
     X = np.tile(np.asarray(x0, float), (n, 1))
-    agents = np.arange(n)
-
-    def sgrad(Xm, t):
-        idx = np.stack([draw_samples(agent_rng(seed, t, i), q, 1) for i in range(n)])
-        g = _grads(problem, agents, Xm, idx)
-        return np.stack([clip_per_sample(g[i], G).mean(axis=0) for i in range(n)])
-
-    Y = clipped_local_grads(problem, X, G)  # y_i(0) = grad f_i(x_i(0))
+    Yv: list = [None] * n
     H = {"x": np.zeros_like(X), "y": np.zeros_like(X)}
-    HW = {"x": np.zeros_like(X), "y": np.zeros_like(X)}
-    hist = {"t": [], "b0": b0}
+    comp = None
+    hist: dict = {"t": [], "b0": b0}
     record = _recorder(evaluate, hist)
-    record(0, X)
+    t0 = time.perf_counter()
     for t in range(T):
-        rng = _rng("cpgt", seed, t)
-        hat, hatw = {}, {}
-        for name, V in (("x", X), ("y", Y)):
-            Vt = V + rng.laplace(0.0, b0 * rn**t, size=V.shape)
-            Q = np.zeros_like(V)
-            for i in range(n):
-                ind, val = top_k(Vt[i] - H[name][i], k)
-                Q[i, ind] = val
-            hat[name] = H[name] + Q
-            hatw[name] = HW[name] + W @ Q
-            H[name] = (1 - a) * H[name] + a * hat[name]
-            HW[name] = (1 - a) * HW[name] + a * hatw[name]
-        lr_t = lr * rs**t
-        X_new = X - g_cons * (hat["x"] - hatw["x"]) - lr_t * Y
-        Y = Y - g_cons * (hat["y"] - hatw["y"]) + sgrad(X_new, t) - sgrad(X, t)
-        X = X_new
+        Q = {"x": np.zeros_like(X), "y": np.zeros_like(X)}
+        for i in range(n):
+            ci = None if comp is None else tuple(c[i] for c in comp)
+            X[i], Yv[i], (ix, vx), (iy, vy) = cpgt_round(
+                X[i], Yv[i], ci, H["x"][i], H["y"][i], t, k=k, lr=lr, rs=rs, g_cons=g_cons, b0=b0, rn=rn,
+                rng=agent_generator(seeds[i], t), grad_fn=fns[i], q=problem.q, bg=bg, msg_dtype=msg_dtype)
+            Q["x"][i, ix] = vx
+            Q["y"][i, iy] = vy
+        hx, hwx, H["x"] = cpgt_mix(W, H["x"], Q["x"], a)
+        hy, hwy, H["y"] = cpgt_mix(W, H["y"], Q["y"], a)
+        comp = (hx, hwx, hy, hwy)
         if (t + 1) % eval_every == 0 or t + 1 == T:
-            record(t + 1, X)
-    hist["comm_rate"] = 2.0 * k / d
-    hist["xbar"] = X.mean(axis=0)
+            record(t + 1, H["x"].mean(axis=0), X)
+    hist.update(comm_rate=2.0 * k / d, xbar=X.mean(axis=0), public=H["x"].mean(axis=0), X=X, H=H,
+                wall_s=time.perf_counter() - t0)
     return hist

@@ -1,30 +1,59 @@
-"""Seeded random streams of DO-ADP (no global RNG state, identical on every backend).
+"""A client's private randomness (activation coin, batch choice, DP noise).
 
-* activation coins: one generator per (seed, iteration) drawing n uniforms, agent i active iff
-  ``u_i < p``; held by whoever emulates the network (the strategy or the reference simulator);
-* agent randomness: one generator per (seed, iteration, agent) used, in this order, for the sample
-  indices and then the Gaussian noise. The client and the simulator draw the same numbers.
+Only the client holds it. By default every round draws fresh OS entropy
+(``np.random.default_rng()`` seeds itself from ``secrets``), so nothing the server knows (the
+experiment seed, the round, the messages) can reproduce a client's noise. A simulation may make a
+client reproducible with a *client-side seed* that never passes through the server (a node's
+``node_config`` or a per-node secret in ``context.state``, see
+:func:`flwr_strategies.clients.doadp.set_client_seed`); the round's generator is then
+``default_rng([TAG, client_seed, t])``.
+
+Draw order inside a round (fixed, so the Flower client and the reference simulator agree): the
+activation coin, then the batch indices (active agents only), then the Gaussian noise.
 """
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-_ACTIVATION = 0xAC7
-_AGENT = 0xA6E
+__all__ = ["agent_generator", "activation_coin", "draw_batch", "check_client_seed"]
+
+_AGENT = 0xA6E5
 
 
-def activation_mask(seed: int, t: int, n: int, p: float) -> np.ndarray:
-    """Boolean activation vector eta_{., t} (length n) with P(active) = p."""
-    u = np.random.default_rng([_ACTIVATION, int(seed), int(t)]).random(n)
-    return u < p
+def check_client_seed(client_seed) -> int | None:
+    """``client_seed`` as an int >= 0, or None (OS entropy); anything else raises."""
+    if client_seed is None:
+        return None
+    if isinstance(client_seed, bool) or not isinstance(client_seed, numbers.Integral) or int(client_seed) < 0:
+        raise ValueError(f"client_seed must be an integer >= 0 or None, got client_seed={client_seed!r}")
+    return int(client_seed)
 
 
-def agent_rng(seed: int, t: int, i: int) -> np.random.Generator:
-    """Generator for agent i's sample choice and noise at iteration t."""
-    return np.random.default_rng([_AGENT, int(seed), int(t), int(i)])
+def agent_generator(client_seed: int | None, t: int) -> np.random.Generator:
+    """The generator of one agent in iteration ``t``: OS entropy when ``client_seed`` is None."""
+    seed = check_client_seed(client_seed)
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([_AGENT, seed, int(t)])
 
 
-def draw_samples(rng: np.random.Generator, q: int, batch_size: int) -> np.ndarray:
-    """Indices of ``batch_size`` samples drawn uniformly (with replacement) from ``q``."""
-    return rng.integers(0, q, size=batch_size)
+def activation_coin(rng: np.random.Generator, p: float) -> bool:
+    """eta ~ Bernoulli(p): one uniform draw, active iff it is below p."""
+    return bool(rng.random() < p)
+
+
+def draw_batch(rng: np.random.Generator, q: int, batch_size: int, sampling: str = "uniform") -> np.ndarray:
+    """Indices of the batch: ``batch_size`` distinct records uniformly from ``range(q)``
+    (``"uniform"``), or every record independently with probability ``batch_size / q``
+    (``"poisson"``, variable size, possibly empty). Sorted int64."""
+    q, b = int(q), int(batch_size)
+    if not 1 <= b <= q:
+        raise ValueError(f"batch_size must lie in [1, q] = [1, {q}], got batch_size={b}")
+    if sampling == "uniform":
+        return np.sort(rng.choice(q, size=b, replace=False)).astype(np.int64)
+    if sampling == "poisson":
+        return np.flatnonzero(rng.random(q) < b / q).astype(np.int64)
+    raise ValueError(f"sampling must be 'uniform' or 'poisson', got sampling={sampling!r}")

@@ -1,36 +1,35 @@
 """Pure-NumPy reference simulator of the whole DO-ADP network (spec Sec. 2.2, compact form).
 
-It uses exactly the per-agent math of :mod:`.algorithm` and the random streams of :mod:`.rng`, so
-its trajectory equals the Flower strategy + client path for the same seed. It is the engine for the
-unit oracles and for long runs (Experiment A), where a Flower round per iteration is too slow.
+It runs exactly the per-agent code of :func:`.algorithm.agent_round` with each agent's private
+generator :func:`.rng.agent_generator` (client seed, t), so for the same client seeds its trajectory
+equals the Flower strategy + client path (a unit test). It is the engine for the unit oracles and
+for long runs (Experiment A), where one Flower round per iteration is too slow. With
+``client_seeds=None`` every agent draws OS entropy, as in a deployment.
 
-A *problem* object provides ``n, q, d`` and either ``batched_grads(agents, X, idx) -> (m, b, d)``
-or ``per_sample_grads(i, x, idx) -> (b, d)`` (see :class:`.problems.LogRegProblem`).
+A *problem* object provides ``n, q, d`` and ``per_sample_grads(i, x, idx) -> (b, d)`` (and
+optionally ``batched_grads(agents, X, idx)``; see :class:`.problems.LogRegProblem`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .algorithm import AgentState, DOADPParams, active_update, consensus_terms, inactive_update
-from .rng import activation_mask, agent_rng, draw_samples
+from .algorithm import AgentState, DOADPParams, agent_round, consensus_terms
+from .clipping import clip_per_sample
+from .rng import agent_generator, draw_batch
+
+__all__ = ["DOADPNetwork", "check_mixing", "run_doadp", "run_dmsgd", "EvalFn"]
 
 EvalFn = Callable[[int, np.ndarray, np.ndarray], dict]
 """``evaluate(t, xbar, X) -> dict of scalars``."""
 
 
-def _grads(problem, agents: np.ndarray, X: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    if hasattr(problem, "batched_grads"):
-        return problem.batched_grads(agents, X, idx)
-    return np.stack([problem.per_sample_grads(int(a), X[j], idx[j]) for j, a in enumerate(agents)])
-
-
 def check_mixing(W: np.ndarray, atol: float = 1e-10) -> np.ndarray:
-    """Validate a mixing matrix: square, symmetric, doubly stochastic, non-negative, connected."""
-    W = np.asarray(W, dtype=np.float64)
+    """Validate a dense mixing matrix: square, symmetric, doubly stochastic, non-negative, connected."""
+    W = np.asarray(W.toarray() if hasattr(W, "toarray") else W, dtype=np.float64)
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
         raise ValueError(f"mixing matrix must be square, got shape {W.shape}")
     if not np.allclose(W, W.T, atol=atol):
@@ -45,40 +44,57 @@ def check_mixing(W: np.ndarray, atol: float = 1e-10) -> np.ndarray:
     return W
 
 
+def _seeds(client_seeds, n: int) -> list[int | None]:
+    if client_seeds is None:
+        return [None] * n
+    seeds = list(client_seeds)
+    if len(seeds) != n:
+        raise ValueError(f"client_seeds has {len(seeds)} entries for {n} agents")
+    return seeds
+
+
 class DOADPNetwork:
-    """State of all n agents plus the (single, shared) public copies XHAT.
+    """All n agents' private states; the public copies are the agents' own ``xhat``.
 
     Parameters
     ----------
     problem : object
         Gradient oracle (see module docstring).
-    W : np.ndarray
+    W : array
         n x n symmetric doubly stochastic mixing matrix of a connected graph.
     x0 : np.ndarray
         Common initial model (d,).
     params : DOADPParams
-        Hyperparameters (sigma already calibrated).
+        Per-agent hyperparameters (sigma already calibrated).
+    gamma : float
+        Consensus step size.
+    client_seeds : sequence of int | None
+        Each agent's client-side seed (None: OS entropy for every agent).
     public_copy : str
         ``"zero"`` (paper) or ``"x0"``.
     X0 : np.ndarray or None
         Optional distinct initial models (n, d) (consensus oracle).
     """
 
-    def __init__(self, problem, W, x0, params: DOADPParams, public_copy: str = "zero", X0=None):
+    def __init__(self, problem, W, x0, params: DOADPParams, gamma: float, client_seeds: Sequence[int] | None = None,
+                 public_copy: str = "zero", X0=None):
         self.problem = problem
         self.W = check_mixing(W)
         self.params = params
+        self.gamma = float(gamma)
         n, d = self.W.shape[0], int(np.asarray(x0).shape[0])
         if n != problem.n:
             raise ValueError(f"W is {n}x{n} but the problem has n={problem.n} agents")
         params.check_dim(d)
         X0 = np.tile(np.asarray(x0, dtype=np.float64), (n, 1)) if X0 is None else np.asarray(X0, float)
         self.agents = [AgentState.initial(X0[i], public_copy) for i in range(n)]
+        self.seeds = _seeds(client_seeds, n)
         self.t = 0
         self.n, self.d = n, d
         self.values_sent = 0
-        self.active_steps = 0
+        self.active_steps = np.zeros(n, dtype=np.int64)
         self.grad_seconds = 0.0
+        self.last: list = []
 
     @property
     def X(self) -> np.ndarray:
@@ -92,47 +108,40 @@ class DOADPNetwork:
     def M(self) -> np.ndarray:
         return np.stack([a.m for a in self.agents])
 
+    def _grad_fn(self, i: int):
+        def fn(x, idx):
+            t0 = time.perf_counter()
+            out = self.problem.per_sample_grads(i, x, idx)
+            self.grad_seconds += time.perf_counter() - t0
+            return out
+
+        return fn
+
     def step(self) -> np.ndarray:
         """One synchronous iteration; returns the activation vector."""
-        pr = self.params
-        t = self.t
-        eta = activation_mask(pr.seed, t, self.n, pr.p)
-        cons = consensus_terms(self.W, self.XHAT, pr.gamma)
-        act = np.flatnonzero(eta)
-        rngs, idx = {}, []
-        for i in act:
-            rngs[i] = agent_rng(pr.seed, t, i)
-            idx.append(draw_samples(rngs[i], self.problem.q, pr.batch_size))
-        if len(act):
-            t0 = time.perf_counter()
-            X = np.stack([self.agents[i].x for i in act])
-            grads = _grads(self.problem, act, X, np.stack(idx))
-            self.grad_seconds += time.perf_counter() - t0
-        for i in range(self.n):
-            if eta[i]:
-                j = int(np.searchsorted(act, i))
-                active_update(self.agents[i], cons[i], pr, grads[j], rngs[i])
-            else:
-                inactive_update(self.agents[i], cons[i], pr)
-        self.values_sent += len(act) * int(pr.k)
-        self.active_steps += len(act)
+        cons = consensus_terms(self.W, self.XHAT, self.gamma)
+        eta = np.zeros(self.n, dtype=bool)
+        results = []
+        new = []
+        for i, st in enumerate(self.agents):
+            nxt, res = agent_round(st, cons[i], self.params, agent_generator(self.seeds[i], self.t),
+                                   self._grad_fn(i), self.problem.q)
+            new.append(nxt)
+            results.append(res)
+            eta[i] = res.active
+        self.agents = new
+        self.last = results
+        self.values_sent += int(eta.sum()) * int(self.params.k)
+        self.active_steps += eta
         self.t += 1
         return eta
 
 
-def run_doadp(
-    problem,
-    W: np.ndarray,
-    x0: np.ndarray,
-    params: DOADPParams,
-    T: int,
-    evaluate: EvalFn | None = None,
-    eval_every: int = 100,
-    public_copy: str = "zero",
-) -> dict:
+def run_doadp(problem, W, x0, params: DOADPParams, T: int, gamma: float = 0.05, client_seeds=None,
+              evaluate: EvalFn | None = None, eval_every: int = 100, public_copy: str = "zero") -> dict:
     """Run T iterations of DO-ADP; returns a history dict of lists (``t`` plus evaluate's keys)."""
-    net = DOADPNetwork(problem, W, x0, params, public_copy=public_copy)
-    hist: dict[str, list] = {"t": []}
+    net = DOADPNetwork(problem, W, x0, params, gamma, client_seeds=client_seeds, public_copy=public_copy)
+    hist: dict = {"t": []}
 
     def record():
         if evaluate is None:
@@ -152,37 +161,24 @@ def run_doadp(
     hist["wall_s"] = time.perf_counter() - t0
     hist["comm_rate"] = net.values_sent / max(1, T * net.n * net.d)
     hist["xbar"] = net.X.mean(axis=0)
+    hist["active_steps"] = net.active_steps
     return hist
 
 
-def run_dmsgd(
-    problem,
-    W: np.ndarray,
-    x0: np.ndarray,
-    alpha: float,
-    gamma: float,
-    beta: float,
-    T: int,
-    seed: int = 0,
-    batch_size: int = 1,
-    G: float | None = None,
-    clip_mode: str = "coordinate",
-    evaluate: EvalFn | None = None,
-    eval_every: int = 100,
-) -> dict:
+def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, client_seeds=None,
+              batch_size: int = 1, evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
     """Non-private decentralized momentum SGD (eq. 2 of the paper), dense exchange every round.
 
-    ``m <- g + beta m; x <- x - alpha m + gamma sum_j w_ij (x_j - x_i)``. Uses the same per-agent
-    sample streams as DO-ADP, so DO-ADP with p=1, k=d, sigma=0 reproduces it (oracle 1).
+    ``m <- g + beta m; x <- x - alpha m + gamma sum_j w_ij (x_j - x_i)``, g the batch-mean gradient
+    (no clipping). Each agent draws its coin (always active, p = 1) and batch from the same generator
+    as DO-ADP, so DO-ADP with p=1, k=d, sigma=0, no clipping reproduces it (oracle 1).
     """
-    from .clipping import clip_per_sample
-
     W = check_mixing(W)
     n = W.shape[0]
+    seeds = _seeds(client_seeds, n)
     X = np.tile(np.asarray(x0, dtype=np.float64), (n, 1))
     M = np.zeros_like(X)
-    hist: dict[str, list] = {"t": []}
-    agents = np.arange(n)
+    hist: dict = {"t": []}
 
     def record(t):
         if evaluate is None:
@@ -194,11 +190,14 @@ def run_dmsgd(
 
     record(0)
     for t in range(T):
-        idx = np.stack([draw_samples(agent_rng(seed, t, i), problem.q, batch_size) for i in range(n)])
-        grads = _grads(problem, agents, X, idx)
-        g = np.stack([clip_per_sample(grads[i], G, clip_mode).mean(axis=0) for i in range(n)])
+        G = np.empty_like(X)
+        for i in range(n):
+            rng = agent_generator(seeds[i], t)
+            rng.random()  # the activation coin (p = 1: always active)
+            idx = draw_batch(rng, problem.q, batch_size)
+            G[i] = clip_per_sample(problem.per_sample_grads(i, X[i], idx), None).sum(axis=0) / batch_size
         cons = gamma * (W @ X - X)
-        M = g + beta * M
+        M = G + beta * M
         X = X - alpha * M + cons
         if (t + 1) % eval_every == 0 or t + 1 == T:
             record(t + 1)

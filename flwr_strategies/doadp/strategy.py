@@ -1,223 +1,160 @@
-"""DO-ADP strategy (legacy Flower API): one Flower round = one iteration of Algorithm 1.
+"""DO-ADP, D-mSGD, DPDO, DP-DDA and CPGT as legacy Flower strategies (``flwr.server.strategy``).
 
-Paper: W. Huo, C. Liu, K. Ding, K. H. Johansson, L. Shi, "Decentralized Optimization with Amplified
-Privacy via Efficient Communication".
+Each class takes the peer network (``num_clients``, the graph), the run length ``num_rounds`` (the
+privacy calibration covers it), the agents' local dataset size ``local_dataset_size`` (q, for the
+sampling rate b/q), the step size and batch size, and the method's hyperparameters (the fields of
+its config dataclass in :mod:`.config`, with the paper's defaults). Every client takes part in every
+round; the matching client is :mod:`flwr_strategies.clients.doadp` (DO-ADP, D-mSGD) or
+:mod:`flwr_strategies.clients.doadp_baselines`.
 
-The server emulates the peer graph (shared core :class:`DecentralizedStrategy`: topology, mixing
-matrix, partition resolution). It holds the public copies ``XHAT`` (what crosses the network; its
-table ``self.models``), draws the activation coins, and sends each agent its consensus term
-``cons_i = gamma * sum_j w_ij (xhat_j - xhat_i)`` (dense; an emulation artefact that a real
-deployment computes locally from received messages). Each client keeps its private model, momentum
-and own public copy in ``context.state`` and returns its Top-k message (k indices + k values) when
-active, or two empty arrays when inactive. ``aggregate_fit`` only applies ``XHAT[i] += s_i``; it does
-no model averaging.
+Example::
 
-Per-round metrics: ``active``, ``paper_rate`` (active k / (n d)), ``p2p_bytes`` (what a real P2P
-deployment moves: every active agent sends its k values + k indices to each neighbour),
-``epsilon_spent`` (paper chain after t iterations; ``epsilon_spent_conservative`` too). The emulation's
-own bytes are counted by the foundation's metering wrapper (``bytes_up``/``bytes_down``).
-
-Evaluation: every ``eval_every`` rounds the clients also return their private model x_i (outside the
-algorithm, not counted as P2P traffic); ``evaluate`` scores the network average xbar.
+    strategy = DOADP(initial_parameters=ndarrays, num_clients=20, num_rounds=2000,
+                     local_dataset_size=3000, alpha=0.01, batch_size=32, epsilon=1.0, delta=1e-5,
+                     evaluate_fn=evaluate)
 """
 
 from __future__ import annotations
 
-import warnings
-from logging import WARNING
-from typing import Any, Optional
+from dataclasses import fields
+from typing import Any
 
-import numpy as np
-from flwr.common import FitIns, FitRes, Parameters, Scalar, log, ndarrays_to_parameters, parameters_to_ndarrays
-from flwr.server.client_manager import ClientManager
-from flwr.server.client_proxy import ClientProxy
+from ..adapters.centralized import initial_ndarrays
+from ..adapters.legacy import LegacyStrategy
+from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
+from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
+from .server import DMSGDServer, DOADPServer
 
-from ..decentralized.strategy import DecentralizedStrategy
-from ..privacy.doadp_accountant import doadp_privacy
-from .algorithm import DOADPParams, consensus_terms
-from .rng import activation_mask
+__all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "split_config"]
 
-__all__ = ["DOADPStrategy"]
+_CORE_KEYS = ("adjacency", "hops", "weights", "seed", "lr_decay")
 
 
-class DOADPStrategy(DecentralizedStrategy):
-    """DO-ADP: decentralized momentum SGD with amplified DP (random activation + Top-k messages).
+def split_config(config_cls, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``(config_cls(**its fields in kwargs), the other kwargs)``."""
+    names = {f.name for f in fields(config_cls)}
+    cfg = config_cls(**{k: v for k, v in kwargs.items() if k in names})
+    return cfg, {k: v for k, v in kwargs.items() if k not in names}
 
+
+class _PeerLegacy(LegacyStrategy):
+    server_cls: type = DOADPServer
+    config_cls: type = DOADPConfig
+
+    def __init__(self, *, initial_parameters, num_clients: int, num_rounds: int, local_dataset_size: int,
+                 alpha: float = 0.01, batch_size: int = 32, evaluate_fn=None, on_fit_config_fn=None,
+                 on_bad_reply: str = "drop", min_available_clients: int | None = None, **kwargs: Any) -> None:
+        config, rest = split_config(self.config_cls, kwargs)
+        core_kwargs = {k: rest.pop(k) for k in _CORE_KEYS if k in rest}
+        core = self.server_cls(initial_ndarrays(initial_parameters), num_partitions=num_clients,
+                               num_rounds=num_rounds, dataset_size=local_dataset_size, alpha=alpha,
+                               batch_size=batch_size, config=config, on_train_config=on_fit_config_fn, **core_kwargs)
+        super().__init__(core, evaluate_fn=evaluate_fn, on_bad_reply=on_bad_reply,
+                         min_available_clients=num_clients if min_available_clients is None else min_available_clients,
+                         **rest)
+
+
+_COMMON = """
     Parameters
     ----------
-    doadp : DOADPParams
-        Algorithm hyperparameters (alpha, gamma, beta, p, k, sigma, G, clip_mode, batch_size, seed).
-        ``sigma`` should come from :func:`flwr_strategies.privacy.doadp_sigma`.
-    privacy : dict | None (default: None)
-        Accountant arguments for the spent-epsilon report and the budget stop: ``epsilon`` (budget),
-        ``delta0``, ``q``, ``mode`` ("paper" or "conservative"); None disables accounting
-        (non-private runs).
-    public_copy : str (default: "zero")
-        Initial public copies: ``"zero"`` (the paper) or ``"x0"``.
-    eval_every : int (default: 10)
-        Rounds between evaluations (clients then also return x_i).
+    initial_parameters : Parameters | list[np.ndarray]
+        Initial model x0, shared by every agent (floating-point arrays, no integer buffers).
+    num_clients : int
+        Number of agents n (the paper: 20).
+    num_rounds : int
+        Planned rounds T (one round = one iteration); privacy is calibrated for T rounds.
+    local_dataset_size : int
+        q, the smallest local dataset of an agent (records), >= batch_size.
+    alpha : float (default: 0.01, the paper's CNN step size)
+        Step size, > 0.
+    batch_size : int (default: 32, [spec]; the paper uses 1)
+        Records per private step, in [1, q].
+    lr_decay : float (default: 1.0)
+        Per-round step-size decay, in (0, 1].
+    adjacency : array | sparse matrix | None (default: None)
+        Undirected connected peer graph; None: the paper's circulant ``(i +- 1..hops) mod n``.
+    hops : int (default: 3, paper)
+        Offsets of the circulant graph.
+    weights : str (default: "auto")
+        Mixing weights: ``"auto"`` (paper's ``I - L/(d_max+1)`` on regular graphs), ``"uniform"``,
+        ``"metropolis_hastings"``.
+    evaluate_fn : callable | None
+        Flower's ``evaluate_fn(server_round, ndarrays, config)`` on the public average model (and,
+        with ``evaluate_private``, on the private average too; simulation only).
+    on_fit_config_fn : callable | None
+        Extra per-round client config (its ``seed`` entry is never forwarded).
+    on_bad_reply : str (default: "drop")
+        ``"drop"`` (a bad reply is a failed agent, which skips the round) or ``"raise"``.
     **kwargs
-        Every :class:`DecentralizedStrategy` argument (num_clients, initial_parameters, topology,
-        weights, evaluate_fn, on_fit_config_fn, ...). The topology must be static and connected.
-    """
+        The method's hyperparameters (fields of {cfg}) and further
+        :class:`~flwr_strategies.adapters.legacy.LegacyStrategy` arguments.
+"""
 
-    def __init__(
-        self,
-        *,
-        doadp: DOADPParams,
-        privacy: dict[str, Any] | None = None,
-        public_copy: str = "zero",
-        eval_every: int = 10,
-        **kwargs: Any,
-    ) -> None:
-        kwargs.setdefault("dtype", np.float64)
-        kwargs.setdefault("client_eval_every", 0)
-        super().__init__(**kwargs)
-        if self.topology.time_varying:
-            raise ValueError("DO-ADP needs a static graph (public copies live on fixed edges)")
-        if public_copy not in ("zero", "x0"):
-            raise ValueError(f"public_copy must be 'zero' or 'x0', got {public_copy!r}")
-        if int(eval_every) < 1:
-            raise ValueError(f"eval_every must be >= 1, got {eval_every!r}")
-        self.params = doadp
-        self.d = int(self.layout.size)
-        doadp.check_dim(self.d)
-        self.x0 = self.models.data[0].copy()
-        self.private = self.models.data.copy()  # last reported private models (evaluation only)
-        if public_copy == "zero":
-            self.models.data = np.zeros_like(self.models.data)
-        self.public_copy = public_copy
-        self.eval_every = int(eval_every)
-        self.privacy = dict(privacy) if privacy else None
-        self.W_dense = self.mixing_matrix(1).toarray()
-        self.degrees = (self.W_dense > 0).sum(axis=1) - 1
-        self.budget_exhausted = False
-        self._eta: np.ndarray | None = None
-        self.total_p2p_bytes = 0
-        pr = doadp
-        self._hyper = {
-            "doadp_alpha": pr.alpha, "doadp_gamma": pr.gamma, "doadp_beta": pr.beta, "doadp_p": pr.p,
-            "doadp_k": int(pr.k), "doadp_sigma": pr.sigma, "doadp_G": -1.0 if pr.G is None else float(pr.G),
-            "doadp_clip_mode": pr.clip_mode, "doadp_batch_size": int(pr.batch_size),
-            "doadp_msg_dtype": pr.msg_dtype, "doadp_seed": int(pr.seed), "doadp_allow_low_p": int(pr.allow_low_p),
-        }
-        self.active_steps = 0
 
-    # ------------------------------------------------------------------ privacy
-    def spent_epsilon(self, iterations: int, mode: str | None = None) -> float:
-        """eps_tilde of the paper chain after ``iterations`` iterations (0 if no accounting)."""
-        if not self.privacy or iterations < 1:
-            return 0.0
-        if self.params.sigma <= 0:
-            return float("inf")
-        pv = self.privacy
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return doadp_privacy(
-                self.params.sigma, pv["delta0"], int(iterations), self.params.p, int(self.params.k), self.d,
-                int(pv["q"]), float(self.params.G), batch_size=self.params.batch_size,
-                clip_mode=self.params.clip_mode, mode=mode or pv.get("mode", "paper"),
-                allow_low_p=self.params.allow_low_p,
-            ).eps_tilde
+class DOADP(_PeerLegacy):
+    __doc__ = (
+        """DO-ADP (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified Privacy via
+    Efficient Communication", arXiv 2506.07102): decentralized momentum SGD with Gaussian DP noise,
+    random activation (p) and Top-k messages with error feedback (k/d). The reported epsilon is the
+    one a standard accountant certifies (``dp_epsilon`` at ``dp_delta``); the paper's Theorem 1
+    bound is reported beside it (``theorem1_epsilon``/``theorem1_delta``).
+"""
+        + _COMMON.format(cfg=":class:`~flwr_strategies.doadp.config.DOADPConfig`: epsilon, delta, p, k_frac, "
+                         "gamma, beta, clip, clip_mode, sampling, calibration, delta0, sigma, public_copy, "
+                         "eval_every, evaluate_private, msg_dtype, allow_low_p")
+    )
+    server_cls = DOADPServer
+    config_cls = DOADPConfig
 
-    def network_average(self) -> list[np.ndarray]:
-        return self.layout.unflatten(self.private.mean(axis=0))
 
-    # ------------------------------------------------------------------ Flower API
-    def configure_fit(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, FitIns]]:
-        t = server_round - 1
-        if self.privacy and not self.budget_exhausted:
-            budget = float(self.privacy["epsilon"])
-            if self.spent_epsilon(t + 1) > budget:
-                self.budget_exhausted = True
-                log(
-                    WARNING,
-                    "DO-ADP: stopping before round %s: one more iteration would spend epsilon=%.4g > budget %.4g "
-                    "(sigma=%.4g was calibrated for fewer iterations); no further rounds are run",
-                    server_round, self.spent_epsilon(t + 1), budget, self.params.sigma,
-                )
-        if self.budget_exhausted:
-            return []
-        proxies = self._resolver(client_manager)
-        n = self.num_clients
-        if sorted(proxies) != list(range(n)):
-            raise ValueError(f"DO-ADP needs all {n} partitions 0..{n - 1}; got {sorted(proxies)}")
-        eta = activation_mask(self.params.seed, t, n, self.params.p)
-        self._eta = eta
-        cons = consensus_terms(self.W_dense, self.models.data, self.params.gamma)
-        report = int(server_round % self.eval_every == 0)
-        base = dict(self.on_fit_config_fn(server_round)) if self.on_fit_config_fn else {}
-        out = []
-        for pid in range(n):
-            arrays = [cons[pid]]
-            if server_round == 1:
-                arrays.append(self.x0)
-            cfg = {**base, **self._hyper, "server_round": server_round, "t": t, "active": int(eta[pid]),
-                   "report_model": report, "partition-id": pid}
-            out.append((proxies[pid], FitIns(ndarrays_to_parameters(arrays), cfg)))
-        return out
+class DMSGD(_PeerLegacy):
+    __doc__ = (
+        """Decentralized momentum SGD (eq. (2) of Huo et al.), NOT private: DO-ADP's network with p = 1,
+    k = d, no clipping and no noise.
+"""
+        + _COMMON.format(cfg=":class:`~flwr_strategies.doadp.config.DMSGDConfig`: gamma, beta, eval_every, msg_dtype")
+    )
+    server_cls = DMSGDServer
+    config_cls = DMSGDConfig
 
-    def aggregate_fit(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[tuple[ClientProxy, FitRes] | BaseException],
-    ) -> tuple[Optional[Parameters], dict[str, Scalar]]:
-        if failures:
-            raise RuntimeError(
-                f"DO-ADP round {server_round}: {len(failures)} client(s) failed; public copies would "
-                "diverge from the agents' own copies, so the run stops"
-            )
-        eta = self._eta
-        k = int(self.params.k)
-        seen = np.zeros(self.num_clients, dtype=bool)
-        losses, p2p = [], 0
-        vbytes = np.dtype(self.params.msg_dtype).itemsize
-        for proxy, res in results:
-            pid = self._pid(proxy, res)
-            seen[pid] = True
-            arrays = parameters_to_ndarrays(res.parameters)
-            idx, val = arrays[0], arrays[1]
-            if eta[pid]:
-                if idx.shape != (k,) or val.shape != (k,):
-                    raise ValueError(f"active agent {pid} must send k={k} indices and values, got {idx.shape}")
-                self.models.data[pid, idx.astype(np.int64)] += val.astype(np.float64)
-                p2p += int(self.degrees[pid]) * k * (vbytes + idx.dtype.itemsize)
-            elif idx.size or val.size:
-                raise ValueError(f"inactive agent {pid} sent a message")
-            if len(arrays) > 2:
-                self.private[pid] = arrays[2]
-            if "train_loss" in res.metrics and eta[pid]:
-                losses.append(float(res.metrics["train_loss"]))
-        if not seen.all():
-            raise RuntimeError(f"DO-ADP round {server_round}: missing agents {np.flatnonzero(~seen).tolist()}")
-        n_act = int(eta.sum())
-        self.total_p2p_bytes += p2p
-        self.active_steps += n_act
-        metrics: dict[str, Scalar] = {
-            "active": n_act,
-            "paper_rate": n_act * k / (self.num_clients * self.d),
-            "p2p_bytes": p2p,
-            "p2p_bytes_dense_equivalent": int(self.degrees.sum()) * self.d * vbytes,
-        }
-        if self.privacy:
-            metrics["epsilon_spent"] = self.spent_epsilon(server_round)
-            metrics["epsilon_spent_conservative"] = self.spent_epsilon(server_round, "conservative")
-        if losses:
-            metrics["train_loss"] = float(np.mean(losses))
-        return ndarrays_to_parameters(self.network_average()), metrics
 
-    def evaluate(self, server_round: int, parameters: Parameters):
-        if server_round % self.eval_every != 0 and server_round != 0:
-            return None
-        if self.evaluate_fn is None:
-            return None
-        res = self.evaluate_fn(server_round, self.network_average(), {})
-        if res is None:
-            return None
-        loss, metrics = res
-        metrics = dict(metrics)
-        metrics["consensus_distance"] = float(np.mean(np.sum((self.private - self.private.mean(0)) ** 2, axis=1)))
-        return float(loss), metrics
+class DPDO(_PeerLegacy):
+    __doc__ = (
+        """DPDO (Huang, Mitra, Vaidya, ICDCN 2015), baseline of DO-ADP: Laplace-perturbed broadcasts
+    with geometrically decaying noise and step size; pure epsilon-DP (certified by basic composition
+    with amplification by subsampling).
+"""
+        + _COMMON.format(cfg=":class:`~flwr_strategies.doadp.config.DPDOConfig`: epsilon, clip, rs, rn, "
+                         "eval_every, evaluate_private")
+    )
+    server_cls = DPDOServer
+    config_cls = DPDOConfig
+
+
+class DPDDA(_PeerLegacy):
+    __doc__ = (
+        """DP-DDA (Liu, Johansson, Shi, Automatica 2024), baseline of DO-ADP: differentially private
+    distributed dual averaging with node sampling; every node transmits every round.
+"""
+        + _COMMON.format(cfg=":class:`~flwr_strategies.doadp.config.DPDDAConfig`: epsilon, delta, p_s, beta0, "
+                         "reg, sampling, sigma, clip, eval_every, evaluate_private")
+    )
+    server_cls = DPDDAServer
+    config_cls = DPDDAConfig
+
+
+class CPGT(_PeerLegacy):
+    __doc__ = (
+        """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023), baseline of DO-ADP: compressed gradient tracking
+    with Laplace noise on both transmitted variables before Top-k. Its epsilon is the spec's heuristic
+    calibration, not certified (see :func:`flwr_strategies.privacy.laplace.cpgt_laplace_scale`).
+"""
+        + _COMMON.format(cfg=":class:`~flwr_strategies.doadp.config.CPGTConfig`: epsilon, k_frac, a, g_cons, "
+                         "rs, rn, clip, eval_every, evaluate_private")
+    )
+    server_cls = CPGTServer
+    config_cls = CPGTConfig
+
+
+#: Former name of :class:`DOADP` (kept so existing imports keep working).
+DOADPStrategy = DOADP

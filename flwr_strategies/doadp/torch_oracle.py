@@ -19,12 +19,15 @@ class TorchGradOracle:
     model : torch.nn.Module
         Model whose trainable parameters (in ``named_parameters`` order) form the flat vector.
     x, y : torch.Tensor
-        Local data (features, integer labels).
+        Local data (features, integer labels), moved to ``device``.
+    device : str | torch.device (default: "cpu")
+        Where the per-sample gradients are computed (the result always comes back as CPU float64).
     """
 
-    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
-        self.model = model
-        self.x, self.y = x, y
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device="cpu"):
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.x, self.y = x.to(self.device), y.to(self.device)
         self.names = [n for n, _ in model.named_parameters()]
         self.shapes = [p.shape for _, p in model.named_parameters()]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
@@ -42,7 +45,7 @@ class TorchGradOracle:
         return int(self.x.shape[0])
 
     def unflatten(self, x_flat: np.ndarray) -> dict[str, torch.Tensor]:
-        t = torch.from_numpy(np.asarray(x_flat, dtype=np.float32))
+        t = torch.from_numpy(np.asarray(x_flat, dtype=np.float32)).to(self.device)
         out, off = {}, 0
         for n, s, k in zip(self.names, self.shapes, self.sizes):
             out[n] = t[off:off + k].view(s)
@@ -51,12 +54,12 @@ class TorchGradOracle:
 
     def per_sample_grads(self, x_flat: np.ndarray, idx: np.ndarray) -> np.ndarray:
         params = self.unflatten(x_flat)
-        ii = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        ii = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=self.device)
         g = self._ps(params, self.x[ii], self.y[ii])
-        return torch.cat([g[n].reshape(len(ii), -1) for n in self.names], dim=1).double().numpy()
+        return torch.cat([g[n].reshape(len(ii), -1) for n in self.names], dim=1).double().cpu().numpy()
 
     def flat_params(self) -> np.ndarray:
-        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).double().numpy()
+        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).double().cpu().numpy()
 
     def load_flat(self, x_flat: np.ndarray) -> None:
         """Write a flat vector into the model's parameters (for evaluation)."""
@@ -68,8 +71,8 @@ class TorchGradOracle:
 class TorchNetworkProblem:
     """Simulator problem over n agents' torch data shards sharing one model architecture."""
 
-    def __init__(self, model: torch.nn.Module, shards: list[tuple[torch.Tensor, torch.Tensor]]):
-        self.oracles = [TorchGradOracle(model, x, y) for x, y in shards]
+    def __init__(self, model: torch.nn.Module, shards: list[tuple[torch.Tensor, torch.Tensor]], device="cpu"):
+        self.oracles = [TorchGradOracle(model, x, y, device) for x, y in shards]
         qs = {o.q for o in self.oracles}
         self.q = min(qs)
         self.n = len(shards)

@@ -1,12 +1,18 @@
 """Privacy accounting usable on its own.
 
-* :func:`doadp_sigma` / :func:`doadp_privacy`: DO-ADP's Theorem 1 (Huo et al.), paper mode and
-  conservative mode, with the noise floor that keeps the proof valid for short runs.
-* :func:`doadp_crosscheck` / :func:`subsampled_gaussian_epsilon`: the same noise through
-  dp-accounting's RDP / PLD accountants for the plain Poisson-subsampled Gaussian mechanism.
-* :func:`geometric_laplace_scale`: pure eps-DP Laplace calibration (DPDO, CPGT baselines).
+* :class:`GaussianSteps`, :func:`certified_epsilon`, :func:`calibrate_sigma`: the (epsilon, delta)
+  that Google's dp_accounting certifies for the mechanism a DO-ADP agent runs (subsampled Gaussian,
+  replace-one, RDP for uniform batches, PLD for Poisson batches), and the noise for a target. This is
+  the number DO-ADP reports first.
+* :func:`doadp_sigma` / :func:`doadp_privacy`: the paper's Theorem 1 (Huo et al.), which also
+  credits the activation probability (p^2) and Top-k (k/d); no standard accountant certifies either
+  credit, so it is reported beside the certified number, labelled.
+* :func:`doadp_crosscheck` / :func:`subsampled_gaussian_epsilon`: side-by-side comparisons.
+* :func:`calibrate_laplace_b0`, :func:`pure_dp_epsilon`, :func:`geometric_laplace_scale`: pure
+  epsilon-DP Laplace calibration (DPDO, CPGT baselines).
 """
 
+from .accountant import RDP_ORDERS, SAMPLINGS, GaussianSteps, accountant_for, calibrate_sigma, certified_epsilon
 from .crosscheck import doadp_crosscheck, subsampled_gaussian_epsilon
 from .doadp_accountant import (
     PrivacyReport,
@@ -17,10 +23,17 @@ from .doadp_accountant import (
     noise_variance_ratio,
     spent_epsilon,
 )
-from .laplace import geometric_laplace_epsilon, geometric_laplace_scale
+from .laplace import calibrate_laplace_b0, geometric_laplace_epsilon, geometric_laplace_scale, pure_dp_epsilon
 
 __all__ = [
+    "GaussianSteps",
     "PrivacyReport",
+    "RDP_ORDERS",
+    "SAMPLINGS",
+    "accountant_for",
+    "calibrate_laplace_b0",
+    "calibrate_sigma",
+    "certified_epsilon",
     "comm_rate",
     "doadp_crosscheck",
     "doadp_privacy",
@@ -29,6 +42,7 @@ __all__ = [
     "geometric_laplace_epsilon",
     "geometric_laplace_scale",
     "noise_variance_ratio",
+    "pure_dp_epsilon",
     "spent_epsilon",
     "subsampled_gaussian_epsilon",
 ]

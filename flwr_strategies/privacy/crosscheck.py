@@ -1,14 +1,9 @@
-"""Cross-check of DO-ADP's noise against a standard accountant (Google's ``dp_accounting``).
+"""Cross-check of DO-ADP's noise: Theorem 1 beside a standard accountant (Google's ``dp_accounting``).
 
-The standard number is the plain Poisson-subsampled Gaussian mechanism composed T times (DP-SGD
-accounting), computed by the RDP accountant and by the PLD accountant under add-or-remove adjacency
-with the replace-one L2 sensitivity as the noise unit (``noise_multiplier = sigma / Delta``). Two
-settings are reported:
-
-* ``conservative``: sampling rate ``b/q`` (activation is visible, no credit) and ``Delta = 2G/b``
-  (the full noisy gradient is eventually released by error feedback);
-* ``paper_claim``: the paper's credits plugged into the same standard mechanism, rate ``p b/q`` and
-  ``Delta = 2 G sqrt(k/d) / b``.
+:func:`subsampled_gaussian_epsilon` is the plain DP-SGD accounting (Poisson-subsampled Gaussian
+composed T times, add-or-remove adjacency) with dp_accounting's RDP or PLD accountant.
+:func:`doadp_crosscheck` puts DO-ADP's certified epsilon (:mod:`.accountant`), the paper's Theorem 1
+and the paper's credits under a standard accountant side by side.
 """
 
 from __future__ import annotations
@@ -76,39 +71,36 @@ def doadp_crosscheck(
     q: int,
     G: float,
     batch_size: int = 1,
-    delta: float | None = None,
-    accountants: tuple[str, ...] = ("rdp",),
+    delta: float = 1e-5,
+    sampling: str = "uniform",
     allow_low_p: bool = False,
 ) -> dict:
-    """DO-ADP's own (paper and conservative) epsilons beside dp_accounting's, at one delta.
+    """DO-ADP's noise ``sigma`` seen three ways, at one ``delta``:
 
-    ``delta`` defaults to the paper chain's ``delta_tilde`` (mode ``paper``) capped at 1e-2 when
-    that is vacuous. Returns a flat dict of floats (keys ``paper_eps``, ``paper_delta``,
-    ``conservative_eps``, ``conservative_delta``, ``<accountant>_conservative_eps``,
-    ``<accountant>_paper_claim_eps``, ``delta``).
+    * ``certified_eps``: what a standard accountant certifies for the mechanism that runs (no credit
+      for p or k/d; :class:`~flwr_strategies.privacy.accountant.GaussianSteps`), the number DO-ADP
+      reports first;
+    * ``paper_eps`` / ``paper_delta``: Theorem 1's chain (its own delta, usually vacuous);
+    * ``<acc>_paper_claim_eps``: the paper's two credits plugged into a standard accountant
+      (Poisson rate ``p b/q``, sensitivity ``2 G sqrt(k/d) / b``; add/remove adjacency), to show
+      what the credits would be worth if they held. Not a guarantee.
     """
-    kw = dict(delta0=delta0, T=T, p=p, k=k, d=d, q=q, G=G, batch_size=batch_size,
-              allow_low_p=allow_low_p)
+    from .accountant import GaussianSteps
+
+    kw = dict(delta0=delta0, T=T, p=p, k=k, d=d, q=q, G=G, batch_size=batch_size, allow_low_p=allow_low_p)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         paper = doadp_privacy(sigma, mode="paper", **kw)
-        cons = doadp_privacy(sigma, mode="conservative", **kw)
-    if delta is None:
-        delta = min(paper.delta_tilde, 1e-2)
-    out = {
+    mech = GaussianSteps(sigma, G, batch_size, q, sampling)
+    b = int(batch_size)
+    z_claim = sigma / (G * math.sqrt(k / d) / b)
+    return {
         "sigma": float(sigma),
+        "delta": float(delta),
+        "certified_eps": mech.epsilon(T, delta),
+        "accountant": mech.accountant,
         "paper_eps": paper.eps_tilde,
         "paper_delta": paper.delta_tilde,
         "paper_valid": paper.valid,
-        "conservative_eps": cons.eps_tilde,
-        "conservative_delta": cons.delta_tilde,
-        "conservative_valid": cons.valid,
-        "delta": float(delta),
+        "rdp_paper_claim_eps": subsampled_gaussian_epsilon(z_claim, min(1.0, p * b / q), T, delta, "rdp"),
     }
-    b = int(batch_size)
-    for acc in accountants:
-        z_cons = sigma / (2.0 * G / b)
-        z_paper = sigma / (2.0 * G * math.sqrt(k / d) / b)
-        out[f"{acc}_conservative_eps"] = subsampled_gaussian_epsilon(z_cons, b / q, T, delta, acc)
-        out[f"{acc}_paper_claim_eps"] = subsampled_gaussian_epsilon(z_paper, p * b / q, T, delta, acc)
-    return out

@@ -24,6 +24,14 @@ Two accounting modes:
 * ``mode="conservative"``: no credit for activation (``p_amp = 1``) nor for Top-k (``k_eff = d``).
   The paper's claims are not rigorous: activation is visible to an observer (inactive agents send
   nothing) and Top-k with error feedback eventually releases every noisy coordinate.
+
+This chain is the paper's *bound*, reported beside the certified one, never instead of it. No
+standard accountant certifies the p^2 and k/d credits; the epsilon DO-ADP reports first comes from
+:mod:`flwr_strategies.privacy.accountant` (dp_accounting over the mechanism that runs). With the
+paper's ``delta_hat = sqrt(S)`` the chain's own delta is about ``eps / sqrt(5)`` (0.2-0.45 at
+eps 0.5-1), which guarantees little; a caller-chosen ``delta_hat`` with a small k/d can make the
+chain's epsilon fall below what a standard accountant certifies (e.g. q=3000, d=20000, k/d=0.005,
+p=0.5: 0.136 here against 0.549 from RDP at the same delta).
 """
 
 from __future__ import annotations

@@ -1,0 +1,382 @@
+"""Validated hyperparameters of DO-ADP, D-mSGD and the paper's baselines (DPDO, DP-DDA, CPGT).
+
+Paper: W. Huo, C. Liu, K. Ding, K. H. Johansson, L. Shi, "Decentralized Optimization with Amplified
+Privacy via Efficient Communication" (arXiv 2506.07102). Defaults are the paper's CNN setting
+(Sec. V-B, Table II) where it gives one; ``[spec]`` marks the project's choice where it does not.
+
+Every config is a frozen dataclass that validates itself on construction: an impossible value raises
+``ValueError`` naming the setting and the value. Nothing is clamped.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from dataclasses import asdict, dataclass
+
+from ..privacy.accountant import SAMPLINGS
+from .clipping import CLIP_MODES
+
+__all__ = [
+    "CALIBRATIONS",
+    "DOADPConfig",
+    "DMSGDConfig",
+    "DPDOConfig",
+    "DPDDAConfig",
+    "CPGTConfig",
+    "resolve_k",
+]
+
+CALIBRATIONS = ("theorem1", "accountant")
+PUBLIC_COPIES = ("zero", "x0")
+MSG_DTYPES = ("float32", "float64")
+
+
+def _real(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {name}={value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} must not be NaN, got {name}={value!r}")
+    return v
+
+
+def _int(value, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+    if int(value) < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}")
+    return int(value)
+
+
+def _open01(value, name: str) -> float:
+    v = _real(value, name)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must lie in the open interval (0, 1), got {name}={value!r}")
+    return v
+
+
+def _half_open01(value, name: str) -> float:
+    v = _real(value, name)
+    if not 0.0 < v <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
+    return v
+
+
+def _positive(value, name: str) -> float:
+    v = _real(value, name)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be positive and finite, got {name}={value!r}")
+    return v
+
+
+def _nonneg(value, name: str) -> float:
+    v = _real(value, name)
+    if not (v >= 0.0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
+    return v
+
+
+def _momentum(value, name: str) -> float:
+    v = _real(value, name)
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {name}={value!r}")
+    return v
+
+
+def _choice(value, name: str, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {name}={value!r}")
+    return value
+
+
+def resolve_k(k_frac: float, d: int) -> int:
+    """Number of Top-k coordinates ``round(k_frac * d)``; raises when that is 0 (no silent clamping)."""
+    k = int(round(float(k_frac) * int(d)))
+    if k < 1:
+        raise ValueError(
+            f"k_frac={k_frac!r} keeps round({k_frac!r} * d={d}) = 0 coordinates; use k_frac >= {0.5 / d:.3g}"
+        )
+    return min(k, int(d))
+
+
+@dataclass(frozen=True)
+class DOADPConfig:
+    """DO-ADP hyperparameters.
+
+    Parameters
+    ----------
+    epsilon : float (default: 1.0, the paper's Fig. 4 / Table II first row)
+        Target privacy budget of every agent over the whole run, > 0 and finite. With
+        ``calibration="theorem1"`` also <= 1 (Theorem 1 assumes it).
+    delta : float (default: 1e-5, [spec])
+        Target delta of the certified guarantee, in (0, 1). The paper never states its delta.
+    p : float (default: 0.8, paper)
+        Activation probability of an agent per iteration, in [1/2, 1] (the convergence proof needs
+        p >= 1/2; ``allow_low_p=True`` accepts (0, 1/2)). Drawn by each client from its private
+        randomness.
+    k_frac : float (default: 0.4, paper's CNN setting)
+        Fraction k/d of coordinates in a Top-k message, in (0, 1]; k = round(k_frac * d) must be >= 1.
+    gamma : float (default: 0.05, paper)
+        Consensus step size, > 0 and finite.
+    beta : float (default: 0.15, paper)
+        Momentum factor, in [0, 1).
+    clip : float (default: 1.0, [spec])
+        G: per-sample gradients are clipped to ``|g_j| <= G/sqrt(d)`` per coordinate
+        (``clip_mode="coordinate"``, Assumption 2) or to L2 norm G (``"l2"``). > 0, finite.
+    clip_mode : str (default: "coordinate")
+        ``"coordinate"`` or ``"l2"``.
+    sampling : str (default: "uniform", the paper's)
+        How an active agent draws its batch from its q records: ``"uniform"`` (b distinct records;
+        the RDP accountant certifies it) or ``"poisson"`` (each record with probability b/q; the
+        PLD accountant certifies it).
+    calibration : str (default: "theorem1", the paper's)
+        Where sigma comes from. ``"theorem1"``: the paper's Theorem 1 (``max(sigma_thm,
+        sigma_floor)``, which credits the factors p^2 and k/d). The run is refused when a standard
+        accountant certifies less than (epsilon, delta) for that sigma. ``"accountant"``: the
+        smallest sigma a standard accountant certifies at (epsilon, delta) over the planned rounds.
+    delta0 : float (default: 1e-5, [spec] for the CNN)
+        Per-step delta of Theorem 1's chain (only used by ``calibration="theorem1"`` and the
+        Theorem 1 bound reported beside the certified one), in (0, 1).
+    sigma : float | None (default: None)
+        Noise std per coordinate given directly (> 0), instead of calibrating. The certified
+        epsilon at ``delta`` is then reported (and must not exceed ``epsilon``).
+    public_copy : str (default: "zero", paper)
+        Initial public copies: ``"zero"`` (paper) or ``"x0"`` (x0 is public anyway).
+    eval_every : int (default: 10, [spec])
+        Central evaluation every this many rounds, and always after the last round, >= 1.
+    evaluate_private : bool (default: False)
+        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the clients also send
+        their private models x_i and the server evaluates their average (the paper's xbar). By
+        default the server evaluates the average of the public copies, a post-processing of the
+        private messages (inside the guarantee).
+    msg_dtype : str (default: "float32")
+        dtype of the transmitted values; both ends apply the same rounded values.
+    allow_low_p : bool (default: False)
+        Accept 0 < p < 1/2.
+    """
+
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    p: float = 0.8
+    k_frac: float = 0.4
+    gamma: float = 0.05
+    beta: float = 0.15
+    clip: float = 1.0
+    clip_mode: str = "coordinate"
+    sampling: str = "uniform"
+    calibration: str = "theorem1"
+    delta0: float = 1e-5
+    sigma: float | None = None
+    public_copy: str = "zero"
+    eval_every: int = 10
+    evaluate_private: bool = False
+    msg_dtype: str = "float32"
+    allow_low_p: bool = False
+
+    def __post_init__(self) -> None:
+        eps = _positive(self.epsilon, "epsilon")
+        _open01(self.delta, "delta")
+        p = _half_open01(self.p, "p")
+        if p < 0.5 and not self.allow_low_p:
+            raise ValueError(f"p must lie in [1/2, 1] (pass allow_low_p=True to accept 0 < p < 1/2), got p={self.p!r}")
+        _half_open01(self.k_frac, "k_frac")
+        _positive(self.gamma, "gamma")
+        _momentum(self.beta, "beta")
+        _positive(self.clip, "clip")
+        _choice(self.clip_mode, "clip_mode", CLIP_MODES)
+        _choice(self.sampling, "sampling", SAMPLINGS)
+        _choice(self.calibration, "calibration", CALIBRATIONS)
+        _open01(self.delta0, "delta0")
+        if self.sigma is not None:
+            _positive(self.sigma, "sigma")
+        if self.calibration == "theorem1" and self.sigma is None and eps > 1.0:
+            raise ValueError(
+                f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon={self.epsilon!r}; "
+                "use calibration='accountant'"
+            )
+        _choice(self.public_copy, "public_copy", PUBLIC_COPIES)
+        _int(self.eval_every, "eval_every")
+        if not isinstance(self.evaluate_private, bool):
+            raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
+        _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
+        if self.p < 0.5:
+            warnings.warn(f"DO-ADP: p={self.p} < 1/2 is outside the paper's convergence analysis", stacklevel=3)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DMSGDConfig:
+    """Non-private decentralized momentum SGD (eq. (2) of Huo et al.; DO-ADP with p = 1, k = d,
+    no noise and no clipping). The only way to run DO-ADP's network without privacy.
+
+    Parameters
+    ----------
+    gamma : float (default: 0.05)
+        Consensus step size, > 0.
+    beta : float (default: 0.15)
+        Momentum factor, in [0, 1).
+    eval_every : int (default: 10)
+        Central evaluation period (and always after the last round), >= 1.
+    msg_dtype : str (default: "float64")
+        dtype of the transmitted model.
+    """
+
+    gamma: float = 0.05
+    beta: float = 0.15
+    eval_every: int = 10
+    msg_dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        _positive(self.gamma, "gamma")
+        _momentum(self.beta, "beta")
+        _int(self.eval_every, "eval_every")
+        _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _BaselinePrivacy:
+    epsilon: float = 1.0
+    clip: float = 1.0
+    eval_every: int = 10
+    evaluate_private: bool = False
+
+    def _check_common(self) -> None:
+        _positive(self.epsilon, "epsilon")
+        _positive(self.clip, "clip")
+        _int(self.eval_every, "eval_every")
+        if not isinstance(self.evaluate_private, bool):
+            raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DPDOConfig(_BaselinePrivacy):
+    """DPDO (Huang, Mitra, Vaidya, ICDCN 2015) as reconstructed in the DO-ADP spec (Sec. 6.1):
+    broadcast ``y = x + Laplace(b0 rn^t)``, mix ``z = W y``, step ``x = z - c rs^t g(z)`` on a
+    per-sample-clipped minibatch gradient. Pure epsilon-DP.
+
+    Parameters
+    ----------
+    epsilon : float (default: 1.0)
+        Pure-DP budget over an unbounded horizon, > 0.
+    clip : float (default: 1.0)
+        Coordinate clip G (|g_j| <= G/sqrt(d)), > 0.
+    rs : float (default: 0.99, [spec])
+        Step-size decay, ``0 < rs < rn``.
+    rn : float (default: 0.995, [spec])
+        Noise decay, ``rs < rn <= 1``.
+    eval_every, evaluate_private
+        As :class:`DOADPConfig`.
+    """
+
+    rs: float = 0.99
+    rn: float = 0.995
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
+        if not 0.0 < rs < rn <= 1.0:
+            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
+
+
+@dataclass(frozen=True)
+class DPDDAConfig(_BaselinePrivacy):
+    """DP-DDA (Liu, Johansson, Shi, Automatica 2024) as reconstructed in the DO-ADP spec (Sec. 6.2):
+    node sampling with probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual
+    averaging ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
+
+    Parameters
+    ----------
+    epsilon, delta : float (default: 1.0, 1e-5)
+        Target (epsilon, delta), certified by a standard accountant (no credit for p_s: a
+        non-sampled node adds exactly 0, which an observer of consecutive z's sees).
+    p_s : float (default: 0.24, the paper's Fig. 3)
+        Node sampling probability, in (0, 1].
+    beta0 : float (default: 100.0, [spec] 1/alpha)
+        Proximal coefficient scale beta_t = beta0 sqrt(t+1), > 0.
+    reg : float | None (default: None = 1/q)
+        Coefficient of the shared regulariser h(x) = reg ||x||^2/2 (>= 0).
+    sampling : str (default: "uniform")
+        As :class:`DOADPConfig`.
+    calibration : str (default: "theorem1")
+        ``"theorem1"``: the spec's calibration, DO-ADP's Theorem 1 chain with p = p_s and k = d
+        (credits p_s^2; refused when a standard accountant certifies less than (epsilon, delta));
+        ``"accountant"``: the smallest sigma a standard accountant certifies.
+    delta0 : float (default: 1e-5)
+        Per-step delta of the Theorem 1 chain, in (0, 1).
+    sigma : float | None (default: None)
+        Noise std given directly (> 0) instead of calibrating at (epsilon, delta).
+    """
+
+    delta: float = 1e-5
+    p_s: float = 0.24
+    beta0: float = 100.0
+    reg: float | None = None
+    sampling: str = "uniform"
+    calibration: str = "theorem1"
+    delta0: float = 1e-5
+    sigma: float | None = None
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        _open01(self.delta, "delta")
+        _half_open01(self.p_s, "p_s")
+        _positive(self.beta0, "beta0")
+        if self.reg is not None:
+            _nonneg(self.reg, "reg")
+        _choice(self.sampling, "sampling", SAMPLINGS)
+        _choice(self.calibration, "calibration", CALIBRATIONS)
+        _open01(self.delta0, "delta0")
+        if self.sigma is not None:
+            _positive(self.sigma, "sigma")
+        if self.calibration == "theorem1" and self.sigma is None and self.epsilon > 1.0:
+            raise ValueError(
+                f"calibration='theorem1' needs epsilon <= 1, got epsilon={self.epsilon!r}; use calibration='accountant'"
+            )
+
+
+@dataclass(frozen=True)
+class CPGTConfig(_BaselinePrivacy):
+    """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023) as reconstructed in the DO-ADP spec (Sec. 6.3):
+    compressed gradient tracking with Laplace noise on both transmitted variables before Top-k.
+
+    Parameters
+    ----------
+    epsilon : float (default: 1.0)
+        Nominal pure-DP budget of the spec's heuristic calibration (NOT certified, see
+        :func:`flwr_strategies.privacy.cpgt_laplace_scale`), > 0.
+    k_frac : float (default: 0.12, the paper's Fig. 3)
+        Top-k fraction per variable, in (0, 1].
+    a : float (default: 0.5, [spec])
+        Reference update rate a_x = a_y, in (0, 1].
+    g_cons : float (default: 0.05, [spec])
+        Consensus step g_x = g_y, > 0.
+    rs : float (default: 0.999, [spec])
+        Step-size decay, ``0 < rs < rn``.
+    rn : float (default: 0.9995, [spec])
+        Noise decay, ``rs < rn <= 1``.
+    """
+
+    k_frac: float = 0.12
+    a: float = 0.5
+    g_cons: float = 0.05
+    rs: float = 0.999
+    rn: float = 0.9995
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        _half_open01(self.k_frac, "k_frac")
+        _half_open01(self.a, "a")
+        _positive(self.g_cons, "g_cons")
+        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
+        if not 0.0 < rs < rn <= 1.0:
+            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")

@@ -1,0 +1,374 @@
+"""Server cores of DO-ADP and D-mSGD (framework-neutral: NumPy in, NumPy out).
+
+One round = one iteration t of Algorithm 1 (Huo et al.). The core holds the public copies XHAT
+(n x d; every neighbour's copy of agent j is the same vector, so one table suffices) and sends
+agent i its consensus term ``cons_i = gamma * sum_j w_ij (xhat_j - xhat_i)`` plus the round's
+hyperparameters. It sends no seed and no activation draw: each agent flips its own coin, draws its
+own batch and noise from randomness only it holds, and replies with its Top-k message (k int
+indices, k values) when active or with empty arrays when inactive. The server learns who was active
+from the replies, as any observer of the network would.
+
+Consistency of the public copies: the core counts the messages it applied per agent and sends that
+count (``doadp_accepted``) every round; the agent keeps its last message pending until the count
+confirms it, and rolls it back otherwise (:func:`.algorithm.reconcile`). A reply is checked whole
+before anything changes (indices: integer dtype, in range, distinct, exactly k of them; values:
+finite, k of them) and a round's updates are committed only after every reply was processed.
+
+Privacy (see :mod:`flwr_strategies.privacy.accountant`): the noise std sigma comes from Theorem 1
+(``calibration="theorem1"``, the paper's) or from a standard accountant (``"accountant"``). Either
+way the epsilon the core *reports first* is the one dp_accounting certifies for the mechanism that
+runs (``dp_epsilon`` at ``dp_delta``), with no credit for the activation probability p or for Top-k
+(neither is certifiable: activation is visible, and error feedback eventually sends every noisy
+coordinate). The paper's Theorem 1 bound is reported beside it as ``theorem1_epsilon`` /
+``theorem1_delta`` (it credits p^2 and k/d). A run whose sigma does not certify the target
+(epsilon, delta) is refused at construction.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..core.messages import Instruction, Reply, ReplySpec
+from ..core.validation import ReplyError
+from ..decentralized.mixing import mix
+from ..privacy.accountant import GaussianSteps, calibrate_sigma
+from ..privacy.doadp_accountant import doadp_privacy, doadp_sigma
+from .config import DMSGDConfig, DOADPConfig, resolve_k
+from .peer import PeerServer
+
+__all__ = ["DOADPServer", "DMSGDServer", "check_topk_message"]
+
+
+def check_topk_message(idx: np.ndarray, val: np.ndarray, k: int, d: int) -> str | None:
+    """The problem with a Top-k message ``(indices, values)``, or None when it is well formed:
+    exactly k integer indices, all in ``[0, d)`` and distinct, and k floating-point values."""
+    if idx.dtype.kind not in "iu":
+        return f"Top-k indices must have an integer dtype, got {idx.dtype}"
+    if val.dtype.kind != "f":
+        return f"Top-k values must be floating point, got {val.dtype}"
+    if idx.shape != (k,) or val.shape != (k,):
+        return f"a Top-k message has k={k} indices and values, got shapes {idx.shape} and {val.shape}"
+    if k and (int(idx.min()) < 0 or int(idx.max()) >= d):
+        return f"Top-k indices must lie in [0, {d}), got min {int(idx.min())} and max {int(idx.max())}"
+    srt = idx if k < 2 or (idx[1:] > idx[:-1]).all() else np.sort(idx)  # our clients send them sorted
+    if k > 1 and not (srt[1:] != srt[:-1]).all():
+        return "Top-k indices must be distinct (duplicate index)"
+    return None
+
+
+class DOADPServer(PeerServer):
+    """DO-ADP (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified Privacy via
+    Efficient Communication", arXiv 2506.07102): the peer network's public side.
+
+    Parameters
+    ----------
+    initial_arrays : list[np.ndarray]
+        Initial model x0 (floating-point arrays).
+    num_partitions : int
+        Number of agents n (paper: 20).
+    num_rounds : int
+        T, the planned iterations; the noise is calibrated for T private steps.
+    dataset_size : int
+        q: the smallest local dataset (records) of an agent; the sampling rate is b/q.
+    alpha : float (default: 0.01, paper CNN)
+        Step size, > 0.
+    lr_decay : float (default: 1.0, paper: constant)
+        Per-round decay of the step size (round r uses ``alpha * lr_decay**(r-1)``), in (0, 1].
+    batch_size : int (default: 32, [spec] CNN; the paper uses 1)
+        b, 1 <= b <= q.
+    config : DOADPConfig (default: DOADPConfig())
+        Privacy, activation, Top-k, consensus and evaluation settings.
+    **kwargs
+        :class:`~flwr_strategies.doadp.peer.PeerServer` arguments (adjacency, hops, weights, seed,
+        on_train_config); ``eval_every``/``evaluate_private`` come from ``config``.
+    """
+
+    private = True
+
+    def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
+                 alpha: float = 0.01, batch_size: int = 32, config: DOADPConfig | None = None, lr_decay: float = 1.0,
+                 **kwargs: Any) -> None:
+        config = config if config is not None else DOADPConfig()
+        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
+                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+        self.config = config
+        if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be positive and finite, got alpha={alpha!r}")
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got batch_size={batch_size!r}")
+        if isinstance(dataset_size, bool) or int(dataset_size) != dataset_size or dataset_size < 1:
+            raise ValueError(f"dataset_size must be an integer >= 1, got dataset_size={dataset_size!r}")
+        if batch_size > dataset_size:
+            raise ValueError(f"batch_size={batch_size} exceeds the local dataset size q={dataset_size}")
+        if not (isinstance(lr_decay, (int, float)) and 0.0 < lr_decay <= 1.0):
+            raise ValueError(f"lr_decay must lie in (0, 1], got lr_decay={lr_decay!r}")
+        self.alpha = float(alpha)
+        self.lr_decay = float(lr_decay)
+        self.batch_size = int(batch_size)
+        self.q = int(dataset_size)
+        self.k = self._resolve_k()
+        self.sigma = self._calibrate()
+        self.XHAT = np.zeros((self.n, self.d)) if self.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
+        self.accepted = np.zeros(self.n, dtype=np.int64)
+        self.active_steps = np.zeros(self.n, dtype=np.int64)
+        self.seeded_replies = 0
+        self.entropy_replies = 0
+        self._parsed: dict = {}  # (round, partition) -> (reply, parsed message), filled by check_reply
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def public_copy(self) -> str:
+        return self.config.public_copy
+
+    @property
+    def gamma(self) -> float:
+        return self.config.gamma
+
+    @property
+    def beta(self) -> float:
+        return self.config.beta
+
+    @property
+    def p(self) -> float:
+        return self.config.p
+
+    @property
+    def msg_dtype(self) -> str:
+        return self.config.msg_dtype
+
+    def _resolve_k(self) -> int:
+        return resolve_k(self.config.k_frac, self.d)
+
+    def mechanism(self) -> GaussianSteps:
+        """The per-step mechanism every agent runs (for the standard accountant)."""
+        return GaussianSteps(self.sigma, self.config.clip, self.batch_size, self.q, self.config.sampling)
+
+    def _calibrate(self) -> float:
+        c = self.config
+        T = self.num_rounds
+        if c.sigma is not None:
+            sigma = float(c.sigma)
+        elif c.calibration == "accountant":
+            sigma = calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling)
+        else:
+            sigma = doadp_sigma(c.epsilon, c.delta0, T, c.p, self.k, self.d, self.q, c.clip,
+                                batch_size=self.batch_size, clip_mode=c.clip_mode, mode="paper",
+                                allow_low_p=c.allow_low_p)
+        self.sigma = sigma
+        certified = self.mechanism().epsilon(T, c.delta)
+        if certified > c.epsilon * (1 + 1e-9):
+            source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"
+            raise ValueError(
+                f"DO-ADP: {source} ({sigma:.6g}) gives epsilon={certified:.4g} at delta={c.delta:g} over "
+                f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g}. Theorem 1 credits "
+                f"p^2 (p={c.p:g}) and k/d (k_frac={c.k_frac:g}), which no standard accountant certifies; use "
+                "calibration='accountant' or a larger epsilon"
+            )
+        self.planned_epsilon = certified
+        return float(sigma)
+
+    def alpha_at(self, server_round: int) -> float:
+        """Step size of ``server_round``: ``alpha * lr_decay**(server_round - 1)``."""
+        return self.alpha * self.lr_decay ** max(0, int(server_round) - 1)
+
+    def params_config(self, server_round: int = 1) -> dict[str, Any]:
+        """The per-step hyperparameters every agent gets (``doadp_*`` keys)."""
+        c = self.config
+        return {
+            "doadp_private": 1, "doadp_alpha": self.alpha_at(server_round), "doadp_beta": c.beta, "doadp_p": c.p,
+            "doadp_k": int(self.k), "doadp_sigma": float(self.sigma), "doadp_clip": float(c.clip),
+            "doadp_clip_mode": c.clip_mode, "doadp_batch_size": self.batch_size, "doadp_sampling": c.sampling,
+            "doadp_msg_dtype": c.msg_dtype, "doadp_public_copy": c.public_copy,
+        }
+
+    # ------------------------------------------------------------------ privacy reports
+    def guarantee(self, steps: int) -> dict[str, float]:
+        """Certified (epsilon, delta) after ``steps`` private steps, and Theorem 1's bound beside it."""
+        c = self.config
+        out = {"dp_epsilon": self.mechanism().epsilon(steps, c.delta) if steps else 0.0, "dp_delta": c.delta}
+        if steps:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rep = doadp_privacy(self.sigma, c.delta0, int(steps), c.p, self.k, self.d, self.q, c.clip,
+                                    batch_size=self.batch_size, clip_mode=c.clip_mode, mode="paper",
+                                    allow_low_p=c.allow_low_p)
+            out["theorem1_epsilon"] = rep.eps_tilde
+            out["theorem1_delta"] = rep.delta_tilde
+        return out
+
+    def privacy_report(self) -> dict[str, Any]:
+        """How privacy is calibrated and reported (strings included; for results files)."""
+        c = self.config
+        mech = self.mechanism()
+        return {
+            "method": "doadp",
+            "target_epsilon": c.epsilon, "target_delta": c.delta,
+            "calibration": "given sigma" if c.sigma is not None else c.calibration,
+            "sigma": self.sigma, "k": self.k, "d": self.d, "q": self.q, "batch_size": self.batch_size,
+            "rounds": self.num_rounds, "sampling": c.sampling, "accountant": mech.accountant,
+            "adjacency": "replace-one", "noise_multiplier": mech.noise_multiplier,
+            "certified_epsilon_planned": self.planned_epsilon,
+            **{f"planned_{k}": v for k, v in self.guarantee(self.num_rounds).items()},
+            "not_credited": "activation probability p (activation is visible) and Top-k k/d "
+                            "(error feedback eventually sends every noisy coordinate); Theorem 1 credits both",
+            "evaluation": "average of private models x_i (simulation only, OUTSIDE the guarantee)"
+            if c.evaluate_private else "average of the public copies (post-processing, inside the guarantee)",
+        }
+
+    # ------------------------------------------------------------------ rounds
+    def consensus(self) -> np.ndarray:
+        """``gamma * (W XHAT - XHAT)`` for every agent (one extra table)."""
+        C = mix(self.W, self.XHAT)
+        np.subtract(C, self.XHAT, out=C)
+        C *= self.gamma
+        return C
+
+    def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
+        self.check_round(server_round)
+        C = self.consensus()
+        cfg = {**self.round_config(server_round), **self.params_config(server_round)}
+        out = []
+        for pid in partition_ids:
+            arrays = [C[pid]] + self.start_arrays(pid)
+            out.append(Instruction(pid, arrays, {**cfg, "doadp_accepted": int(self.accepted[pid])},
+                                   model_layout=False))
+        return out
+
+    def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
+        return ReplySpec(None)  # variable (active / inactive / with private model): check_reply
+
+    def _message(self, server_round: int, reply: Reply) -> tuple[np.ndarray, np.ndarray] | None:
+        cached = self._parsed.get((server_round, reply.partition_id))
+        if cached is not None and cached[0] is reply:
+            return cached[1]
+        arrays, _ = self.split_report(server_round, reply)
+        if len(arrays) not in (0, 2):
+            raise ReplyError(
+                f"partition {reply.partition_id}: expected a Top-k message [indices, values] or no message, "
+                f"got {len(arrays)} arrays"
+            )
+        if not arrays or (arrays[0].size == 0 and arrays[1].size == 0):
+            return None
+        idx, val = arrays
+        problem = check_topk_message(idx, val, int(self.k), self.d)
+        if problem:
+            raise ReplyError(f"partition {reply.partition_id}: {problem}")
+        out = idx.astype(np.int64), val.astype(self.msg_dtype).astype(np.float64)
+        self._parsed[(server_round, reply.partition_id)] = (reply, out)
+        return out
+
+    def check_reply(self, server_round: int, reply: Reply) -> None:
+        self._message(server_round, reply)
+        seeded = reply.metrics.get("doadp_client_seeded", 0)
+        if seeded not in (0, 1):
+            raise ReplyError(f"partition {reply.partition_id}: doadp_client_seeded must be 0 or 1, got {seeded!r}")
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        # compute everything first (parse and check every message; no table is touched) ...
+        self._parsed = {key: v for key, v in self._parsed.items() if key[0] == server_round}
+        rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        losses, seeded = [], 0
+        for r in replies:
+            msg = self._message(server_round, r)
+            if int(r.metrics.get("doadp_client_seeded", 0)):
+                seeded += 1
+            if msg is None:
+                continue
+            rows[r.partition_id] = msg
+            if "train_loss" in r.metrics:
+                losses.append(float(r.metrics["train_loss"]))
+        vbytes = np.dtype(self.msg_dtype).itemsize
+        ibytes = 8
+        p2p = int(sum(int(self.degrees[pid]) for pid in rows)) * int(self.k) * (vbytes + ibytes)
+        # ... then commit: validated, distinct in-range indices, so the in-place adds cannot fail
+        for pid, (idx, val) in rows.items():
+            self.XHAT[pid, idx] += val
+            self.accepted[pid] += 1
+            self.active_steps[pid] += 1
+        self.commit_reports(server_round, replies)
+        self._parsed = {}
+        self.seeded_replies += seeded
+        self.entropy_replies += len(replies) - seeded
+        n_act = len(rows)
+        metrics: dict[str, Any] = {
+            "active": n_act,
+            "inactive": len(replies) - n_act,
+            "paper_rate": n_act * int(self.k) / (self.n * self.d),
+            "p2p_bytes": p2p,
+            "noise_client_seeded": seeded,
+            "noise_os_entropy": len(replies) - seeded,
+        }
+        if self.private:
+            metrics["sigma"] = float(self.sigma)
+        if losses:
+            metrics["train_loss"] = float(np.mean(losses))
+        if self.private and self.should_evaluate(server_round):
+            metrics.update(self.guarantee(server_round))  # worst case: every agent active every round
+            metrics["dp_epsilon_observed"] = self.mechanism().epsilon(int(self.active_steps.max()), self.config.delta) \
+                if self.active_steps.max() else 0.0
+        return metrics
+
+    def global_arrays(self) -> list[np.ndarray]:
+        """The average of the public copies (inside the guarantee), in the initial layout."""
+        return self.unflatten(self.XHAT.mean(axis=0))
+
+    # ------------------------------------------------------------------ checkpoints
+    def extra_state(self) -> dict[str, Any]:
+        return {"XHAT": self.XHAT.copy(), "accepted": self.accepted.copy(), "active_steps": self.active_steps.copy(),
+                "seeded_replies": int(self.seeded_replies), "entropy_replies": int(self.entropy_replies),
+                "peer": self.peer_state()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        XHAT = np.array(state["XHAT"], dtype=np.float64)
+        if XHAT.shape != (self.n, self.d):
+            raise ValueError(f"checkpoint public copies have shape {XHAT.shape}, expected {(self.n, self.d)}")
+        self.XHAT = XHAT
+        self.accepted = np.array(state["accepted"], dtype=np.int64)
+        self.active_steps = np.array(state["active_steps"], dtype=np.int64)
+        self.seeded_replies = int(state["seeded_replies"])
+        self.entropy_replies = int(state["entropy_replies"])
+        self.load_peer_state(state["peer"])
+
+
+class DMSGDServer(DOADPServer):
+    """Decentralized momentum SGD, eq. (2) of Huo et al.: DO-ADP with p = 1, k = d, no clipping and
+    no noise. The method is NOT private; it is the only way to run DO-ADP's network without DP.
+
+    Parameters
+    ----------
+    initial_arrays, num_partitions, num_rounds, dataset_size, alpha, batch_size
+        As :class:`DOADPServer` (paper: alpha 0.01, the spec's b = 32).
+    config : DMSGDConfig (default: DMSGDConfig())
+        gamma, beta, eval_every, msg_dtype.
+    **kwargs
+        :class:`~flwr_strategies.doadp.peer.PeerServer` arguments.
+    """
+
+    private = False
+
+    def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
+                 alpha: float = 0.01, batch_size: int = 32, config: DMSGDConfig | None = None, **kwargs: Any) -> None:
+        self.dmsgd = config if config is not None else DMSGDConfig()
+        proxy = DOADPConfig(p=1.0, k_frac=1.0, gamma=self.dmsgd.gamma, beta=self.dmsgd.beta, public_copy="x0",
+                            eval_every=self.dmsgd.eval_every, msg_dtype=self.dmsgd.msg_dtype, sigma=1.0)
+        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
+                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size, config=proxy, **kwargs)
+
+    def _calibrate(self) -> float:
+        self.planned_epsilon = math.inf
+        return 0.0
+
+    def params_config(self, server_round: int = 1) -> dict[str, Any]:
+        cfg = super().params_config(server_round)
+        cfg.update({"doadp_private": 0, "doadp_sigma": 0.0, "doadp_clip": -1.0})
+        return cfg
+
+    def guarantee(self, steps: int) -> dict[str, float]:
+        return {}
+
+    def privacy_report(self) -> dict[str, Any]:
+        return {"method": "dmsgd", "private": False, "note": "non-private: no clipping, no noise, dense messages"}
