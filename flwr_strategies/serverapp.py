@@ -29,6 +29,11 @@ _EXPORTS = {
     "FedHM": "flwr_strategies.fedmud.serverapp",
     "FedMeZO": "flwr_strategies.fedmezo.serverapp",
     "LoRAFedAvg": "flwr_strategies.fedmezo.serverapp",
+    "DOADP": "flwr_strategies.doadp.serverapp",
+    "DMSGD": "flwr_strategies.doadp.serverapp",
+    "DPDO": "flwr_strategies.doadp.serverapp",
+    "DPDDA": "flwr_strategies.doadp.serverapp",
+    "CPGT": "flwr_strategies.doadp.serverapp",
     "MessageStrategy": "flwr_strategies.adapters.message",
 }
 
