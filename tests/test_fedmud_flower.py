@@ -11,12 +11,14 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 from flwr_strategies.simulations.experiment import ExperimentConfig  # noqa: E402
 from flwr_strategies.simulations.runner import run_experiment  # noqa: E402
 
-MNIST = "/work/shared/data/mnist"
+from conftest import mnist_dir  # noqa: E402
+
+MNIST = str(mnist_dir())
 
 
 def _cfg(method, out, rounds, **params):
     return ExperimentConfig(method=method, dataset="mnist", data_dir=MNIST, model="cnn_mnist", num_clients=3,
-                            rounds=rounds, local_steps=4, batch_size=32, lr=0.03 if method == "fedavg" else 0.01,
+                            fraction_fit=1.0, rounds=rounds, local_steps=4, batch_size=32, lr=0.03 if method == "fedavg" else 0.01,
                             partition="iid", seed=0, params=params, out=str(out), progress=False)
 
 

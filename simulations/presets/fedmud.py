@@ -16,7 +16,7 @@ from flwr_strategies.simulations.compare import merge_config, run_entries
 
 from . import Preset, PresetContext, RunEntry, register_preset
 
-DEFAULT_DATA_DIR = os.environ.get("FEDMUD_MNIST_DIR", "/work/shared/data/mnist")
+DEFAULT_DATA_DIR = os.environ.get("FEDMUD_MNIST_DIR")  # else --data-dir is required
 
 PARTITIONS = {
     "Non-IID-1": {"partition": "dirichlet-class", "alpha": 0.3},
@@ -81,7 +81,10 @@ def _run(ctx: PresetContext) -> dict:
     Non-IID-1. ``FEDMUD_PRESET_PARTS`` (comma list of partition names and/or "ablations") runs a
     subset, e.g. in two processes; the tables are rendered from whatever results exist on disk."""
     overrides = dict(ctx.overrides)
-    overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
+    if DEFAULT_DATA_DIR:
+        overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
+    if not overrides.get("data_dir"):
+        raise ValueError("preset fedmud runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
     out = Path(ctx.out_dir)
     only = os.environ.get("FEDMUD_PRESET_PARTS")
     todo = only.split(",") if only else list(PARTITIONS) + ["ablations"]
