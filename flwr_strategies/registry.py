@@ -64,7 +64,8 @@ class MethodSpec:
         ``local_steps``, ``batch_size``, ``weight_decay``, ``momentum``, ``grad_clip``,
         ``fraction_fit``, ``num_clients``...) as ``(value, provenance)``; provenance is one of
         :data:`PROVENANCES`. They apply unless the user sets the value. A value may depend on the
-        dataset: ``({"cifar10": 0.1, "*": 0.05}, "paper")`` (``"*"`` for any other dataset).
+        dataset: ``({"cifar10": 0.1, "*": 0.05}, "paper")`` (``"*"`` for any other dataset), and an
+        entry may carry its own provenance: ``({"digits": (1.0, "project"), "*": (0.01, "paper")}, "paper")``.
     build_strategy : Callable | None
         Legacy-API strategy builder; defaults to :class:`~flwr_strategies.adapters.LegacyStrategy`
         over :attr:`build_core`.

@@ -50,6 +50,8 @@ _HELP: dict[str, str] = {
     "client_cpus": "Ray CPUs per client (default 1)",
     "client_gpus": "Ray GPUs per client, fractional allowed (default 0)",
     "client_threads": "torch threads per client (default 1)",
+    "client_seed": "simulation only: a secret per-node seed for the clients' private randomness (DO-ADP noise "
+                   "and coins), kept in each node's context.state, never sent to the server; unset: OS entropy",
 }
 _FIELDS = tuple(_HELP)
 

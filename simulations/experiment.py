@@ -172,6 +172,8 @@ class Experiment:
     def build_client(self, context: Context, model: torch.nn.Module) -> Any:
         """The method's ``NumPyClient`` for ``context``'s partition, using ``model``."""
         pid = int(context.node_config["partition-id"])
+        if self.cfg.client_seed is not None:
+            _give_client_seed(context, int(self.cfg.client_seed), pid)
         client = self.spec.build_client(self.client_setup(pid, context.state, model), dict(self.params))
         if any(p == pid for _, p in self._failures):
             _inject_failure(client, pid, self._failures)
@@ -204,6 +206,16 @@ class PooledClient(Client):
 
     def evaluate(self, ins: EvaluateIns) -> EvaluateRes:
         return self._call("evaluate", ins)
+
+
+def _give_client_seed(context: Context, client_seed: int, pid: int) -> None:
+    """Simulation only: the node's own secret seed in its ``context.state`` (derived from
+    ``--client-seed`` and the partition id on the client side; the strategy never sees it)."""
+    from flwr_strategies.clients.doadp import client_seed_of, set_client_seed
+
+    if client_seed_of(context.state, None) is None:
+        node_seed = int(np.random.SeedSequence([client_seed, pid, 0xC5EED]).generate_state(1, np.uint32)[0])
+        set_client_seed(context.state, node_seed)
 
 
 def _inject_failure(client: Any, pid: int, failures: set[tuple[int | None, int]]) -> None:

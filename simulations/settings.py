@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from flwr_strategies.registry import MethodSpec, get_method, parse_value
+from flwr_strategies.registry import PROVENANCES, MethodSpec, get_method, parse_value
 from flwr_strategies.setup import SettingError, TrainConfig
 
 BACKENDS = ("inprocess", "ray")
@@ -84,7 +84,7 @@ NONE_MEANS = {
 }
 
 INT_SETTINGS = frozenset({"num_clients", "rounds", "seed", "data_seed", "classes_per_client", "local_epochs",
-                          "local_steps", "batch_size", "client_threads"})
+                          "local_steps", "batch_size", "client_threads", "client_seed"})
 FLOAT_SETTINGS = frozenset({"alpha", "fraction_fit", "lr", "weight_decay", "momentum", "lr_decay", "grad_clip",
                             "synthetic_alpha", "synthetic_beta", "client_cpus", "client_gpus"})
 
@@ -151,6 +151,7 @@ class ExperimentConfig:
     client_cpus: float = 1.0
     client_gpus: float = 0.0
     client_threads: int = 1
+    client_seed: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
     out: str | None = None
@@ -173,13 +174,15 @@ class ExperimentConfig:
         def default(name: str) -> tuple[Any, str] | None:
             if name in spec.train_defaults:
                 value, source = spec.train_defaults[name]
-                if isinstance(value, Mapping):  # per-dataset default
+                if isinstance(value, Mapping):  # per-dataset default, optionally with its own source
                     dataset = chosen["dataset"][0]
-                    if dataset in value:
-                        return value[dataset], source
-                    if "*" in value:
-                        return value["*"], source
-                    return None
+                    key = dataset if dataset in value else "*" if "*" in value else None
+                    if key is None:
+                        return None
+                    entry = value[key]
+                    if isinstance(entry, tuple) and len(entry) == 2 and entry[1] in PROVENANCES:
+                        return entry
+                    return entry, source
                 return value, source
             return None
 
@@ -397,6 +400,8 @@ def _check(cfg: ExperimentConfig) -> None:
     _number("client_cpus", cfg.client_cpus, "a finite number > 0", lambda v: v > 0)
     _number("client_gpus", cfg.client_gpus, "a finite number >= 0", lambda v: v >= 0)
     _integer("client_threads", cfg.client_threads, 1)
+    if cfg.client_seed is not None:
+        _integer("client_seed", cfg.client_seed, 0)
     for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
         text = f"{'*' if r is None else r}:{p}"
         if not 0 <= p < cfg.num_clients:
