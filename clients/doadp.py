@@ -32,7 +32,7 @@ without privacy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -241,11 +241,14 @@ class IndexedData:
     Accepts :class:`~flwr_strategies.clients.training.TensorData` (or anything with tensors ``x``
     and ``y``), a ``DataLoader`` (its ``dataset`` is indexed), a ``torch.utils.data.Dataset`` of
     ``(x, y)`` pairs, or any other iterable of ``(x, y)`` batches, e.g. a list (materialised once).
+    Records that are dicts (a Hugging Face dataset: ``{"img": ..., "label": ...}``) are read
+    through ``keys`` = (input key, label key).
     """
 
-    def __init__(self, data: Any) -> None:
+    def __init__(self, data: Any, keys: tuple[str, str] | None = None) -> None:
         self._x = self._y = None
         self._dataset = None
+        self.keys = keys
         if hasattr(data, "x") and hasattr(data, "y") and torch.is_tensor(getattr(data, "x")):
             self._x, self._y = data.x, data.y
         elif hasattr(data, "dataset") and hasattr(data.dataset, "__getitem__") and hasattr(data.dataset, "__len__"):
@@ -270,8 +273,16 @@ class IndexedData:
         if self._x is not None:
             ii = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=self._x.device)
             return self._x[ii], self._y[ii]
-        items = [self._dataset[int(i)] for i in idx]
+        items = [self._pair(self._dataset[int(i)]) for i in idx]
         return torch.stack([torch.as_tensor(a) for a, _ in items]), torch.as_tensor([int(b) for _, b in items])
+
+    def _pair(self, item: Any) -> tuple[Any, Any]:
+        if isinstance(item, Mapping):
+            if self.keys is None:
+                raise TypeError(f"the dataset's records are dicts with keys {sorted(item)}: pass "
+                                "IndexedData(data, keys=(input_key, label_key))")
+            return item[self.keys[0]], item[self.keys[1]]
+        return item
 
 
 def _params_from_config(config: dict[str, Scalar]) -> DOADPParams:
