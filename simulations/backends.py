@@ -19,8 +19,10 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.common import (
     Code,
@@ -36,6 +38,7 @@ from flwr.common import (
     GetPropertiesRes,
     ReconnectIns,
     RecordDict,
+    parameters_to_ndarrays,
 )
 from flwr.server import Server, ServerAppComponents, ServerConfig
 from flwr.server.client_proxy import ClientProxy
@@ -43,24 +46,47 @@ from flwr.server.client_proxy import ClientProxy
 from flwr_strategies.metering import MeteredStrategy
 from flwr_strategies.sampling import PartitionClientManager
 
+from .driver import CoreDriver, PartitionContexts
 from .experiment import ClientFactory, ExperimentConfig, get_experiment
+from .timeouts import BoundedCaller
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
-class InProcessClientProxy(ClientProxy):
-    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process.
+@dataclass
+class RunOutcome:
+    """What a backend hands back: the per-round records and the final model.
 
-    It keeps one Flower ``Context`` per partition for the whole run, so ``context.state``
-    persists across rounds exactly as in Flower's simulation runtime.
+    ``rounds`` and ``failure_log`` have the keys of
+    :class:`~flwr_strategies.adapters.recorder.RoundRecorder` (the results.json format);
+    ``final_arrays`` is the global model after the last round; ``state`` the core's
+    ``state_dict()`` when the core ran in this process (None otherwise); ``path`` names what ran.
     """
 
-    def __init__(self, partition_id: int, num_partitions: int, client_fn: Any, run_config: dict | None = None) -> None:
+    rounds: list[dict[str, Any]]
+    failure_log: list[dict[str, Any]]
+    final_arrays: list[np.ndarray] | None = None
+    state: dict[str, Any] | None = None
+    path: str = ""
+
+
+class InProcessClientProxy(ClientProxy):
+    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process (legacy-API
+    strategies without a core: Flower's ``Server`` drives them).
+
+    It keeps one Flower ``Context`` per partition for the whole run, so ``context.state``
+    persists across rounds exactly as in Flower's simulation runtime. ``fit`` and ``evaluate``
+    are bounded by ``caller`` (a :class:`~.timeouts.BoundedCaller`; default: no limit).
+    """
+
+    def __init__(self, partition_id: int, num_partitions: int, client_fn: Any, run_config: dict | None = None,
+                 caller: BoundedCaller | None = None) -> None:
         super().__init__(cid=str(partition_id))
         self.node_id = partition_id
         self.client_fn = client_fn
+        self.caller = caller or BoundedCaller(None)
         self.context = Context(
             run_id=0,
             node_id=partition_id,
@@ -76,17 +102,18 @@ class InProcessClientProxy(ClientProxy):
         return self.client_fn(self.context).get_parameters(ins)
 
     def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
-        return self.client_fn(self.context).fit(ins)
+        return self.caller(lambda: self.client_fn(self.context).fit(ins), f"partition {self.node_id} fit")
 
     def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
-        return self.client_fn(self.context).evaluate(ins)
+        return self.caller(lambda: self.client_fn(self.context).evaluate(ins), f"partition {self.node_id} evaluate")
 
     def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
         return DisconnectRes(reason="")
 
 
 def metered_strategy(cfg: ExperimentConfig, on_round_end=None) -> MeteredStrategy:
-    """The method's strategy for ``cfg``, wrapped in a :class:`MeteredStrategy`."""
+    """The method's legacy strategy for ``cfg``, wrapped in a :class:`MeteredStrategy` (methods
+    registered with a legacy ``build_strategy`` and no core)."""
     return MeteredStrategy(get_experiment(cfg).build_strategy(), on_round_end=on_round_end)
 
 
@@ -95,22 +122,62 @@ def _quiet_flower(verbose: bool) -> None:
     logging.getLogger("flwr").setLevel(level)
 
 
-def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[MeteredStrategy, dict]:
-    """Run ``cfg`` with Flower's ``Server`` and in-process client proxies."""
-    _quiet_flower(verbose)
-    torch.set_num_threads(max(1, int(cfg.client_threads)))
-    t0 = time.perf_counter()
+def has_core(cfg: ExperimentConfig) -> bool:
+    """True when ``cfg``'s method is registered with a framework-neutral core (``build_core``)."""
+    return get_experiment(cfg).spec.build_core is not None
+
+
+def build_core(cfg: ExperimentConfig):
+    """A fresh server core of ``cfg``'s method, built from the cached experiment."""
+    exp = get_experiment(cfg)
+    return exp.spec.build_core(exp.server_setup(), dict(exp.params))
+
+
+def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = None) -> RunOutcome:
+    """Run ``cfg``'s core and clients directly in this process (:class:`~.driver.CoreDriver`)."""
+    exp = get_experiment(cfg)
+    driver = CoreDriver(
+        build_core(cfg),
+        exp.client_fit,
+        PartitionContexts(cfg.num_clients),
+        evaluate_fn=exp.evaluate_fn,
+        client_timeout=cfg.client_timeout,
+        on_round_end=on_round_end,
+    )
+    rounds = driver.run(cfg.rounds, state=state)
+    return RunOutcome(rounds, driver.failure_log, driver.global_arrays(), driver.core.state_dict(), "inprocess driver")
+
+
+def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
+    """Run ``cfg``'s legacy strategy with Flower's ``Server`` and in-process client proxies."""
     strategy = metered_strategy(cfg, on_round_end)
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     factory = ClientFactory(cfg)
+    caller = BoundedCaller(cfg.client_timeout)
     for pid in range(cfg.num_clients):
-        manager.register(InProcessClientProxy(pid, cfg.num_clients, factory))
+        manager.register(InProcessClientProxy(pid, cfg.num_clients, factory, caller=caller))
     server = Server(client_manager=manager, strategy=strategy)
     server.set_max_workers(1)
+    try:
+        server.fit(num_rounds=cfg.rounds, timeout=None)
+    finally:
+        caller.close()
+    rounds = strategy.finalize()
+    final = parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
+    return RunOutcome(rounds, strategy.failure_log, final, None, "flower server (legacy strategy)")
+
+
+def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
+    """Run ``cfg`` in this process: the direct driver for methods with a core, Flower's ``Server``
+    with in-process proxies for legacy-only methods. Client calls are bounded by
+    ``cfg.client_timeout``."""
+    _quiet_flower(verbose)
+    torch.set_num_threads(max(1, int(cfg.client_threads)))
+    t0 = time.perf_counter()
+    get_experiment(cfg)
     setup_s = time.perf_counter() - t0
-    server.fit(num_rounds=cfg.rounds, timeout=None)
-    strategy.finalize()
-    return strategy, {"setup_s": setup_s}
+    outcome = run_driver(cfg, on_round_end) if has_core(cfg) else run_flower_server(cfg, on_round_end)
+    return outcome, {"setup_s": setup_s}
 
 
 # -- Ray ---------------------------------------------------------------------------------------

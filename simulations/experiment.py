@@ -9,6 +9,7 @@ initial weights, central evaluation, the method's strategy and clients. The back
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -75,6 +76,7 @@ class ExperimentConfig:
     client_cpus: float = 1.0
     client_gpus: float = 0.0
     client_threads: int = 1
+    client_timeout: float | None = 3600.0
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
     out: str | None = None
@@ -92,6 +94,10 @@ class ExperimentConfig:
             raise KeyError(f"unknown backend '{self.backend}'; valid backends: {', '.join(BACKENDS)}")
         if self.client_gpus < 0 or self.client_cpus <= 0:
             raise ValueError("client_cpus must be > 0 and client_gpus >= 0")
+        if self.client_timeout is not None and not (
+            isinstance(self.client_timeout, (int, float)) and math.isfinite(self.client_timeout) and self.client_timeout > 0
+        ):
+            raise ValueError(f"client_timeout must be a number of seconds > 0 (or None for no limit), got {self.client_timeout!r}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {self.device} requested but CUDA is not available on this machine")
         self.train_config()  # validates lr, epochs, steps, batch size
@@ -113,7 +119,7 @@ class ExperimentConfig:
     def key(self) -> str:
         """Identity of what gets built (output and execution settings excluded)."""
         d = asdict(self)
-        for k in ("out", "progress", "backend", "client_cpus", "client_gpus"):
+        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout"):
             d.pop(k)
         return json.dumps(d, sort_keys=True, default=str)
 
@@ -243,6 +249,12 @@ class Experiment:
         if any(p == pid for _, p in self._failures):
             _inject_failure(client, pid, self._failures)
         return client
+
+    def client_fit(self, context: Context, arrays: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
+        """One local round of ``context``'s client on ``arrays`` (the in-process driver's call):
+        the method's ``NumPyClient.fit`` around a pooled model, with no Flower conversion."""
+        with self.borrowed_model() as model:
+            return self.build_client(context, model).fit(arrays, config)
 
     def make_client(self, context: Context) -> Client:
         torch.set_num_threads(max(1, int(self.cfg.client_threads)))

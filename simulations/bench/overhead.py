@@ -58,10 +58,8 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
     return global_w, time.perf_counter() - t0, accs
 
 
-def _final_weights(strategy) -> list[np.ndarray]:
-    from flwr.common import parameters_to_ndarrays
-
-    return parameters_to_ndarrays(strategy.latest_parameters)
+def _final_weights(outcome) -> list[np.ndarray]:
+    return outcome.final_arrays
 
 
 def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
