@@ -113,24 +113,15 @@ def test_cli_compare_writes_table_and_plot(tmp_path):
     assert (tmp_path / "fedavg" / "results.json").exists()
 
 
-@pytest.mark.ray
-def test_ray_backend_gives_the_same_numbers():
-    ray = run_experiment(_cfg(rounds=3, fraction_fit=0.5, backend="ray", client_cpus=2))
-    inproc = run_experiment(_cfg(rounds=3, fraction_fit=0.5))
-    assert [r["accuracy"] for r in ray["rounds"]] == [r["accuracy"] for r in inproc["rounds"]]
-    assert [r["loss"] for r in ray["rounds"]] == [r["loss"] for r in inproc["rounds"]]
-    assert [r["bytes_up"] for r in ray["rounds"]] == [r["bytes_up"] for r in inproc["rounds"]]
-    assert ray["timing"]["startup_s"] > 0
-
-
 def test_gpu_flags_are_validated_and_reach_ray_resources():
     import torch
 
-    from flwr_strategies.simulations.backends import ray_backend_config
+    from flwr_strategies.simulations.backends import federation_config
 
     cfg = _cfg(client_gpus=0.25, client_cpus=1.5)
     cfg.validate()
-    assert ray_backend_config(cfg)["client_resources"] == {"num_cpus": 1.5, "num_gpus": 0.25}
+    fed = federation_config(cfg)  # `flwr run --federation-config`: whole CPUs per client
+    assert (fed["num-supernodes"], fed["client-resources-num-cpus"], fed["client-resources-num-gpus"]) == (10, 2, 0.25)
     with pytest.raises(ValueError, match="client_gpus"):
         _cfg(client_gpus=-1).validate()
     if not torch.cuda.is_available():
