@@ -27,9 +27,10 @@ query, and the legacy messages of legacy-only strategies go to the same clients 
 **Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): ``method``,
 ``dataset``, ``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``,
 ``seed``, ``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``,
-``data-dir``, ``set`` (method hyperparameters as ``"key=value,key=value"``), ``out-dir``, and
+``data-dir``, ``set`` (method hyperparameters as ``"key=value,key=value"``), ``out-dir``,
 ``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
-it, and it overrides the other keys). Each SuperNode must be given its ``partition-id`` and
+it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
+``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
 ``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
 """
 
@@ -199,18 +200,62 @@ class RunReport:
                     "the run stops here."
                 )
 
+    def check_claims(self, server_round: int) -> None:
+        for entry in getattr(self.source, "failure_log", []):
+            if entry["round"] == server_round and "claims partition" in entry["error"]:
+                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
+                                   f"addressed as ({entry['error']}); the node order is wrong, stopping the run")
+
     def __call__(self, record: dict[str, Any]) -> None:  # on_round_end
         self.write()
         self.check_actors(int(record["round"]))
+        self.check_claims(int(record["round"]))
 
 
 # ------------------------------------------------------------------------------ server side
-def identify_nodes(grid: Grid, timeout: float = 600.0) -> MessageStrategy:
-    """Ask every node for its partition (``query.partition``) and wait until every partition
-    ``0..num-partitions-1`` is connected. Returns the probe: ``node_of_partition``,
-    ``partition_of_node``, ``num_partitions``."""
+NODE_ORDERS = ("query", "registration")
+
+
+def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> MessageStrategy:
+    """Learn which node holds which partition; returns a probe with ``node_of_partition``,
+    ``partition_of_node`` and ``num_partitions``.
+
+    ``order="query"`` (default; any runtime): ask every node (``query.partition``) and wait until
+    every partition ``0..num-partitions-1`` is connected. ``order="registration"`` (Flower's
+    simulation runtime only, ``num_nodes`` required): the runtime registers its SuperNodes in
+    partition order (``flwr.server.superlink.fleet.vce.vce_api._register_nodes``), so partition
+    ``i`` is the ``i``-th node by registration time. This avoids 10,000 query messages, which Flower's
+    in-memory state delivers in time proportional to nodes x pending messages. Every training
+    reply's ``partition-id`` then confirms the order; a mismatch stops the run
+    (:meth:`RunReport.check_claims`).
+    """
+    if order not in NODE_ORDERS:
+        raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
     probe = MessageStrategy(min_available_nodes=1, wait_timeout=timeout)
-    probe.identify(grid)
+    if order == "query":
+        probe.identify(grid)
+        return probe
+    if num_nodes < 1:
+        raise ValueError("node-order = 'registration' needs num-clients > 0 (the number of simulated SuperNodes)")
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = list(grid.get_nodes())
+        if len(nodes) >= num_nodes:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"after {timeout:.0f}s: {len(nodes)} of {num_nodes} SuperNodes registered")
+        time.sleep(0.2)
+    if len(nodes) != num_nodes:
+        raise ValueError(f"the federation has {len(nodes)} SuperNodes but the run config has num-clients={num_nodes}")
+    stamps = [str(n.registered_at) for n in nodes]
+    if len(set(stamps)) != len(stamps):
+        log(INFO, "flwr-strategies: SuperNode registration times tie; asking every node for its partition instead")
+        probe.identify(grid)
+        return probe
+    for pid, node in enumerate(sorted(nodes, key=lambda n: str(n.registered_at))):
+        probe.partition_of_node[int(node.node_id)] = pid
+        probe.node_of_partition[pid] = int(node.node_id)
+    probe.num_partitions = num_nodes
     return probe
 
 
@@ -245,15 +290,38 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, re
     return result.arrays.to_numpy_ndarrays()
 
 
-def run_legacy_strategy(grid: Grid, exp: Experiment, report: RunReport) -> list[np.ndarray] | None:
-    """Run ``exp``'s legacy-only strategy through Flower's compatibility layer."""
+class _ClaimCheckingStrategy(MeteredStrategy):
+    """:class:`MeteredStrategy` that logs a reply whose ``partition-id`` differs from the partition
+    its node was addressed as (the run report then stops the run)."""
+
+    def __init__(self, inner, pid_of_cid: dict[str, int], **kwargs: Any) -> None:
+        super().__init__(inner, **kwargs)
+        self.pid_of_cid = pid_of_cid
+
+    def aggregate_fit(self, server_round, results, failures):
+        for proxy, res in results:
+            claimed = (res.metrics or {}).get("partition-id")
+            expected = self.pid_of_cid.get(proxy.cid)
+            if claimed is not None and expected is not None and int(claimed) != expected:
+                self.failure_log.append({"round": server_round, "phase": "fit",
+                                         "error": f"partition {expected}: reply claims partition {claimed!r}"})
+        return super().aggregate_fit(server_round, results, failures)
+
+
+def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray] | None:
+    """Run ``exp``'s legacy-only strategy through Flower's compatibility layer. The partitions
+    learned by ``probe`` are handed to the client manager, so the strategy does not ask every
+    node again."""
     from flwr.common import parameters_to_ndarrays
     from flwr.server.compat import start_grid
 
     cfg = exp.cfg
-    strategy = MeteredStrategy(exp.build_strategy(), on_round_end=report)
+    pid_of_cid = {str(node): pid for node, pid in probe.partition_of_node.items()}
+    strategy = _ClaimCheckingStrategy(exp.build_strategy(), pid_of_cid, on_round_end=report)
     report.source, report.path = strategy, "legacy strategy (Flower compat)"
-    server = Server(client_manager=PartitionClientManager(cfg.num_clients, seed=cfg.seed), strategy=strategy)
+    manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
+    manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
+    server = Server(client_manager=manager, strategy=strategy)
     start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.client_timeout))
     strategy.finalize()
     return parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
@@ -267,7 +335,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
         early.validate()
     else:
         resolve_params(get_method(early.method), early.params)
-    probe = identify_nodes(grid)
+    probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), int(early.num_clients or 0))
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)
@@ -277,7 +345,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
         if exp.spec.build_core is not None:
             final = run_message_strategy(grid, exp, probe, report)
         else:
-            final = run_legacy_strategy(grid, exp, report)
+            final = run_legacy_strategy(grid, exp, probe, report)
     except BaseException as err:
         report.write("failed", f"{type(err).__name__}: {err}")
         raise

@@ -78,6 +78,7 @@ class RunOutcome:
     final_arrays: list[np.ndarray] | None = None
     state: dict[str, Any] | None = None
     path: str = ""
+    contexts: list[Context] | None = None  # in process: the clients' Contexts (their context.state)
 
 
 class InProcessClientProxy(ClientProxy):
@@ -153,7 +154,8 @@ def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = No
         on_round_end=on_round_end,
     )
     rounds = driver.run(cfg.rounds, state=state)
-    return RunOutcome(rounds, driver.failure_log, driver.global_arrays(), driver.core.state_dict(), "inprocess driver")
+    return RunOutcome(rounds, driver.failure_log, driver.global_arrays(), driver.core.state_dict(), "inprocess driver",
+                      driver.contexts.values())
 
 
 def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
@@ -162,8 +164,9 @@ def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     factory = ClientFactory(cfg)
     caller = BoundedCaller(cfg.client_timeout)
-    for pid in range(cfg.num_clients):
-        manager.register(InProcessClientProxy(pid, cfg.num_clients, factory, caller=caller))
+    proxies = [InProcessClientProxy(pid, cfg.num_clients, factory, caller=caller) for pid in range(cfg.num_clients)]
+    for proxy in proxies:
+        manager.register(proxy)
     server = Server(client_manager=manager, strategy=strategy)
     server.set_max_workers(1)
     try:
@@ -172,7 +175,8 @@ def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
         caller.close()
     rounds = strategy.finalize()
     final = parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
-    return RunOutcome(rounds, strategy.failure_log, final, None, "flower server (legacy strategy)")
+    return RunOutcome(rounds, strategy.failure_log, final, None, "flower server (legacy strategy)",
+                      [p.context for p in proxies])
 
 
 def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
@@ -215,6 +219,7 @@ clientapp = "{clientapp}"
 [tool.flwr.app.config]
 experiment = ""
 out-dir = ""
+node-order = "query"
 """
 
 
@@ -292,7 +297,10 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     app = Path(app_dir) if app_dir is not None else write_app_dir(work / "app")
     pythonpath = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0"}
-    run_config = {"experiment": json.dumps(cfg.to_dict(), default=str), "out-dir": str(out_dir)}
+    # Flower's simulation runtime registers SuperNodes in partition order: the ServerApp reads the
+    # order instead of querying every node (checked against every reply; see app.identify_nodes)
+    run_config = {"experiment": json.dumps(cfg.to_dict(), default=str), "out-dir": str(out_dir),
+                  "node-order": "registration"}
     results_path = out_dir / "results.json"
     seen = 0
     try:

@@ -81,6 +81,10 @@ class PartitionContexts:
     def __len__(self) -> int:
         return len(self._contexts)
 
+    def values(self) -> list[Context]:
+        """The contexts created so far (partitions that have been sampled)."""
+        return list(self._contexts.values())
+
 
 def _nonfinite(rejections: list[Rejection]) -> int:
     return sum(1 for r in rejections if "NaN or infinite" in r.reason)

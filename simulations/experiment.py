@@ -71,6 +71,7 @@ class ExperimentConfig:
     model: str | None = None
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
+    synthetic_mean_samples: float = 4.0
     backend: str = "inprocess"
     device: str = "cpu"
     client_cpus: float = 1.0

@@ -18,8 +18,9 @@ from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
 
-def _serve(run_config: dict, num_nodes: int, client_app=None):
+def _serve(run_config: dict, num_nodes: int, client_app=None, registration_order=None):
     grid = InProcessGrid(client_app or project_app.client_app, num_nodes, run_config=run_config)
+    grid.registration_order = registration_order
     ctx = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     return project_app.serve(grid, ctx)
 
@@ -101,3 +102,27 @@ def test_dead_actor_stops_the_run(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["status"] == "failed" and "ActorDied" in saved["error"]
     assert [r["round"] for r in saved["rounds"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedavg-legacy-path"])
+def test_registration_order_gives_the_query_numbers_and_a_wrong_order_stops_the_run(tmp_path, monkeypatch, method):
+    """``node-order = registration`` (what the ray backend uses in Flower's simulation runtime)
+    maps partitions from the nodes' registration order without querying them; every reply's
+    partition-id confirms it, and a wrong order stops the run."""
+    if method == "fedavg-legacy-path":
+        from flwr_strategies import registry
+
+        fedavg = registry.get_method("fedavg")
+        monkeypatch.setitem(registry._REGISTRY, method, registry.MethodSpec(
+            name=method, summary="test", paper=fedavg.paper, client=fedavg.client,
+            build_strategy=lambda setup, params: fedavg.legacy_strategy(setup, params)))
+    cfg = ExperimentConfig(method=method, num_clients=4, rounds=2, fraction_fit=0.5, seed=3, progress=False)
+    base = {"experiment": json.dumps(cfg.to_dict())}
+    _serve({**base, "out-dir": str(tmp_path / "query")}, 4)
+    _serve({**base, "out-dir": str(tmp_path / "reg"), "node-order": "registration"}, 4)
+    by_query = json.loads((tmp_path / "query" / "results.json").read_text())["rounds"]
+    by_registration = json.loads((tmp_path / "reg" / "results.json").read_text())["rounds"]
+    assert _rows(by_query) == _rows(by_registration)
+    everyone = {"experiment": json.dumps({**cfg.to_dict(), "fraction_fit": 1.0}), "node-order": "registration"}
+    with pytest.raises(RuntimeError, match="node order is wrong"):
+        _serve(everyone, 4, registration_order=[1001, 1000, 1002, 1003])
