@@ -152,6 +152,7 @@ class RunReport:
         self.source: Any = None  # a RoundRecorder or a MeteredStrategy (rounds + failure_log)
         self._t0 = time.perf_counter()
         self.path = ""
+        self.final: list[np.ndarray] | None = None
 
     def records(self) -> list[dict[str, Any]]:
         src = self.source
@@ -349,6 +350,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
     except BaseException as err:
         report.write("failed", f"{type(err).__name__}: {err}")
         raise
+    report.final = final
     report.write_final(final)
     report.write("completed")
     return report

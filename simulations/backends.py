@@ -128,7 +128,9 @@ def metered_strategy(cfg: ExperimentConfig, on_round_end=None) -> MeteredStrateg
 
 def _quiet_flower(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
-    logging.getLogger("flwr").setLevel(level)
+    logger = logging.getLogger("flwr")
+    if logger.level != level:  # setLevel clears every logger's cache: not on every run
+        logger.setLevel(level)
 
 
 def has_core(cfg: ExperimentConfig) -> bool:

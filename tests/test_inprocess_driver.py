@@ -13,6 +13,7 @@ from flwr_strategies.baselines.server import FedAvgServer
 from flwr_strategies.simulations.backends import run_driver, run_inprocess
 from flwr_strategies.simulations.driver import CoreDriver, PartitionContexts
 from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
+from flwr_strategies.simulations.timeouts import BoundedCaller
 
 RECORD_KEYS = ("round", "loss", "accuracy", "bytes_up", "bytes_down", "clients", "failures", "rejected")
 
@@ -68,7 +69,8 @@ def test_inprocess_backend_uses_the_driver_and_keeps_the_results_keys():
     assert sum("injected failure" in f["error"] for f in outcome.failure_log) == 2
 
 
-def test_hung_client_times_out_and_counts_as_a_failure():
+@pytest.mark.parametrize("use_signal", [True, False], ids=["main-thread-timer", "worker-thread"])
+def test_hung_client_times_out_and_counts_as_a_failure(use_signal):
     cfg = _cfg("fedavg", fraction_fit=1.0, num_clients=4)
     exp = get_experiment(cfg)
     release = threading.Event()
@@ -80,6 +82,7 @@ def test_hung_client_times_out_and_counts_as_a_failure():
 
     core = exp.spec.build_core(exp.server_setup(), dict(exp.params))
     driver = CoreDriver(core, client_fit, PartitionContexts(4), evaluate_fn=exp.evaluate_fn, client_timeout=0.5)
+    driver.call = BoundedCaller(0.5, use_signal=use_signal)
     try:
         rounds = driver.run(3)
     finally:
@@ -89,7 +92,11 @@ def test_hung_client_times_out_and_counts_as_a_failure():
     assert per_round[3]["accuracy"] > per_round[0]["accuracy"]
     (entry,) = driver.failure_log
     assert entry["round"] == 2 and "partition 2" in entry["error"] and "ClientTimeout" in entry["error"]
-    assert driver.call.abandoned == 1
+    # the timer stops the hung call itself; without it the stuck worker thread is left behind
+    assert (driver.call.interrupted, driver.call.abandoned) == ((1, 0) if use_signal else (0, 1))
+    import signal
+
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL  # given back after the run
 
 
 def test_hung_client_on_flower_server_path_times_out():
@@ -98,7 +105,7 @@ def test_hung_client_on_flower_server_path_times_out():
     from flwr.common import FitIns, ndarrays_to_parameters
 
     from flwr_strategies.simulations.backends import InProcessClientProxy
-    from flwr_strategies.simulations.timeouts import BoundedCaller, ClientTimeout
+    from flwr_strategies.simulations.timeouts import ClientTimeout
 
     release = threading.Event()
 
@@ -106,7 +113,8 @@ def test_hung_client_on_flower_server_path_times_out():
         def fit(self, ins):
             release.wait()
 
-    proxy = InProcessClientProxy(0, 1, lambda ctx: Hung(), caller=BoundedCaller(0.2))
+    # Flower's Server calls proxies from its own thread pool: the worker-thread way
+    proxy = InProcessClientProxy(0, 1, lambda ctx: Hung(), caller=BoundedCaller(0.2, use_signal=False))
     try:
         with pytest.raises(ClientTimeout, match="partition 0 fit"):
             proxy.fit(FitIns(ndarrays_to_parameters([np.zeros(2)]), {}), timeout=None, group_id=None)
