@@ -158,8 +158,13 @@ class RunReport:
         src = self.source
         if src is None:
             return []
-        if hasattr(src, "snapshot"):
-            return src.snapshot()
+        if hasattr(src, "snapshot"):  # a RoundRecorder: add the in-process backend's `nonfinite` count
+            rounds = [dict(r) for r in src.snapshot()]
+            log_ = list(src.failure_log)
+            for rec in rounds:
+                rec.setdefault("nonfinite", sum(1 for e in log_ if e["round"] == rec["round"] and e["phase"] == "rejected"
+                                                and "NaN or infinite" in e["error"]))
+            return rounds
         rounds = list(src.rounds)
         current = getattr(src, "_current", None)
         if current is not None:
