@@ -135,4 +135,17 @@ def test_gpu_flags_are_validated_and_reach_ray_resources():
 def test_overhead_benchmark_paths_end_with_the_same_model():
     from flwr_strategies.simulations.bench import overhead
 
-    assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray"]) == 0
+    assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray", "--repeat", "1"]) == 0
+
+
+def test_scale_benchmark_runs_a_stateful_method_with_client_state_in_contexts(tmp_path):
+    from flwr_strategies.simulations.bench import scale
+
+    out = tmp_path / "scale.json"
+    assert scale.main(["--clients", "300", "--fraction", "0.05", "--rounds", "2", "--backends", "inprocess",
+                       "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["federated"]
+    assert row["method"] == "scaffold" and row["sampled_per_round"] == 15 and row["failures"] == 0
+    # SCAFFOLD's control variates live in the sampled clients' context.state, nowhere else
+    assert 15 <= row["contexts_with_state"] <= 30 and row["client_state_mb"] > 0
+    assert row["peak_rss_tree_mb"] > 0
