@@ -289,8 +289,11 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     generated app folder (tests use it to run a different ClientApp); ``timeout`` bounds the
     whole run in seconds (default: none).
     """
-    from .deployment import LocalSimulation
+    from .deployment import LocalSimulation, flower_cli_available
 
+    if not flower_cli_available():
+        raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
+                           "CLI (flwr, flower-superlink) is not on PATH; install flwr[simulation] in this environment")
     _quiet_flower(verbose)
     t0 = time.perf_counter()
     own_dir = workdir is None
