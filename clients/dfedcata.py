@@ -1,16 +1,29 @@
-"""Clients of DFedCata and the decentralized / SAM baselines.
+"""Client side of DFedCata and the decentralized / SAM baselines: torch pieces and the ready-made client.
 
-:class:`DecentralizedClient` runs :func:`flwr_strategies.dfedcata.local.local_update` from the
-weights it receives (its own start point, sent by the peer-emulating strategy):
+Pieces for your own model and training loop (from :mod:`flwr_strategies.dfedcata.local`):
 
-- DFedCata: Moreau-envelope SGD with ``lam`` (read from ``config["lam"]``, sent by the
-  strategy; anchor = received weights = the extrapolated point);
-- DFedAvg: ``lam = 0``; DFedAvgM: heavy-ball ``local_momentum`` (reset every round);
-- DFedSAM / FedSAM: SAM radius ``rho``; D-PSGD: exactly ``steps_per_round`` (1) SGD steps.
+- :class:`MoreauEnvelope` — DFedCata's proximal term around the received start point. Wrap your
+  unchanged ``train()``::
 
-Weight decay and gradient clipping come from the experiment's ``TrainConfig``
-(``weight_decay``, ``grad_clip``; the DFedCata reference code uses 5e-4 and 10). Nothing
-persists between rounds on the client.
+      model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+      with MoreauEnvelope(model, lam=msg.content["config"]["lam"]):
+          train(model, trainloader, epochs, lr, device)
+
+  (or add ``envelope.penalty()`` to your loss);
+- :class:`LocalSGD` — the exact local step of every method here as a ``torch.optim.Optimizer``
+  (clip, weight decay, proximal term, heavy ball; ``clip_scope`` "data" or "official");
+- :class:`SAM` — sharpness-aware steps around any optimizer (DFedSAM, FedSAM): after
+  ``loss.backward()``, ``sam.step(closure)`` with a closure that recomputes the loss on the same
+  batch and calls ``backward()``;
+- :func:`run_local` — the local rule over any iterable of ``(x, y)`` batches.
+
+:class:`DecentralizedClient` is the ready-made ``NumPyClient`` built on them. It trains on
+``ClientSetup.train_data`` given either as in-memory :class:`~flwr_strategies.clients.training.TensorData`
+(seeded minibatches of ``batch_size``) or as any re-iterable of ``(x, y)`` batches such as a
+``DataLoader`` (its own batch size and order). Every ``TrainConfig`` field is honoured: ``lr`` (with
+``lr_decay`` through the round's config), ``local_epochs``/``local_steps``, ``batch_size`` (in-memory
+data), ``weight_decay``, ``momentum`` (heavy ball; DFedAvgM's ``local_momentum`` when set, and the
+two must agree), ``grad_clip`` (scope ``clip_scope``). Nothing persists between rounds.
 """
 
 from __future__ import annotations
@@ -18,52 +31,117 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from flwr.common import Scalar
 
 from flwr_strategies.clients.base import TorchClient, train_settings
-from flwr_strategies.dfedcata.local import local_update
+from flwr_strategies.clients.training import set_weights
+from flwr_strategies.dfedcata.config import LocalRuleConfig
+from flwr_strategies.dfedcata.local import (
+    SAM,
+    LocalSGD,
+    MoreauEnvelope,
+    loader_batches,
+    local_update,
+    run_local,
+    tensor_batches,
+)
+from flwr_strategies.setup import ClientSetup
 
-__all__ = ["DecentralizedClient"]
+__all__ = [
+    "MoreauEnvelope", "LocalSGD", "SAM", "run_local", "local_update",
+    "DecentralizedClient", "build_decentralized_client",
+]
+
+
+def _in_memory(data: Any) -> bool:
+    return hasattr(data, "x") and hasattr(data, "y") and isinstance(getattr(data, "x"), torch.Tensor)
 
 
 class DecentralizedClient(TorchClient):
-    """Local rule of the decentralized methods (see module docstring).
+    """The local rule of DFedCata, DFedAvg(M), DFedSAM, D-PSGD and FedSAM (see the module docstring).
 
-    Parameters (``params``)
-    -----------------------
+    It loads the weights it receives (its own start point, sent by the peer-emulating strategy),
+    which are also the Moreau-envelope anchor, and runs :func:`run_local`.
+
+    Parameters (``params``, validated by :class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`)
+    -------------------------------------------------------------------------------------------------
     lam : float (default 0.0)
-        Moreau-envelope penalty when ``config`` has no ``"lam"``; >= 0.
+        Moreau-envelope penalty when the config carries no ``"lam"`` (DFedCata's server sends it), >= 0.
     local_momentum : float (default 0.0)
-        Heavy-ball coefficient of DFedAvgM's local SGD, in [0, 1).
+        DFedAvgM's heavy-ball coefficient, in [0, 1).
     rho : float (default 0.0)
-        SAM perturbation radius (DFedSAM, FedSAM: 0.1); >= 0.
+        SAM radius (DFedSAM, FedSAM: 0.1), >= 0.
     steps_per_round : int (default 0)
-        If > 0, run exactly this many minibatch steps (D-PSGD: 1), overriding epochs/steps.
+        If > 0, exactly this many minibatch steps (D-PSGD: 1) instead of the epochs/steps setting.
+    clip_scope : str (default "data")
+        ``"data"`` or ``"official"`` (see :class:`LocalSGD`).
     """
+
+    def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None) -> None:
+        super().__init__(setup, params)
+        self.rule = LocalRuleConfig.from_params(self.params)
+
+    def num_train(self) -> int:
+        data = self.setup.train_data
+        if _in_memory(data):
+            return len(data)
+        dataset = getattr(data, "dataset", None)
+        if dataset is not None and hasattr(dataset, "__len__"):
+            return len(dataset)
+        return int(sum(len(y) for _, y in data))
+
+    def batches(self, settings: dict[str, Any], generator: torch.Generator, epochs: int | None, steps: int | None):
+        """This round's ``(x, y)`` minibatches."""
+        data = self.setup.train_data
+        if _in_memory(data):
+            return tensor_batches(data.x, data.y, batch_size=settings["batch_size"], generator=generator,
+                                  epochs=epochs, steps=steps, augment=getattr(data, "augment", None))
+        return loader_batches(data, epochs=epochs, steps=steps, device=self.setup.device)
 
     def local_train(self, config: dict[str, Scalar], generator: torch.Generator) -> dict[str, Scalar]:
         s = train_settings(config, self.setup.train)
         steps, epochs = s["steps"], s["epochs"]
-        forced = int(self.params.get("steps_per_round", 0) or 0)
-        if forced > 0:
-            steps, epochs = forced, None
+        if self.rule.steps_per_round > 0:
+            steps, epochs = self.rule.steps_per_round, None
         elif steps:
             epochs = None
-        data = self.setup.train_data
-        out: dict[str, Any] = local_update(
+        elif not epochs:
+            epochs = 1
+        lam = float(config.get("lam", self.rule.lam))
+        out = run_local(
             self.model,
-            data.x,
-            data.y,
+            self.batches(s, generator, epochs, steps),
             lr=s["lr"],
-            batch_size=s["batch_size"],
-            generator=generator,
-            epochs=epochs,
-            steps=steps,
-            lam=float(config.get("lam", self.params.get("lam", 0.0))),
-            momentum=float(self.params.get("local_momentum", 0.0)),
-            rho=float(self.params.get("rho", 0.0)),
+            lam=lam,
+            momentum=self.rule.momentum(s["momentum"]),
+            rho=self.rule.rho,
             weight_decay=s["weight_decay"],
             clip_norm=s["grad_clip"],
-            augment=getattr(data, "augment", None),
+            clip_scope=self.rule.clip_scope,
         )
         return {"train_loss": float(out["train_loss"]), "steps": int(out["steps"])}
+
+    @torch.no_grad()
+    def _evaluate_batches(self, data: Any) -> tuple[float, float, int]:
+        self.model.eval()
+        loss_sum, correct, n = 0.0, 0, 0
+        for xb, yb in loader_batches(data, epochs=1, device=self.setup.device):
+            out = self.model(xb)
+            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
+            correct += int((out.argmax(dim=1) == yb).sum())
+            n += int(yb.shape[0])
+        return loss_sum / max(n, 1), correct / max(n, 1), n
+
+    def evaluate(self, parameters, config):
+        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
+        if _in_memory(data):
+            return super().evaluate(parameters, config)
+        set_weights(self.model, parameters)
+        loss, acc, n = self._evaluate_batches(data)
+        return float(loss), n, {**self.base_metrics(), "accuracy": float(acc)}
+
+
+def build_decentralized_client(setup: ClientSetup, params: dict[str, Any]) -> DecentralizedClient:
+    """Registry factory of every method in this family."""
+    return DecentralizedClient(setup, params)

@@ -1,70 +1,269 @@
-"""FedMUD client (and FedLMT / FedPara / FedHM clients): trains only the decomposition's factors.
+"""FedMUD's client pieces for your own training loop, and the ready-made client built on them.
 
-Li et al., ICML 2025 (spec 004). The client rebuilds the round's model from the received payload
-and seeds (:class:`flwr_strategies.fedmud.MUDClientCore`), keeps its ``W_base`` in
-``context.state`` between rounds (written only after a successful round), runs plain local SGD
-on the trainable factors and dense parameters, and returns only those.
+Li et al., "The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient Federated
+Learning", ICML 2025 (spec 004). Also serves FedLMT, FedPara and FedHM (same wire format).
+
+:class:`FedMUDRound` turns one training message into your own ``nn.Module`` in its decomposed form
+(``W_base + dW(factors)`` on every compressed layer, via ``torch.nn.utils.parametrize``), keeping
+``W_base`` in ``context.state`` between rounds. Train it with your own loop, then send
+:meth:`FedMUDRound.finish`'s arrays. Everything the client needs (variant, ratio, seeds, push flag)
+comes from the server's message, so there is nothing to configure on the client. Message API::
+
+    @app.train()
+    def train(msg, context):
+        model = Net()
+        mud = FedMUDRound.from_message(model, msg, context)   # instead of model.load_state_dict(...)
+        train_fn(model, trainloader, epochs, lr, device)       # your loop, unchanged
+        return mud.reply(msg, context, len(trainloader.dataset))
+
+Legacy ``NumPyClient.fit``::
+
+    mud = FedMUDRound(self.net, parameters, config, self.context.state)
+    train_fn(self.net, self.trainloader, epochs, lr, device)
+    return mud.finish(), len(self.trainloader.dataset), {}
+
+An optimizer built over ``model.parameters()`` works: the frozen ``W_base`` and frozen factors have
+``requires_grad=False`` and get no gradient. After :meth:`FedMUDRound.finish` the model is plain
+again and holds the trained effective weights.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from flwr.common import ArrayRecord, ConfigRecord, Scalar
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from torch import nn
 
-from flwr_strategies.fedmud import MUDClientCore, MUDOptions
+from flwr_strategies.fedmud.protocol import MUDClientCore
 from flwr_strategies.setup import ClientSetup
 
+from .app import message_config, train_reply
 from .base import TorchClient, train_settings
-from .training import local_sgd
+from .training import TensorData, local_sgd, set_weights
 
-_PLANS: dict[tuple, Any] = {}
+__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "train_batches", "evaluate_batches", "STATE_BASE",
+           "STATE_META"]
+
+#: ``context.state`` keys holding this client's ``W_base`` (ArrayRecord) and its merge count (ConfigRecord).
+STATE_BASE = "fedmud.base"
+STATE_META = "fedmud.meta"
 
 
-class FedMUDClient(TorchClient):
-    """:class:`TorchClient` with FedMUD's wire format.
+def _arrays(arrays: Any) -> list[np.ndarray]:
+    if isinstance(arrays, ArrayRecord):
+        return arrays.to_numpy_ndarrays()
+    return [np.asarray(a) for a in arrays]
+
+
+def _load(state: Any) -> tuple[list[np.ndarray], int] | None:
+    if state is None or STATE_BASE not in state:
+        return None
+    base, meta = state[STATE_BASE], state[STATE_META]
+    arrays = base.to_numpy_ndarrays() if isinstance(base, ArrayRecord) else [np.asarray(a) for a in base]
+    return arrays, int(meta["merges"])
+
+
+def _save(state: Any, stored: tuple[list[np.ndarray], int] | None) -> None:
+    if state is None or stored is None:
+        return
+    base, merges = stored
+    if isinstance(state, Mapping) and not hasattr(state, "array_records"):  # a plain dict
+        state[STATE_BASE], state[STATE_META] = [a.copy() for a in base], {"merges": int(merges)}
+        return
+    state[STATE_BASE] = ArrayRecord([np.ascontiguousarray(a) for a in base])
+    state[STATE_META] = ConfigRecord({"merges": int(merges)})
+
+
+def _unwrap_stale(model: nn.Module) -> None:
+    """Undo a wrapping left by a previous round that was not finished (e.g. training raised)."""
+    stale = getattr(model, "_fedmud_round", None)
+    if stale is not None:
+        stale.core.dm.unwrap()
+        model._fedmud_round = None
+
+
+class FedMUDRound:
+    """One FedMUD round on your own model: wrap it, train it with your loop, send :meth:`finish`.
+
+    Wraps ``model`` **in place**: every compressed layer's ``weight`` becomes
+    ``W_base + dW(factors)`` (a ``torch.nn.utils.parametrize`` parametrisation); ``W_base`` and the
+    frozen factors do not require gradients, the trainable factors and every uncompressed parameter
+    do. The received arrays, the merge/reset the server asks for and this client's stored ``W_base``
+    are applied before it returns, and the new ``W_base`` is written back to ``state``.
 
     Parameters
     ----------
-    setup : ClientSetup
-    params : dict
-        Method hyper-parameters (see :class:`flwr_strategies.fedmud.MUDOptions`).
-    options : MUDOptions
-        The resolved options (must match the strategy's).
+    model : torch.nn.Module
+        Your plain model (same class as the server's ``model``); its current weights are ignored.
+    arrays : list[np.ndarray] | ArrayRecord
+        The arrays of the training message (legacy ``parameters``, or ``msg.content["arrays"]``).
+    config : Mapping
+        The training config (legacy ``config``, or ``msg.content["config"]``); must come from a
+        FedMUD / FedLMT / FedPara / FedHM strategy (it carries the settings and seeds).
+    state : RecordDict | dict | None
+        Where this client keeps its ``W_base`` between rounds: Flower's ``context.state`` (default
+        place), or any dict. None keeps nothing (only for FedLMT / FedPara / FedHM, whose base is 0,
+        or a client that is always sent the full base).
     """
 
-    def __init__(self, setup: ClientSetup, params: dict[str, Any] | None, options: MUDOptions) -> None:
+    def __init__(self, model: nn.Module, arrays: Any, config: Mapping[str, Any], state: Any = None) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        _unwrap_stale(model)
+        config = dict(config)
+        self.model = model
+        self.core = MUDClientCore.from_message_config(model, config, copy_model=False)
+        self._finished = False
+        model._fedmud_round = self
+        try:
+            if state is None and not self.core.config.zero_base:
+                raise ValueError("FedMUD keeps W_base between rounds: pass context.state (or a dict) as state")
+            stored = self.core.receive(_arrays(arrays), config, _load(state))
+        except Exception:
+            self.core.dm.unwrap()
+            model._fedmud_round = None
+            raise
+        _save(state, stored)
+
+    @classmethod
+    def from_message(cls, model: nn.Module, msg: Message, context: Context, *, arrays_key: str = "arrays",
+                     config_key: str = "config") -> "FedMUDRound":
+        """Message API: ``FedMUDRound(model, msg.content["arrays"], msg.content["config"], context.state)``."""
+        return cls(model, msg.content[arrays_key], message_config(msg, config_key), context.state)
+
+    @property
+    def config(self):
+        """The server's :class:`~flwr_strategies.fedmud.config.FedMUDConfig`."""
+        return self.core.config
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters that train this round (factors and uncompressed layers)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays to send now: trained factors and uncompressed arrays, in the server's order."""
+        if self._finished:
+            raise RuntimeError("this round is finished; its arrays were returned by finish()")
+        return self.core.payload()
+
+    def finish(self, unwrap: bool = True) -> list[np.ndarray]:
+        """The arrays to send back; with ``unwrap`` (default) the model becomes plain again, holding
+        the trained effective weights ``W_base + dW`` (same ``state_dict`` keys and order as before)."""
+        out = self.arrays()
+        if unwrap:
+            self.core.dm.unwrap()
+            self.model._fedmud_round = None
+            self._finished = True
+        return out
+
+    def reply(self, msg: Message, context: Context, num_examples: int, metrics: dict[str, Any] | None = None) -> Message:
+        """Message API: the train reply (``arrays`` = :meth:`finish`, ``num-examples``, ``partition-id``)."""
+        return train_reply(msg, context, self.finish(), int(num_examples), metrics)
+
+
+@torch.no_grad()
+def evaluate_batches(model: nn.Module, batches: Iterable, device: Any = None,
+                     loss_fn=torch.nn.functional.cross_entropy) -> tuple[float, int, int]:
+    """Mean loss, number correct and number of examples of ``model`` over ``(x, y)`` batches."""
+    model.eval()
+    total, correct, n = 0.0, 0, 0
+    for xb, yb in batches:
+        if device is not None:
+            xb, yb = xb.to(device), yb.to(device)
+        out = model(xb)
+        total += float(loss_fn(out, yb, reduction="sum"))
+        correct += int((out.argmax(1) == yb).sum())
+        n += int(yb.shape[0])
+    if n == 0:
+        raise ValueError("the evaluation data yielded no batches")
+    return total / n, correct, n
+
+
+def _batches_len(data: Any) -> int:
+    if isinstance(data, TensorData):
+        return len(data)
+    dataset = getattr(data, "dataset", None)
+    if dataset is not None and hasattr(dataset, "__len__"):
+        return len(dataset)
+    raise ValueError("the training data must be TensorData or a DataLoader-like iterable with a sized .dataset")
+
+
+def train_batches(model: nn.Module, batches: Iterable, *, lr: float, epochs: int | None = 1, steps: int | None = None,
+                  momentum: float = 0.0, weight_decay: float = 0.0, grad_clip: float | None = None,
+                  device: Any = None, loss_fn=torch.nn.functional.cross_entropy) -> dict[str, float]:
+    """Plain SGD over an iterable of ``(x, y)`` batches (a DataLoader): ``steps`` steps (cycling
+    through the iterable) or ``epochs`` passes. Only parameters that require gradients are updated."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    model.train()
+    total, count = 0.0, 0
+    passes = 0
+    while True:
+        for xb, yb in batches:
+            if device is not None:
+                xb, yb = xb.to(device), yb.to(device)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            if grad_clip is not None:
+                nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            total += float(loss.detach())
+            count += 1
+            if steps and count >= steps:
+                return {"train_loss": total / count, "steps": count}
+        passes += 1
+        if count == 0:
+            raise ValueError("the training data yielded no batches")
+        if not steps and passes >= int(epochs or 1):
+            return {"train_loss": total / count, "steps": count}
+
+
+class FedMUDClient(TorchClient):
+    """Ready-made FedMUD client (also FedLMT / FedPara / FedHM): :class:`FedMUDRound` around plain
+    local SGD with the round's ``lr``, epochs or steps, batch size, momentum, weight decay and
+    gradient clipping.
+
+    ``setup.train_data`` is in-memory :class:`~flwr_strategies.clients.training.TensorData` (batched
+    with this client's seeded generator) or any iterable of ``(x, y)`` batches such as a DataLoader
+    (its own batching and shuffling apply; ``batch_size`` is then the loader's). ``W_base`` is kept in
+    ``setup.state`` (``context.state``). Evaluation messages carry the plain global model and are
+    scored as by :class:`~flwr_strategies.clients.base.TorchClient`.
+    """
+
+    def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None) -> None:
         super().__init__(setup, params)
-        self.options = options
         self._local_state: dict[str, Any] = {}
 
-    def _core(self) -> MUDClientCore:
-        key = (self.options, tuple((k, tuple(v.shape)) for k, v in self.model.state_dict().items()))
-        core = MUDClientCore(self.model, self.options, plan=_PLANS.get(key))
-        _PLANS[key] = core.dm.plan
-        return core
+    def num_train(self) -> int:
+        return _batches_len(self.setup.train_data)
 
-    def _load_state(self):
-        st = self.setup.state if self.setup.state is not None else self._local_state
-        if "fedmud_base" not in st:
-            return None
-        return st["fedmud_base"].to_numpy_ndarrays(), int(st["fedmud_meta"]["merges"])
-
-    def _save_state(self, stored) -> None:
-        if stored is None:
-            return
-        st = self.setup.state if self.setup.state is not None else self._local_state
-        st["fedmud_base"] = ArrayRecord([np.ascontiguousarray(a) for a in stored[0]])
-        st["fedmud_meta"] = ConfigRecord({"merges": int(stored[1])})
-
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        core = self._core()
-        stored = core.receive(parameters, dict(config), self._load_state())
+    def fit(self, parameters: list[np.ndarray], config: dict[str, Any]):
+        state = self.setup.state if self.setup.state is not None else self._local_state
+        mud = FedMUDRound(self.model, parameters, config, state)
         settings = train_settings(config, self.setup.train)
-        metrics = local_sgd(core.dm.model, self.setup.train_data, generator=self.generator(config), **settings)
-        self._save_state(stored)
-        return core.payload(), self.num_train(), {**self.base_metrics(), **metrics}
+        try:
+            if isinstance(self.setup.train_data, TensorData):
+                metrics = local_sgd(self.model, self.setup.train_data, generator=self.generator(config), **settings)
+            else:
+                settings.pop("batch_size")
+                metrics = train_batches(self.model, self.setup.train_data, device=self.setup.device, **settings)
+        finally:
+            arrays = mud.finish()
+        return arrays, self.num_train(), {**self.base_metrics(), **metrics}
 
-    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        return 0.0, 0, self.base_metrics()
+    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any]):
+        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
+        if isinstance(data, TensorData):
+            return super().evaluate(parameters, config)
+        set_weights(self.model, parameters)  # the plain global model
+        loss, correct, n = evaluate_batches(self.model, data, self.setup.device)
+        return loss, n, {**self.base_metrics(), "accuracy": correct / max(n, 1)}
+
+
+def build_fedmud_client(setup: ClientSetup, params: dict[str, Any]) -> FedMUDClient:
+    """Registry factory of ``fedmud``, its variants, ``fedlmt``, ``fedpara`` and ``fedhm``."""
+    return FedMUDClient(setup, params)

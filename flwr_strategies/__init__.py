@@ -1,7 +1,9 @@
 """Drop-in Flower strategies for DFedCata, FedLi, DO-ADP, FedMeZO and FedMUD.
 
-``from flwr_strategies import DFedCata`` (and the other names in ``__all__``) imports lazily, so
-importing the package itself stays cheap.
+``from flwr_strategies import DFedCata`` gives the legacy-API strategy (``flwr.server.strategy``);
+``from flwr_strategies.serverapp import DFedCata`` the Message-API one (``flwr.serverapp.strategy``).
+Client pieces live in ``flwr_strategies.clients``. Names import lazily, so importing the package
+itself stays cheap.
 """
 
 from __future__ import annotations
@@ -20,17 +22,28 @@ if (_root / "pyproject.toml").is_file() and not (_here / "clients").exists() and
     __path__.append(str(_root))  # noqa: F821 (package __path__)
 
 _EXPORTS = {
+    "FedAvg": "flwr_strategies.baselines.strategy",
+    "FedProx": "flwr_strategies.baselines.strategy",
+    "FedAdam": "flwr_strategies.baselines.strategy",
+    "LegacyStrategy": "flwr_strategies.adapters.legacy",
+    "save_state": "flwr_strategies.core.state",
+    "load_state": "flwr_strategies.core.state",
     "DFedCata": "flwr_strategies.dfedcata.strategy",
     "DFedAvg": "flwr_strategies.dfedcata.strategy",
     "DPSGD": "flwr_strategies.dfedcata.strategy",
+    "FedSAM": "flwr_strategies.dfedcata.strategy",
     "DecentralizedStrategy": "flwr_strategies.decentralized.strategy",
-    "FedLiLS": "flwr_strategies.fedli.strategy_ls",
-    "FedLiLU": "flwr_strategies.fedli.strategy_lu",
-    "FedExP": "flwr_strategies.fedli.strategy_fedexp",
-    "Scaffold": "flwr_strategies.fedli.strategy_scaffold",
+    "FedLiLS": "flwr_strategies.fedli.strategy",
+    "FedLiLU": "flwr_strategies.fedli.strategy",
+    "FedExP": "flwr_strategies.fedli.strategy",
+    "Scaffold": "flwr_strategies.fedli.strategy",
     "DOADPStrategy": "flwr_strategies.doadp.strategy",
     "FedMeZO": "flwr_strategies.fedmezo.strategy",
     "FedMUDStrategy": "flwr_strategies.fedmud.strategy",
+    "FedMUD": "flwr_strategies.fedmud.strategy",
+    "FedLMT": "flwr_strategies.fedmud.strategy",
+    "FedPara": "flwr_strategies.fedmud.strategy",
+    "FedHM": "flwr_strategies.fedmud.strategy",
     "PartitionClientManager": "flwr_strategies.sampling",
     "MeteredStrategy": "flwr_strategies.metering",
     "MethodSpec": "flwr_strategies.registry",

@@ -130,10 +130,14 @@ def partition_id_of(res: Any) -> int:
     return int(metrics[PARTITION_KEY])
 
 
+class PartitionIdMissing(RuntimeError):
+    """A connected client does not report its ``partition-id`` property."""
+
+
 def _query_partition(proxy: ClientProxy, timeout: float | None) -> int:
     res = proxy.get_properties(GetPropertiesIns(config={}), timeout=timeout, group_id=None)
     if res.status.code != Code.OK or PARTITION_KEY not in res.properties:
-        raise RuntimeError(
+        raise PartitionIdMissing(
             f"client {proxy.cid} did not report its '{PARTITION_KEY}' property "
             f"(status {res.status.code}: {res.status.message})"
         )

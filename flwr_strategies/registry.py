@@ -15,10 +15,10 @@ from typing import Any
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.registration",
     "flwr_strategies.fedmezo.methods",
-    "flwr_strategies.dfedcata.method",
+    "flwr_strategies.dfedcata.registration",
     "flwr_strategies.doadp.method",
-    "flwr_strategies.fedli.methods",
-    "flwr_strategies.fedmud.methods",
+    "flwr_strategies.fedli.registration",
+    "flwr_strategies.fedmud.registration",
 )
 
 _REGISTRY: dict[str, MethodSpec] = {}
@@ -63,7 +63,8 @@ class MethodSpec:
         The method's own training settings (``lr``, ``lr_decay``, ``local_epochs``,
         ``local_steps``, ``batch_size``, ``weight_decay``, ``momentum``, ``grad_clip``,
         ``fraction_fit``, ``num_clients``...) as ``(value, provenance)``; provenance is one of
-        :data:`PROVENANCES`. They apply unless the user sets the value.
+        :data:`PROVENANCES`. They apply unless the user sets the value. A value may depend on the
+        dataset: ``({"cifar10": 0.1, "*": 0.05}, "paper")`` (``"*"`` for any other dataset).
     build_strategy : Callable | None
         Legacy-API strategy builder; defaults to :class:`~flwr_strategies.adapters.LegacyStrategy`
         over :attr:`build_core`.
@@ -73,6 +74,10 @@ class MethodSpec:
         Workload the method runs on: ``"classification"`` (default) or a registered task name.
     decentralized : bool
         True for peer-graph methods emulated inside the strategy.
+    extra : Mapping[str, Any]
+        Further facts about the method. ``extra["param_provenance"]`` maps hyperparameter names to
+        their provenance (``{"lora_r": "paper"}``); without it ``--set`` keys show as
+        "method default".
     """
 
     name: str

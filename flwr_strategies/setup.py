@@ -6,11 +6,43 @@ strategies and clients never read command-line or run-config state themselves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+
+class SettingError(ValueError):
+    """A setting that cannot run. The message names the setting and the value.
+
+    Attributes ``name`` (the setting), ``value`` (what was given) and ``requirement`` (what would be
+    valid) let front ends name the setting their own way (a CLI flag, a run-config key).
+    """
+
+    def __init__(self, name: str, value: Any, requirement: str) -> None:
+        self.name = name
+        self.value = value
+        self.requirement = requirement
+        super().__init__(f"{name} must be {requirement}, got {value!r}")
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_number(name: str, value: Any, requirement: str, ok: Callable[[float], bool]) -> None:
+    """Raise :class:`SettingError` unless ``value`` is a finite real number with ``ok(value)``."""
+    if not _is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
+        raise SettingError(name, value, requirement)
+
+
+def _check_integer(name: str, value: Any, minimum: int) -> None:
+    """Raise :class:`SettingError` unless ``value`` is an integer >= ``minimum``."""
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not integral or int(value) < minimum:
+        raise SettingError(name, value, f"an integer >= {minimum}")
 
 
 @dataclass
@@ -47,24 +79,19 @@ class TrainConfig:
     grad_clip: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        _check_number("lr", self.lr, "a finite number > 0", lambda v: v > 0)
         if self.local_steps is None and self.local_epochs is None:
-            raise ValueError("set local_epochs or local_steps")
-        if self.local_steps is not None and int(self.local_steps) < 1:
-            raise ValueError(f"local_steps must be >= 1, got {self.local_steps}")
-        if self.local_epochs is not None and int(self.local_epochs) < 1:
-            raise ValueError(f"local_epochs must be >= 1, got {self.local_epochs}")
-        if int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not 0.0 < self.lr_decay <= 1.0:
-            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+            raise SettingError("local_epochs", None, "an integer >= 1 when local_steps is not set")
+        if self.local_steps is not None:
+            _check_integer("local_steps", self.local_steps, 1)
+        if self.local_epochs is not None:
+            _check_integer("local_epochs", self.local_epochs, 1)
+        _check_integer("batch_size", self.batch_size, 1)
+        _check_number("momentum", self.momentum, "a finite number in [0, 1)", lambda v: 0.0 <= v < 1.0)
+        _check_number("weight_decay", self.weight_decay, "a finite number >= 0", lambda v: v >= 0)
+        _check_number("lr_decay", self.lr_decay, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
+        if self.grad_clip is not None:
+            _check_number("grad_clip", self.grad_clip, "a finite number > 0, or None for no clipping", lambda v: v > 0)
 
     def lr_at(self, server_round: int) -> float:
         """Learning rate of round ``server_round`` (1-based)."""

@@ -24,10 +24,11 @@ with an error instead of going on with fewer clients.
 query, and the legacy messages of legacy-only strategies go to the same clients through Flower's
 ``NumPyClient`` handling.
 
-**Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): ``method``,
-``dataset``, ``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``,
-``seed``, ``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``,
-``data-dir``, ``set`` (method hyperparameters as ``"key=value,key=value"``), ``out-dir``,
+**Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): the runner's
+experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``dataset``,
+``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
+``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
+``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``,
 ``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
 it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
 ``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
@@ -56,10 +57,10 @@ from flwr_strategies.adapters.message import MessageStrategy
 from flwr_strategies.clients.app import message_config, partition_query, train_reply
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
-from flwr_strategies.registry import get_method, resolve_params
 from flwr_strategies.sampling import PartitionClientManager
 
 from .experiment import Experiment, ExperimentConfig, get_experiment
+from .settings import config_from_run_config as settings_from_run_config
 from .results import summarize, write_json
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -73,64 +74,47 @@ class ActorDied(RuntimeError):
 
 
 # ------------------------------------------------------------------------------ run config
-def _params(text: str) -> dict[str, str]:
-    params = {}
-    for item in str(text or "").split(","):
-        if item.strip():
-            if "=" not in item:
-                raise ValueError(f"run config 'set' expects key=value items, got {item.strip()!r}")
-            k, v = item.split("=", 1)
-            params[k.strip()] = v.strip()
-    return params
+#: Run-config keys that belong to the app, not to the experiment's settings.
+APP_KEYS = ("out-dir", "experiment", "node-order")
+
+
+def requested_clients(run_config: dict[str, Any]) -> int:
+    """The client count a run config asks for; 0 (also for an absent or empty ``num-clients``)
+    means one client per SuperNode."""
+    rc = dict(run_config)
+    if str(rc.get("experiment", "") or ""):
+        return int(json.loads(rc["experiment"]).get("num_clients") or 0)
+    raw = rc.get("num-clients", 0)
+    return 0 if raw in ("", None) else int(raw)
 
 
 def config_from_run_config(run_config: dict[str, Any], num_partitions: int | None = None) -> ExperimentConfig:
-    """Map Flower run-config keys onto an :class:`ExperimentConfig`.
+    """The resolved, validated :class:`ExperimentConfig` of a Flower run config.
 
-    ``num-clients = 0`` (or absent) means one client per SuperNode: ``num_partitions`` (the
-    federation's size, as the nodes report it) is used. A non-zero ``num-clients`` must equal
+    The experiment's keys are the runner's (:func:`~.settings.config_from_run_config`: the CLI flags
+    without dashes, ``num-server-rounds``, ``set``...; an empty value leaves a setting to the
+    method's paper default), or ``experiment``, a whole config as JSON (the ``ray`` backend's way).
+    ``num-clients = 0`` (or absent or empty) means one client per SuperNode: ``num_partitions``, the
+    federation's size as the nodes report it. A non-zero ``num-clients`` must equal
     ``num_partitions`` when that is known; otherwise a ``ValueError`` names both numbers.
     """
-    cfg = _draft_config(run_config)
-    if num_partitions is not None:
-        if cfg.num_clients in (0, None):
-            cfg = replace(cfg, num_clients=int(num_partitions))
-        elif cfg.num_clients != num_partitions:
-            raise ValueError(
-                f"the run config has num-clients={cfg.num_clients} but the federation has {num_partitions} "
-                f"SuperNodes (num-partitions={num_partitions}): set num-clients={num_partitions} or 0 (one client "
-                f"per SuperNode), or run with --federation-config \"num-supernodes={cfg.num_clients}\""
-            )
-    elif cfg.num_clients in (0, None):
-        raise ValueError("num-clients = 0 (one per SuperNode) needs the federation's size, which is not known here")
-    return cfg
-
-
-def _draft_config(run_config: dict[str, Any]) -> ExperimentConfig:
-    """The run config as an :class:`ExperimentConfig`, ``num_clients`` possibly 0 (not validated)."""
     rc = dict(run_config)
-    if str(rc.get("experiment", "") or ""):
-        cfg = ExperimentConfig.from_dict(json.loads(rc["experiment"]))
-        cfg = replace(cfg, out=None, progress=False)
-    else:
-        local_epochs = int(rc.get("local-epochs", 1))
-        cfg = ExperimentConfig(
-            method=str(rc.get("method", "fedavg")),
-            dataset=str(rc.get("dataset", "digits")),
-            data_dir=str(rc.get("data-dir") or "") or None,
-            num_clients=int(rc.get("num-clients", 0) or 0),
-            rounds=int(rc.get("num-server-rounds", 20)),
-            seed=int(rc.get("seed", 0)),
-            partition=str(rc.get("partition", "iid")) or None,
-            alpha=float(rc.get("alpha", 0.5)),
-            fraction_fit=float(rc.get("fraction-fit", 1.0)),
-            lr=float(rc.get("lr", 0.1)),
-            local_epochs=local_epochs or None,
-            batch_size=int(rc.get("batch-size", 32)),
-            params=_params(rc.get("set", "")),
-            progress=False,
+    wanted = requested_clients(rc)
+    if num_partitions is not None and wanted and wanted != num_partitions:
+        raise ValueError(
+            f"the run config has num-clients={wanted} but the federation has {num_partitions} "
+            f"SuperNodes (num-partitions={num_partitions}): set num-clients={num_partitions} or 0 (one client "
+            f"per SuperNode), or run with --federation-config \"num-supernodes={wanted}\""
         )
-    return cfg
+    if not wanted and num_partitions is None:
+        raise ValueError("num-clients = 0 (one per SuperNode) needs the federation's size, which is not known here")
+    n = wanted or int(num_partitions)
+    if str(rc.get("experiment", "") or ""):
+        cfg = ExperimentConfig.from_dict({**json.loads(rc["experiment"]), "num_clients": n})
+        return replace(cfg, out=None, progress=False).validate()
+    settings = {k: v for k, v in rc.items() if k not in APP_KEYS}
+    settings["num-clients"] = n
+    return settings_from_run_config(settings)
 
 
 # ------------------------------------------------------------------------------ results file
@@ -336,12 +320,10 @@ def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, rep
 def serve(grid: Grid, context: Context) -> RunReport:
     """The ServerApp's body: identify the nodes, build the experiment, run, report."""
     rc = dict(context.run_config)
-    early = _draft_config(rc)  # a bad method or setting fails now, before waiting for the nodes
-    if early.num_clients:
-        early.validate()
-    else:
-        resolve_params(get_method(early.method), early.params)
-    probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), int(early.num_clients or 0))
+    wanted = requested_clients(rc)
+    # a bad method or setting fails now, before waiting for the nodes (any client count will do here)
+    config_from_run_config(rc, num_partitions=wanted or 10**6)
+    probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), wanted)
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)

@@ -147,6 +147,7 @@ def build_core(cfg: ExperimentConfig):
 def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = None) -> RunOutcome:
     """Run ``cfg``'s core and clients directly in this process (:class:`~.driver.CoreDriver`)."""
     exp = get_experiment(cfg)
+    cfg = exp.cfg  # resolved: every setting filled in
     driver = CoreDriver(
         build_core(cfg),
         exp.client_fit,
@@ -162,6 +163,7 @@ def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = No
 
 def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
     """Run ``cfg``'s legacy strategy with Flower's ``Server`` and in-process client proxies."""
+    cfg = get_experiment(cfg).cfg  # resolved
     strategy = metered_strategy(cfg, on_round_end)
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     factory = ClientFactory(cfg)
@@ -188,7 +190,7 @@ def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = Fals
     _quiet_flower(verbose)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     t0 = time.perf_counter()
-    get_experiment(cfg)
+    cfg = get_experiment(cfg).cfg  # resolved
     setup_s = time.perf_counter() - t0
     outcome = run_driver(cfg, on_round_end) if has_core(cfg) else run_flower_server(cfg, on_round_end)
     return outcome, {"setup_s": setup_s}
@@ -295,6 +297,7 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
         raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
                            "CLI (flwr, flower-superlink) is not on PATH; install flwr[simulation] in this environment")
     _quiet_flower(verbose)
+    cfg = cfg.validate()  # resolved: the ServerApp and the clients rebuild exactly this
     t0 = time.perf_counter()
     own_dir = workdir is None
     work = Path(workdir or tempfile.mkdtemp(prefix="flwr-strategies-ray-"))
@@ -364,7 +367,7 @@ def _report_new_rounds(path: Path, seen: int, on_round_end) -> int:
     return max(seen, len(done))
 
 
-def run_backend(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[MeteredStrategy, dict]:
+def run_backend(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
     """Run ``cfg`` on the backend it names."""
     if cfg.backend == "inprocess":
         return run_inprocess(cfg, on_round_end, verbose)

@@ -1,4 +1,14 @@
-"""Command line: ``python -m simulations {run,list,compare,bench}``."""
+"""Command line: ``python -m simulations {run,list,defaults,compare,bench}``.
+
+Every experiment flag maps onto an :class:`~flwr_strategies.simulations.settings.ExperimentConfig`
+field. A flag not given is *unset*: the method's paper defaults apply, then the project's.
+``python -m simulations defaults METHOD`` (or ``run --method METHOD --help``, or
+``list --method METHOD``) shows each value a run would use and where it comes from.
+
+Errors in flags, method settings and data files are reported before the first round as one line
+``error: --flag value: what is wrong`` with exit status 2; a run in which every client failed
+exits with status 1.
+"""
 
 from __future__ import annotations
 
@@ -12,52 +22,106 @@ from typing import Any
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
-# CLI flag -> ExperimentConfig field, for flags whose default is "not given"
-_FIELDS = (
-    "dataset", "data_dir", "num_clients", "rounds", "seed", "data_seed", "partition", "alpha",
-    "classes_per_client", "fraction_fit", "lr", "local_epochs", "local_steps", "batch_size",
-    "weight_decay", "momentum", "lr_decay", "model", "backend", "device", "client_cpus",
-    "client_gpus", "client_threads",
-)
+# Experiment flags: ExperimentConfig field -> help text. Flags not given stay unset (None).
+_HELP: dict[str, str] = {
+    "dataset": "digits, mnist, cifar10, cifar100, synthetic (causal-lm methods: instructions, dolly, alpaca)",
+    "data_dir": "folder with the dataset files (mnist, cifar, dolly/alpaca)",
+    "num_clients": "number of clients (partitions)",
+    "rounds": "federated rounds",
+    "seed": "seed of sampling, model initialisation and client randomness",
+    "data_seed": "seed of the train/test split and partition (default: --seed)",
+    "partition": "iid, dirichlet, dirichlet-class, pathological, label-count, natural",
+    "alpha": "Dirichlet concentration of the partition",
+    "classes_per_client": "classes per client for pathological/label-count",
+    "fraction_fit": "fraction of clients sampled per round, in (0, 1]",
+    "lr": "client learning rate (round 1)",
+    "lr_decay": "per-round learning-rate decay: round r uses lr * lr_decay**(r-1), in (0, 1]",
+    "local_epochs": "local epochs per round (E); 'none' with --local-steps",
+    "local_steps": "local minibatch steps per round (K; takes precedence over epochs); 'none' for epochs",
+    "batch_size": "local minibatch size",
+    "weight_decay": "L2 weight decay of local training, >= 0",
+    "momentum": "local SGD momentum, in [0, 1)",
+    "grad_clip": "gradient-norm clipping bound, > 0; 'none' turns a method's default clipping off",
+    "model": "logreg, mlp, cnn_mnist, cnn_svhn, cnn_cifar, lenet_cifar, resnet18_gn (causal-lm: a checkpoint folder)",
+    "synthetic_alpha": "Synthetic(alpha, beta): model heterogeneity alpha",
+    "synthetic_beta": "Synthetic(alpha, beta): data heterogeneity beta",
+    "backend": "inprocess (default) or ray",
+    "device": "cpu (default) or cuda[:N]: where clients train",
+    "client_cpus": "Ray CPUs per client (default 1)",
+    "client_gpus": "Ray GPUs per client, fractional allowed (default 0)",
+    "client_threads": "torch threads per client (default 1)",
+}
+_FIELDS = tuple(_HELP)
+
+
+def _flag(name: str) -> str:
+    from .settings import flag_name
+
+    return flag_name(name)
+
+
+def _optional(kind: type):
+    """argparse type: a ``kind`` value, or the word none/off (an optional setting switched off)."""
+
+    def parse(text: str) -> Any:
+        if text.strip().lower() in ("none", "off"):
+            return text.strip().lower()
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
 
 
 def _parse_set(items: list[str]) -> dict[str, str]:
+    from flwr_strategies.setup import SettingError
+
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise SystemExit(f"--set expects key=value, got '{item}'")
+            raise SettingError("params", item, "KEY=VALUE")
         k, v = item.split("=", 1)
         out[k.strip().replace("-", "_")] = v.strip()
     return out
 
 
-def _add_experiment_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("experiment")
-    g.add_argument("--dataset", help="digits (default), mnist, cifar10, cifar100, synthetic")
-    g.add_argument("--data-dir", help="folder with the dataset files (mnist, cifar)")
-    g.add_argument("--num-clients", type=int)
-    g.add_argument("--rounds", type=int)
-    g.add_argument("--seed", type=int)
-    g.add_argument("--data-seed", type=int, help="seed of the train/test split and partition (default: --seed)")
-    g.add_argument("--partition", help="iid (default), dirichlet, dirichlet-class, pathological, label-count, natural")
-    g.add_argument("--alpha", type=float, help="Dirichlet concentration")
-    g.add_argument("--classes-per-client", type=int, help="classes per client for pathological/label-count")
-    g.add_argument("--fraction-fit", type=float, help="fraction of clients sampled per round")
-    g.add_argument("--lr", type=float)
-    g.add_argument("--local-epochs", type=int)
-    g.add_argument("--local-steps", type=int, help="local steps K (overrides epochs)")
-    g.add_argument("--batch-size", type=int)
-    g.add_argument("--weight-decay", type=float)
-    g.add_argument("--momentum", type=float)
-    g.add_argument("--lr-decay", type=float, help="per-round learning-rate decay")
-    g.add_argument("--model", help="logreg, mlp, cnn_mnist, cnn_svhn, cnn_cifar, lenet_cifar, resnet18_gn")
-    g.add_argument("--backend", choices=("inprocess", "ray"))
-    g.add_argument("--device", help="cpu (default) or cuda[:N]: where clients train")
-    g.add_argument("--client-cpus", type=float, help="Ray CPUs per client (default 1)")
-    g.add_argument("--client-gpus", type=float, help="Ray GPUs per client, fractional allowed (default 0)")
-    g.add_argument("--client-threads", type=int, help="torch threads per client (default 1)")
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter")
-    g.add_argument("--fail", action="append", default=[], metavar="ROUND:PARTITION", help="inject a client failure")
+def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
+    """``{field: (value, source)}`` that ``method`` resolves to with no flags given."""
+    from .settings import RESOLVED, ExperimentConfig, describe
+
+    if method is None:
+        from .settings import PROJECT_DEFAULTS
+
+        return {name: (describe(PROJECT_DEFAULTS[name], name), "project") for name in RESOLVED}
+    cfg = ExperimentConfig(method=method).resolve()
+    return {name: (describe(cfg.provenance[name]["value"], name), cfg.provenance[name]["source"]) for name in RESOLVED}
+
+
+def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None) -> None:
+    from .settings import FLOAT_SETTINGS, INT_SETTINGS, OPTIONAL
+
+    table = {}
+    try:
+        table = _method_table(method)
+    except (KeyError, ValueError):
+        pass  # an unknown method is reported when the run starts
+    title = f"experiment (defaults for {method}: value, source)" if method and table else "experiment"
+    g = p.add_argument_group(title)
+    for name in _FIELDS:
+        kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
+        if name in OPTIONAL and kind is not str:
+            kind = _optional(kind)
+        help_text = _HELP[name]
+        if name in table:
+            value, source = table[name]
+            help_text += f" [{'default' if not method else method}: {value}, {source}]".replace("%", "%%")
+        kwargs: dict[str, Any] = {"type": kind, "help": help_text}
+        if name == "backend":
+            kwargs["choices"] = ("inprocess", "ray")
+        g.add_argument(_flag(name), dest=name, **kwargs)
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="method hyperparameter (see: python -m simulations defaults METHOD)")
+    g.add_argument("--fail", action="append", default=[], metavar="ROUND:PARTITION",
+                   help="inject a client failure (ROUND may be *, every round)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -79,6 +143,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     from .compare import merge_config
     from .experiment import ExperimentConfig
+    from .results import final_text
     from .runner import run_experiment
 
     conf = merge_config({"method": args.method}, _overrides(args))
@@ -86,23 +151,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
     s = res["summary"]
     print(
-        f"{res['method']}: final accuracy {s['final_accuracy']:.4f}, best {s['best_accuracy']:.4f}, "
-        f"{s['rounds']} rounds, up {s['bytes_up_per_round']:.0f} B/round, down {s['bytes_down_per_round']:.0f} B/round, "
-        f"failures {s['failures']}, {res['timing']['wall_s']:.1f} s"
+        f"{res['method']}: {final_text(s)}, {s['rounds']} rounds, up {s['bytes_up_per_round']:.0f} B/round, "
+        f"down {s['bytes_down_per_round']:.0f} B/round, failures {s['failures']}, {res['timing']['wall_s']:.1f} s"
     )
     if args.out:
         print(f"wrote {Path(args.out) / 'results.json'}")
+    if res["status"] != "ok":
+        print(f"error: {res['method']} {res['status']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def print_defaults(method: str) -> None:
+    """The settings ``method`` runs with when no flag is given, and where each comes from."""
+    from flwr_strategies.registry import get_method
+
+    from .settings import RESOLVED, ExperimentConfig, describe
+
+    spec = get_method(method)
+    cfg = ExperimentConfig(method=method).resolve()
+    print(f"{spec.name}: {spec.summary}")
+    print(f"paper: {spec.paper}")
+    print("settings (a flag overrides its default; source: paper / official code / spec / project):")
+    for name in RESOLVED:
+        rec = cfg.provenance[name]
+        print(f"  {_flag(name):<22} {describe(rec['value'], name):<40} {rec['source']}")
+    sources = cfg.provenance.get("params", {})
+    if cfg.params:
+        print("method hyperparameters (--set KEY=VALUE):")
+        for key, value in cfg.params.items():
+            print(f"  {key:<22} {describe(value, key):<40} {sources.get(key, 'method default')}")
+
+
+def cmd_defaults(args: argparse.Namespace) -> int:
+    print_defaults(args.method)
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if getattr(args, "method", None):
+        print_defaults(args.method)
+        return 0
     from flwr_strategies.registry import list_methods
 
     from .datasets import DATASETS
     from .partition import PARTITIONS
     from .presets import list_presets
 
-    print("methods:")
+    print("methods (python -m simulations defaults METHOD shows a method's settings):")
     for name, spec in list_methods().items():
         print(f"  {name:<16} {spec.summary}")
     print("datasets:")
@@ -123,7 +219,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import run_entries, run_preset
-    from .presets import Preset, RunEntry, get_preset
+    from .presets import RunEntry, get_preset
 
     overrides = _overrides(args)
     if bool(args.preset) == bool(args.methods):
@@ -131,7 +227,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.preset:
         preset = get_preset(args.preset)
         out = Path(args.out or f"runs/{preset.name}")
-        run_preset(preset, overrides, out, overrides.get("backend", "inprocess"))
+        res = run_preset(preset, overrides, out, overrides.get("backend", "inprocess"))
     else:
         from flwr_strategies.registry import get_method
 
@@ -140,7 +236,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             get_method(m)
         entries = [RunEntry(m, m) for m in names]
         out = Path(args.out or "runs/compare")
-        run_entries(entries, {}, overrides, out, target=args.target, title="compare " + ", ".join(names))
+        res = run_entries(entries, {}, overrides, out, target=args.target, title="compare " + ", ".join(names))
+    failed = [r for r in res if isinstance(r, dict) and r.get("status", "ok") != "ok"] if isinstance(res, list) else []
+    if failed:
+        print(f"error: {len(failed)} of {len(res)} runs failed: " + "; ".join(f"{r['label']} {r['status']}" for r in failed),
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -157,15 +258,30 @@ def cmd_bench(argv: list[str]) -> int:
     return int(module.main(argv[1:]) or 0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _method_in(argv: list[str]) -> str | None:
+    """The value of ``--method`` in ``argv`` (so ``run --method M --help`` can show M's defaults)."""
+    for i, arg in enumerate(argv):
+        if arg == "--method" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--method="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def build_parser(method: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m simulations", description="flwr-strategies simulations")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_run = sub.add_parser("run", help="run one method")
+    p_run = sub.add_parser("run", help="run one method", description=(
+        "Run one method. Flags not given take the method's paper defaults, shown in brackets with "
+        "their source when --method comes before --help."))
     p_run.add_argument("--method", required=True)
-    p_run.add_argument("--out", help="folder for results.json")
+    p_run.add_argument("--out", help="folder for results.json (created before training)")
     p_run.add_argument("--verbose", action="store_true", help="show Flower's log")
-    _add_experiment_flags(p_run)
-    sub.add_parser("list", help="list methods, datasets and presets")
+    _add_experiment_flags(p_run, method)
+    p_list = sub.add_parser("list", help="list methods, datasets and presets (--method M: M's settings)")
+    p_list.add_argument("--method", help="show this method's settings and where they come from")
+    p_def = sub.add_parser("defaults", help="a method's settings and where each comes from (paper, official code...)")
+    p_def.add_argument("method")
     p_cmp = sub.add_parser("compare", help="compare methods on one partition and seed")
     p_cmp.add_argument("--preset")
     p_cmp.add_argument("--methods", help="comma-separated method names")
@@ -176,20 +292,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def format_error(err: BaseException) -> str:
+    """One line naming the flag (or file) and the value."""
+    from flwr_strategies.setup import SettingError
+
+    entry = getattr(err, "entry", None)
+    if entry is not None:
+        return f"compare entry '{entry}': " + format_error(_without_entry(err))
+    if isinstance(err, SettingError):
+        name = err.name
+        if name.startswith("run config"):
+            return f"{name} = {err.value!r}: must be {err.requirement}"
+        source = getattr(err, "source", None)
+        if source in (None, "user"):
+            if name.startswith("params."):
+                return f"--set {name[len('params.'):]}={err.value}: must be {err.requirement}"
+            if name == "params":
+                return f"--set {err.value}: must be {err.requirement}"
+            return f"{_flag(name)} {err.value}: must be {err.requirement}"
+        method = getattr(err, "method", "the method")
+        return (f"{_flag(name)} defaults to {err.value!r} ({source} default of {method}), which is invalid: "
+                f"must be {err.requirement}; set {_flag(name)} explicitly")
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    return str(err)
+
+
+def _without_entry(err: BaseException) -> BaseException:
+    err.entry = None
+    return err
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return cmd_bench(argv[1:])
-    args = build_parser().parse_args(argv)
+    method = _method_in(argv) if argv and argv[0] == "run" else None
+    args = build_parser(method).parse_args(argv)
     try:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "defaults":
+            return cmd_defaults(args)
         if args.command == "compare":
             return cmd_compare(args)
-    except (KeyError, ValueError, FileNotFoundError) as err:
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-        print(f"error: {msg}", file=sys.stderr)
+    except BrokenPipeError:  # output piped into a reader that stopped (| head)
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except (KeyError, ValueError, OSError) as err:
+        print(f"error: {format_error(err)}", file=sys.stderr)
         return 2
     return 1

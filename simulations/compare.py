@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
+
+from flwr_strategies.setup import SettingError
 
 from .experiment import ExperimentConfig
 from .presets import Preset, PresetContext, RunEntry
@@ -33,20 +36,33 @@ def _fmt_bytes(n: float) -> str:
 
 
 def markdown_table(results: list[dict[str, Any]], target: float | None) -> str:
-    """One row per run: final and best accuracy, rounds to target, bytes per round, wall time."""
-    head = ["method", "final acc", "best acc"]
+    """One row per run: final accuracy (the last evaluated round, named), best accuracy, rounds to
+    target, bytes per round, failures, wall time. A run that failed says so in its row."""
+    head = ["method", "final acc (round)", "best acc"]
     if target is not None:
         head.append(f"rounds to {target:.2f}")
     head += ["up / round", "down / round", "failures", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
+        if "summary" not in r:  # the run raised
+            row = [r["label"], f"**failed**: {_cell(r['status'])}"] + [""] * (len(head) - 2)
+            lines.append("| " + " | ".join(row) + " |")
+            continue
         s = r["summary"]
-        row = [r["label"], f"{s['final_accuracy']:.4f}", f"{s['best_accuracy']:.4f}"]
+        final = "-" if s.get("final_accuracy") is None else f"{s['final_accuracy']:.4f} ({s['final_accuracy_round']})"
+        best = "-" if s.get("best_accuracy") is None else f"{s['best_accuracy']:.4f}"
+        if r.get("status", "ok") != "ok":
+            final = f"**failed** ({final})"
+        row = [r["label"], final, best]
         if target is not None:
             row.append(str(s.get("rounds_to_target") or f"> {s['rounds']}"))
         row += [_fmt_bytes(s["bytes_up_per_round"]), _fmt_bytes(s["bytes_down_per_round"]), str(s["failures"]), f"{r['timing']['wall_s']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")[:300]
 
 
 def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") -> Path:
@@ -58,7 +74,7 @@ def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") ->
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for r in results:
-        pts = [(x["round"], x["accuracy"]) for x in r["rounds"] if x.get("accuracy") is not None]
+        pts = [(x["round"], x["accuracy"]) for x in r.get("rounds", []) if x.get("accuracy") is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r["label"], linewidth=1.6)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
@@ -76,6 +92,20 @@ def _slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
 
+def entry_config(entry: RunEntry, base: dict[str, Any], overrides: dict[str, Any], out_dir: Path) -> ExperimentConfig:
+    """The config of one comparison entry: ``base`` and the entry's overrides (labelled
+    ``"preset"`` in the provenance), then the user's ``overrides`` (``"user"``)."""
+    conf = merge_config(base, {"method": entry.method}, entry.overrides, overrides)
+    conf["out"] = str(Path(out_dir) / _slug(entry.label))
+    preset_keys = (set(base) | set(entry.overrides)) - set(overrides) - {"method", "params"}
+    provenance: dict[str, Any] = {k: "preset" for k in preset_keys}
+    preset_params = {**base.get("params", {}), **entry.overrides.get("params", {})}
+    user_params = overrides.get("params", {})
+    provenance["params"] = {k: "preset" for k in preset_params if k not in user_params}
+    conf["provenance"] = {**provenance, **conf.get("provenance", {})}
+    return ExperimentConfig.from_dict(conf)
+
+
 def run_entries(
     entries: list[RunEntry],
     base: dict[str, Any],
@@ -85,22 +115,47 @@ def run_entries(
     target: float | None = None,
     title: str = "",
 ) -> list[dict[str, Any]]:
-    """Run each entry (same partition and seed) and write summary.md, accuracy.png, summary.json."""
+    """Run each entry (same partition and seed) and write summary.md, accuracy.png, summary.json.
+
+    Every entry's settings are checked before the first one trains. An entry whose run raises, or
+    in which every client failed, is reported as failed (in the table, summary.json and on
+    stderr) and the comparison goes on with the others; ``results[i]["status"]`` says which.
+    """
     out_dir = Path(out_dir)
-    results = []
+    configs = []
     for entry in entries:
-        conf = merge_config(base, {"method": entry.method}, entry.overrides, overrides)
-        conf["out"] = str(out_dir / _slug(entry.label))
-        cfg = ExperimentConfig.from_dict(conf)
-        results.append(run_experiment(cfg, label=entry.label, target=target))
+        cfg = entry_config(entry, base, overrides, out_dir)
+        try:
+            configs.append(cfg.validate())
+        except SettingError as err:
+            err.entry = entry.label  # named by the CLI's error line
+            raise
+        except (KeyError, ValueError) as err:
+            msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+            raise type(err)(f"compare entry '{entry.label}': {msg}") from err
+    results = []
+    for entry, cfg in zip(entries, configs):
+        try:
+            res = run_experiment(cfg, label=entry.label, target=target)
+        except Exception as err:  # noqa: BLE001 - one method failing must not stop the comparison
+            res = {"label": entry.label, "method": entry.method, "status": f"failed: {type(err).__name__}: {err}"}
+        if res.get("status", "ok") != "ok":
+            print(f"compare: {entry.label} {res['status']}", file=sys.stderr)
+        results.append(res)
     table = markdown_table(results, target)
-    notes = results[0]["data_notes"] if results else []
-    seed = results[0]["seed"] if results else None
+    ran = [r for r in results if "summary" in r]
+    notes = ran[0]["data_notes"] if ran else []
+    seed = ran[0]["seed"] if ran else None
     text = f"# {title}\n\n" if title else ""
     text += table + "\n" + "".join(f"- {n}\n" for n in notes) + f"- seed {seed}\n"
+    text += "- final acc is the last evaluated round's accuracy; the round is in brackets\n"
+    failed = [r for r in results if r.get("status", "ok") != "ok"]
+    text += "".join(f"- {r['label']}: {r['status']}\n" for r in failed)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "summary.md").write_text(text)
-    plot_accuracy(results, out_dir / "accuracy.png", title)
-    write_json(out_dir / "summary.json", {"title": title, "runs": [{"label": r["label"], "method": r["method"], **r["summary"]} for r in results]})
+    plot_accuracy(ran, out_dir / "accuracy.png", title)
+    write_json(out_dir / "summary.json", {"title": title, "runs": [
+        {"label": r["label"], "method": r["method"], "status": r.get("status", "ok"), **r.get("summary", {})} for r in results]})
     print(table)
     print(f"wrote {out_dir / 'summary.md'}, {out_dir / 'accuracy.png'}")
     return results

@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
+import pickle
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +50,11 @@ class DataFilesMissing(FileNotFoundError):
     """Raised when a dataset's files are not where ``--data-dir`` points."""
 
 
+class DataFileError(ValueError):
+    """A dataset file that is present but unusable (truncated, corrupt, inconsistent, labels out of
+    range). The message names the file and the problem."""
+
+
 def _seeded_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     perm = np.random.default_rng(seed).permutation(n)
     n_test = int(round(n * test_fraction))
@@ -72,20 +80,53 @@ def load_digits_bundle(seed: int = 0, test_fraction: float = 0.2) -> DatasetBund
 
 
 # -- MNIST -----------------------------------------------------------------------------------
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
 def read_idx(path: Path) -> np.ndarray:
-    """Read an idx file (optionally gzip-compressed) into an array."""
+    """Read an idx file (optionally gzip-compressed) into an array.
+
+    A file that cannot be read (truncated or corrupt gzip, bad magic number, size not matching its
+    header) raises :class:`DataFileError` naming the file.
+    """
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise ValueError(f"{path} is not an idx file")
-    dtype = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}[data[2]]
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (EOFError, OSError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise DataFileError(f"{path}: cannot be read ({type(err).__name__}: {err}); the file is truncated or corrupt") from None
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise DataFileError(f"{path} is not an idx file (bad magic number)")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise DataFileError(f"{path}: the idx header is truncated")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    arr = np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim)
-    if arr.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} but holds {arr.size} values")
-    return arr.reshape(shape)
+    dtype = np.dtype(_IDX_DTYPES[data[2]])
+    body = len(data) - (4 + 4 * ndim)
+    if body != int(np.prod(shape)) * dtype.itemsize:
+        raise DataFileError(f"{path}: header says {shape} ({int(np.prod(shape))} values) but the file holds "
+                            f"{body // dtype.itemsize}; the file is truncated or corrupt")
+    return np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim).reshape(shape)
+
+
+def read_mnist_pair(images_path: Path, labels_path: Path, num_classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """MNIST images (N, 28, 28) and labels (N,) from two idx files, checked against each other:
+    same count, labels in ``0..num_classes-1``, images 28x28. Raises :class:`DataFileError` naming
+    the file and the value."""
+    x = read_idx(images_path)
+    y = read_idx(labels_path)
+    if x.ndim != 3 or x.shape[1:] != (28, 28):
+        raise DataFileError(f"{images_path}: expected images of shape (N, 28, 28), got {x.shape}")
+    if y.ndim != 1:
+        raise DataFileError(f"{labels_path}: expected a label vector (N,), got shape {y.shape}")
+    if len(y) != len(x):
+        raise DataFileError(f"{labels_path} holds {len(y)} labels but {images_path} holds {len(x)} images; "
+                            "they must match one to one")
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if bad.size:
+        raise DataFileError(f"{labels_path}: label {int(y[bad[0]])} at index {int(bad[0])} is outside 0..{num_classes - 1} "
+                            f"({bad.size} bad labels)")
+    return x, y.astype(np.int64)
 
 
 def _find(data_dir: Path, stem: str) -> Path | None:
@@ -114,11 +155,14 @@ def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fr
             "t10k-labels-idx1-ubyte[.gz] (and optionally train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]) "
             "directly in it or in MNIST/raw/"
         )
-    xt = read_idx(files["t10k-images-idx3-ubyte"])
-    yt = read_idx(files["t10k-labels-idx1-ubyte"]).astype(np.int64)
+    if (files["train-images-idx3-ubyte"] is None) != (files["train-labels-idx1-ubyte"] is None):
+        have, missing = (("train-images-idx3-ubyte", "train-labels-idx1-ubyte") if files["train-labels-idx1-ubyte"] is None
+                         else ("train-labels-idx1-ubyte", "train-images-idx3-ubyte"))
+        raise DataFilesMissing(f"{files[have]} found but {missing}[.gz] is missing under --data-dir {root}; "
+                               "give both training files or neither")
+    xt, yt = read_mnist_pair(files["t10k-images-idx3-ubyte"], files["t10k-labels-idx1-ubyte"])
     if files["train-images-idx3-ubyte"] and files["train-labels-idx1-ubyte"]:
-        xtr = read_idx(files["train-images-idx3-ubyte"])
-        ytr = read_idx(files["train-labels-idx1-ubyte"]).astype(np.int64)
+        xtr, ytr = read_mnist_pair(files["train-images-idx3-ubyte"], files["train-labels-idx1-ubyte"])
         train, test = TensorData(norm(xtr), torch.tensor(ytr)), TensorData(norm(xt), torch.tensor(yt))
         notes.append(f"MNIST official split: {len(ytr)} train / {len(yt)} test")
     else:
@@ -154,8 +198,61 @@ def random_crop_flip(padding: int = 4):
     return augment
 
 
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles only plain containers and NumPy arrays (what the CIFAR pickles hold): a file
+    that asks for any other class is rejected instead of run."""
+
+    _ALLOWED = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+
+    def find_class(self, module: str, name: str):
+        if (module.split(".")[0] == "numpy" and name in self._ALLOWED) or (module, name) == ("_codecs", "encode"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a CIFAR pickle")
+
+
+def read_cifar_pickle(path: Path, label_keys: tuple[str, ...], num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one CIFAR python-pickle batch file.
+
+    Raises :class:`DataFileError` naming the file when it cannot be unpickled (truncated, corrupt,
+    not a CIFAR batch), when its arrays have the wrong size or count, or a label is out of range.
+    """
+    try:
+        with open(path, "rb") as fh:
+            entry = _ArrayUnpickler(fh, encoding="latin1").load()
+    except Exception as err:  # noqa: BLE001 - a corrupt pickle can raise almost anything
+        raise DataFileError(f"{path}: not a readable CIFAR python pickle ({type(err).__name__}: {err})") from None
+    if isinstance(entry, dict):
+        entry = {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    key = next((k for k in label_keys if isinstance(entry, dict) and k in entry), None)
+    if not isinstance(entry, dict) or "data" not in entry or key is None:
+        found = sorted(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
+        raise DataFileError(f"{path}: expected a dict with 'data' and '{label_keys[0]}', found {found}")
+    try:
+        data = np.asarray(entry["data"], dtype=np.uint8)
+        labels = np.asarray(entry[key], dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise DataFileError(f"{path}: 'data' or '{key}' is not numeric ({err})") from None
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise DataFileError(f"{path}: 'data' must have shape (N, 3072) (3x32x32 images), got {data.shape}")
+    if len(labels) != len(data):
+        raise DataFileError(f"{path}: {len(labels)} labels for {len(data)} images; they must match one to one")
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if bad.size:
+        raise DataFileError(f"{path}: label {int(labels[bad[0]])} at index {int(bad[0])} is outside 0..{num_classes - 1}")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bool = True) -> DatasetBundle:
-    """CIFAR-10/100 from the python-pickle layout via torchvision (no download)."""
+    """CIFAR-10/100 from the python-pickle layout (``cifar-10-batches-py``, ``cifar-100-python``),
+    read file by file and checked (no download; torchvision's file lists and MD5 sums)."""
     from torchvision.datasets import CIFAR10, CIFAR100
 
     cls, folder, mean, std, classes = (
@@ -168,29 +265,26 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
         raise DataFilesMissing(
             f"dataset '{name}' needs --data-dir holding the python-pickle layout: {', '.join(expected)}"
         )
+    root = Path(data_dir) / folder
+    label_keys = ("labels",) if name == "cifar10" else ("fine_labels", "labels")
     notes = []
 
-    class _Local(cls):  # type: ignore[misc, valid-type]
-        """Same layout, presence checked instead of the official MD5 sums."""
+    def read(files: list) -> tuple[np.ndarray, np.ndarray]:
+        parts = [read_cifar_pickle(root / n, label_keys, classes) for n, _ in files]
+        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
 
-        train_list = [[n, None] for n, _ in cls.train_list]
-        test_list = [[n, None] for n, _ in cls.test_list]
-        meta = {**cls.meta, "md5": None}
-
-    try:
-        train, test = cls(str(data_dir), train=True, download=False), cls(str(data_dir), train=False, download=False)
-    except RuntimeError:
-        train, test = _Local(str(data_dir), train=True, download=False), _Local(str(data_dir), train=False, download=False)
+    xtr, ytr = read(cls.train_list)
+    xte, yte = read(cls.test_list)
+    if any(_md5(root / n) != md5 for n, md5 in cls.train_list + cls.test_list):
         notes.append(f"{name}: files present but their checksums differ from the official release (a local copy)")
     m = torch.tensor(mean).view(1, 3, 1, 1)
     s = torch.tensor(std).view(1, 3, 1, 1)
 
-    def to_tensor(ds) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.tensor(np.asarray(ds.data), dtype=torch.float32).permute(0, 3, 1, 2) / 255.0
-        return (x - m) / s, torch.tensor(np.asarray(ds.targets), dtype=torch.long)
+    def to_tensor(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.from_numpy(x).float() / 255.0 - m) / s, torch.from_numpy(y)
 
-    xtr, ytr = to_tensor(train)
-    xte, yte = to_tensor(test)
+    xtr, ytr = to_tensor(xtr, ytr)
+    xte, yte = to_tensor(xte, yte)
     notes.append(f"{name}: {len(ytr)} train / {len(yte)} test from {data_dir}")
     return DatasetBundle(
         name,

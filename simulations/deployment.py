@@ -387,7 +387,10 @@ class LocalSimulation(FlowerProcesses):
     CONNECTION = "local-sim"
 
     def __init__(self, workdir: Path | str = ".", startup_timeout: float = 60.0, env: dict[str, str] | None = None) -> None:
-        super().__init__(workdir, startup_timeout, num_ports=1, env=env)
+        # RAY_ADDRESS=local: a Ray instance of its own. Without it ray.init() joins a cluster that
+        # another process on the machine started (/tmp/ray/ray_current_cluster) and the runs mix.
+        super().__init__(workdir, startup_timeout, num_ports=1,
+                         env={"RAY_ADDRESS": "local", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", **(env or {})})
 
     def superlink_command(self) -> list[str]:
         return [*super().superlink_command(), "--simulation"]

@@ -1,17 +1,16 @@
-"""One federated experiment: configuration, and everything built from it once per process.
+"""One federated experiment: everything built from its configuration, once per process.
 
-:class:`ExperimentConfig` is plain data (JSON-serialisable, picklable). :func:`get_experiment`
-builds, and caches per process, the :class:`Experiment`: dataset and partition, model factory,
+:class:`ExperimentConfig` (defined in :mod:`.settings`: settings, paper defaults, provenance and
+checks) is plain data (JSON-serialisable, picklable). :func:`get_experiment` builds, and caches per
+process, the :class:`Experiment` of its resolved settings: dataset and partition, model factory,
 initial weights, central evaluation, the method's strategy and clients. The backends and the
 ``flwr run`` app all go through it, so every execution path builds the same thing.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import random
 import threading
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -33,118 +32,18 @@ from flwr.common import (
 )
 
 from flwr_strategies.clients.training import get_weights, set_weights
-from flwr_strategies.registry import MethodSpec, get_method, resolve_params
-from flwr_strategies.setup import ClientSetup, ServerSetup, TrainConfig
+from flwr_strategies.registry import MethodSpec, get_method
+from flwr_strategies.setup import ClientSetup, ServerSetup
 
+from .settings import BACKENDS, ExperimentConfig, config_from_run_config
 from .tasks import Task, build_task
 
-BACKENDS = ("inprocess", "ray")
+__all__ = ["BACKENDS", "ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment",
+           "ClientFactory", "config_from_run_config"]
 
 
-@dataclass
-class ExperimentConfig:
-    """Settings of one run (CLI flags map one to one onto these fields).
-
-    ``params`` holds the method's hyperparameters (``--set key=value``); ``fail`` lists injected
-    client failures as ``"round:partition"`` (``"*:p"`` for every round) to exercise failure paths.
-    """
-
-    method: str = "fedavg"
-    dataset: str = "digits"
-    data_dir: str | None = None
-    num_clients: int = 10
-    rounds: int = 20
-    seed: int = 0
-    data_seed: int | None = None
-    partition: str | None = None
-    alpha: float = 0.5
-    classes_per_client: int = 2
-    fraction_fit: float = 1.0
-    lr: float = 0.1
-    local_epochs: int | None = 1
-    local_steps: int | None = None
-    batch_size: int = 32
-    weight_decay: float = 0.0
-    momentum: float = 0.0
-    lr_decay: float = 1.0
-    grad_clip: float | None = None
-    model: str | None = None
-    synthetic_alpha: float = 1.0
-    synthetic_beta: float = 1.0
-    synthetic_mean_samples: float = 4.0
-    backend: str = "inprocess"
-    device: str = "cpu"
-    client_cpus: float = 1.0
-    client_gpus: float = 0.0
-    client_threads: int = 1
-    client_timeout: float | None = 3600.0
-    params: dict[str, Any] = field(default_factory=dict)
-    fail: list[str] = field(default_factory=list)
-    out: str | None = None
-    progress: bool = True
-
-    def validate(self) -> None:
-        """Raise ``ValueError``/``KeyError`` for settings that cannot run."""
-        if self.num_clients < 1:
-            raise ValueError(f"num_clients must be >= 1, got {self.num_clients}")
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if not 0.0 < self.fraction_fit <= 1.0:
-            raise ValueError(f"fraction_fit must be in (0, 1], got {self.fraction_fit}")
-        if self.backend not in BACKENDS:
-            raise KeyError(f"unknown backend '{self.backend}'; valid backends: {', '.join(BACKENDS)}")
-        if self.client_gpus < 0 or self.client_cpus <= 0:
-            raise ValueError("client_cpus must be > 0 and client_gpus >= 0")
-        if self.client_timeout is not None and not (
-            isinstance(self.client_timeout, (int, float)) and math.isfinite(self.client_timeout) and self.client_timeout > 0
-        ):
-            raise ValueError(f"client_timeout must be a number of seconds > 0 (or None for no limit), got {self.client_timeout!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {self.device} requested but CUDA is not available on this machine")
-        self.train_config()  # validates lr, epochs, steps, batch size
-        resolve_params(get_method(self.method), self.params)
-        _parse_failures(self.fail)
-
-    def train_config(self) -> TrainConfig:
-        return TrainConfig(
-            lr=self.lr,
-            local_epochs=self.local_epochs,
-            local_steps=self.local_steps,
-            batch_size=self.batch_size,
-            weight_decay=self.weight_decay,
-            momentum=self.momentum,
-            lr_decay=self.lr_decay,
-            grad_clip=self.grad_clip,
-        )
-
-    def key(self) -> str:
-        """Identity of what gets built (output and execution settings excluded)."""
-        d = asdict(self)
-        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout"):
-            d.pop(k)
-        return json.dumps(d, sort_keys=True, default=str)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ExperimentConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise KeyError(f"unknown experiment settings: {', '.join(sorted(unknown))}")
-        return cls(**d)
-
-
-def _parse_failures(specs: list[str]) -> set[tuple[int | None, int]]:
-    out: set[tuple[int | None, int]] = set()
-    for s in specs:
-        try:
-            r, p = str(s).split(":")
-            out.add((None if r.strip() == "*" else int(r), int(p)))
-        except ValueError:
-            raise ValueError(f"bad failure spec '{s}': use ROUND:PARTITION or *:PARTITION") from None
-    return out
+class MethodSettingsError(ValueError):
+    """The method rejected its settings when its server core or a client was built (before training)."""
 
 
 class InjectedFailure(RuntimeError):
@@ -155,10 +54,10 @@ class Experiment:
     """Everything built from one :class:`ExperimentConfig` (data, model, method), per process."""
 
     def __init__(self, cfg: ExperimentConfig) -> None:
-        cfg.validate()
+        cfg = cfg.validate()  # resolved: every value filled in, provenance recorded
         self.cfg = cfg
         self.spec: MethodSpec = get_method(cfg.method)
-        self.params = resolve_params(self.spec, cfg.params)
+        self.params = dict(cfg.params)
         self.train = cfg.train_config()
         self.task: Task = build_task(self.spec.task, cfg)
         self.device = torch.device(cfg.device)
@@ -170,7 +69,7 @@ class Experiment:
         self._data_cache: dict[int, Any] = {}
         self._eval_lock = threading.Lock()
         self._eval_model = init_model
-        self._failures = _parse_failures(cfg.fail)
+        self._failures = cfg.failures()
 
     # -- server side -----------------------------------------------------------------------
     def model_fn(self) -> torch.nn.Module:
@@ -209,6 +108,33 @@ class Experiment:
 
     def build_strategy(self):
         return self.spec.build_strategy(self.server_setup(), dict(self.params))
+
+    def preflight(self) -> None:
+        """Build the method's server core (its strategy, for methods without a core) and one client
+        now and discard them, so that a setting the method rejects fails before the first round.
+
+        Random states (torch, NumPy, Python) are restored afterwards: a run gives the same numbers
+        with or without this check. Raises :class:`MethodSettingsError` naming the method and the
+        method's own message (which names the setting and the value).
+        """
+        from flwr.common import RecordDict
+
+        with _preserved_rng():
+            try:
+                setup = self.server_setup()
+                if self.spec.build_core is not None:
+                    built = self.spec.build_core(setup, dict(self.params))
+                else:
+                    built = self.spec.build_strategy(setup, dict(self.params))
+                del built
+                self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
+            except (ValueError, TypeError, KeyError) as err:
+                msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+                given = ", ".join(f"{k}={v}" for k, v in self.cfg.params.items() if self.cfg.sources()["params"].get(k) != "method default")
+                raise MethodSettingsError(
+                    f"method '{self.cfg.method}' rejected its settings before training"
+                    f"{f' (--set {given})' if given else ''}: {msg}"
+                ) from err
 
     # -- client side -----------------------------------------------------------------------
     @contextmanager
@@ -292,15 +218,36 @@ class PooledClient(Client):
 
 
 def _inject_failure(client: Any, pid: int, failures: set[tuple[int | None, int]]) -> None:
+    """Make ``client.fit`` raise :class:`InjectedFailure` in the listed rounds (any method's client:
+    a ``NumPyClient`` gets ``fit(parameters, config)``, a Flower ``Client`` gets ``fit(FitIns)``)."""
     original = client.fit
 
-    def fit(parameters, config):
-        rnd = int(config.get("server_round", 0))
+    def fit(*args, **kwargs):
+        ins = args[0] if len(args) == 1 and not kwargs else None
+        config = getattr(ins, "config", None) if ins is not None else (args[1] if len(args) > 1 else kwargs.get("config", {}))
+        rnd = int((config or {}).get("server_round", 0))
         if (None, pid) in failures or (rnd, pid) in failures:
             raise InjectedFailure(f"injected failure of partition {pid} in round {rnd}")
-        return original(parameters, config)
+        return original(*args, **kwargs)
 
     client.fit = fit
+
+
+@contextmanager
+def _preserved_rng() -> Iterator[None]:
+    """Restore torch's, NumPy's and Python's global random states on exit."""
+    torch_state = torch.random.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
 
 
 _EXPERIMENTS: dict[str, Experiment] = {}
@@ -321,7 +268,7 @@ class ClientFactory:
     """Picklable ``client_fn(context)`` for Flower: builds the method's client for a partition."""
 
     def __init__(self, cfg: ExperimentConfig) -> None:
-        self.cfg = cfg
+        self.cfg = cfg.resolve()
 
     def __call__(self, context: Context) -> Client:
         return get_experiment(self.cfg).make_client(context)

@@ -20,6 +20,8 @@ import math
 import torch
 from torch import nn
 
+from flwr_strategies.setup import SettingError
+
 MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_svhn", "cnn_cifar", "lenet_cifar", "resnet18_gn")
 DEFAULT_MODEL = {"digits": "mlp", "mnist": "cnn_mnist", "cifar10": "cnn_cifar", "cifar100": "cnn_cifar", "synthetic": "logreg"}
 
@@ -79,18 +81,18 @@ def build_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn
         )
     if key in ("cnn_mnist", "cnn_svhn", "cnn_cifar"):
         if len(input_shape) != 3:
-            raise ValueError(f"model '{name}' needs image inputs (C, H, W), got {input_shape}")
+            raise SettingError("model", name, f"a model for this data: it needs image inputs (C, H, W), the data are {input_shape}")
         c, h, w = input_shape
         groups = [[32], [64], [128], [256]] if key != "cnn_cifar" else [[32, 32], [64, 64], [128, 128], [256, 256], [512, 512]]
         side_h, side_w = h, w
         for _ in groups:
             side_h, side_w = side_h // 2, side_w // 2
         if side_h < 1 or side_w < 1:
-            raise ValueError(f"model '{name}' pools {len(groups)} times and needs larger inputs than {input_shape}")
+            raise SettingError("model", name, f"a model for this data: it pools {len(groups)} times and needs larger inputs than {input_shape}")
         return FedMUDCNN(c, groups, groups[-1][-1] * side_h * side_w, num_classes)
     if key == "lenet_cifar":
         if tuple(input_shape[1:]) != (32, 32):
-            raise ValueError(f"model 'lenet_cifar' needs 32x32 inputs, got {input_shape}")
+            raise SettingError("model", name, f"a model for this data: it needs 32x32 inputs, the data are {input_shape}")
         return LeNetCIFAR(input_shape[0], num_classes)
     if key == "resnet18_gn":
         from torchvision.models import resnet18

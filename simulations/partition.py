@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from flwr_strategies.setup import SettingError
+
 PARTITIONS = ("iid", "dirichlet", "dirichlet-class", "pathological", "label-count", "natural")
 
 
 def _check(labels: np.ndarray, num_clients: int) -> np.ndarray:
     labels = np.asarray(labels)
     if num_clients < 1:
-        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        raise SettingError("num_clients", num_clients, "an integer >= 1")
     if num_clients > len(labels):
-        raise ValueError(f"cannot split {len(labels)} samples over {num_clients} clients (more clients than samples)")
+        raise SettingError("num_clients", num_clients, f"at most {len(labels)}: the training samples to split (more clients than samples)")
     return labels
 
 
@@ -55,13 +57,13 @@ def dirichlet_client_prior(
     """
     labels = _check(labels, num_clients)
     if classes_per_client is None and not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+        raise SettingError("alpha", alpha, "a number > 0")
     classes = np.unique(labels)
     n_cls = len(classes)
     pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
     if classes_per_client is not None:
         if not 1 <= classes_per_client <= n_cls:
-            raise ValueError(f"classes_per_client must be in [1, {n_cls}], got {classes_per_client}")
+            raise SettingError("classes_per_client", classes_per_client, f"in [1, {n_cls}] (the dataset's classes)")
         prior = np.zeros((num_clients, n_cls))
         for i in range(num_clients):
             prior[i, rng.choice(n_cls, classes_per_client, replace=False)] = 1.0 / classes_per_client
@@ -111,7 +113,7 @@ def dirichlet_per_class(
 
     labels = _check(labels, num_clients)
     if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+        raise SettingError("alpha", alpha, "a number > 0")
     if min_size * num_clients > len(labels):
         raise ValueError(f"min_size {min_size} x {num_clients} clients exceeds the {len(labels)} samples")
     seed = int(rng.integers(2**31 - 1)) if isinstance(rng, np.random.Generator) else int(rng)
@@ -152,7 +154,7 @@ def label_count(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Gen
     labels = _check(labels, num_clients)
     classes = np.unique(labels)
     if not 1 <= k <= len(classes):
-        raise ValueError(f"labels per client must be in [1, {len(classes)}], got {k}")
+        raise SettingError("classes_per_client", k, f"in [1, {len(classes)}] (labels per client, the dataset's classes)")
     usage = np.zeros(len(classes), dtype=int)
     holders: list[list[int]] = [[] for _ in classes]
     for i in range(num_clients):
@@ -176,10 +178,10 @@ def label_count(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Gen
 def natural(groups: np.ndarray | None, num_clients: int) -> list[np.ndarray]:
     """The dataset's own client grouping (``synthetic``): client i holds the samples of group i."""
     if groups is None:
-        raise ValueError("partition 'natural' needs a dataset with natural client groups (synthetic)")
+        raise SettingError("partition", "natural", "a partition this dataset supports: 'natural' needs natural client groups (synthetic)")
     n_groups = int(groups.max()) + 1
     if n_groups != num_clients:
-        raise ValueError(f"the dataset has {n_groups} natural groups but {num_clients} clients were requested")
+        raise SettingError("num_clients", num_clients, f"{n_groups}: the dataset's natural client groups (partition 'natural')")
     return [np.flatnonzero(groups == i) for i in range(num_clients)]
 
 

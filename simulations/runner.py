@@ -6,9 +6,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.setup import SettingError
+
 from .backends import run_backend
 from .experiment import ExperimentConfig, get_experiment
-from .results import package_versions, summarize, write_json
+from .results import package_versions, run_status, summarize, write_json
 
 
 class _Progress:
@@ -37,31 +39,61 @@ class _Progress:
             self.bar.close()
 
 
+def prepare_out(cfg: ExperimentConfig) -> Path | None:
+    """Create ``cfg.out`` now and check that ``results.json`` can be written there, so a bad
+    ``--out`` fails before training rather than losing the results after it."""
+    if not cfg.out:
+        return None
+    out = Path(cfg.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".results.json.tmp"
+        probe.write_text("{}")
+        probe.unlink()
+    except OSError as err:
+        raise SettingError("out", cfg.out, f"a folder where results.json can be written ({err.strerror or err})") from None
+    return out
+
+
 def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: float | None = None, verbose: bool = False) -> dict[str, Any]:
-    """Run ``cfg`` on its backend and return (and write to ``cfg.out``) the results dict."""
-    cfg.validate()
+    """Run ``cfg`` on its backend and return (and write to ``cfg.out``) the results dict.
+
+    Before the first round, in this order: every setting is resolved (caller > method's paper
+    defaults > project defaults) and checked, the output folder is created, the data are loaded
+    and checked, and the method's server core and one client are built (so a method setting it
+    rejects fails here). Each raises naming the setting or file and the value.
+
+    ``results["status"]`` is ``"ok"``, or says why the run failed (no client update aggregated
+    in any round); ``results["provenance"]`` gives the source of every setting.
+    """
+    cfg = cfg.validate()  # resolved
+    out = prepare_out(cfg)
     t0 = time.perf_counter()
     exp = get_experiment(cfg)
+    exp.preflight()
     progress = _Progress(cfg, label)
     try:
         strategy, timing = run_backend(cfg, on_round_end=progress, verbose=verbose)
     finally:
         progress.close()
     rounds = strategy.rounds
+    summary = summarize(rounds, target)
     results = {
         "method": cfg.method,
         "label": label or cfg.method,
+        "status": run_status(summary),
         "seed": cfg.seed,
-        "config": cfg.to_dict(),
+        "config": {k: v for k, v in cfg.to_dict().items() if k != "provenance"},
+        "provenance": cfg.sources(),
         "params": exp.params,
         "paper": exp.spec.paper,
         "data_notes": list(getattr(exp.task, "notes", [])),
         "versions": package_versions(),
         "timing": {**timing, "wall_s": time.perf_counter() - t0},
-        "summary": summarize(rounds, target),
+        "summary": summary,
         "failure_log": strategy.failure_log,
         "rounds": rounds,
     }
-    if cfg.out:
-        write_json(Path(cfg.out) / "results.json", results)
+    if out is not None:
+        write_json(out / "results.json", results)
     return results

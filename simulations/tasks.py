@@ -15,8 +15,8 @@ import torch
 from flwr_strategies.clients.training import TensorData, evaluate_model
 
 from .datasets import DATASETS, load_dataset
-from .models import DEFAULT_MODEL, build_model
-from .partition import make_partition
+from .models import DEFAULT_MODEL, MODELS, build_model
+from .partition import PARTITIONS, make_partition
 
 
 class Task(Protocol):
@@ -40,6 +40,17 @@ def register_task(name: str, build: Callable[[Any], Task]) -> None:
     _TASKS[name] = build
 
 
+def task_choices(name: str) -> dict[str, tuple[str, ...]]:
+    """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
+    the task takes free-form values, such as a checkpoint path for ``--model``)."""
+    for module in _TASK_MODULES:
+        importlib.import_module(module)
+    if name not in _TASKS:
+        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
+    builder = _TASKS[name]
+    return {key: tuple(getattr(builder, key, ()) or ()) for key in ("datasets", "partitions", "models")}
+
+
 def build_task(name: str, cfg: Any) -> Task:
     """Build task ``name`` for experiment config ``cfg``."""
     for module in _TASK_MODULES:
@@ -53,6 +64,8 @@ class ClassificationTask:
     """Image/tabular classification: a :class:`DatasetBundle` split over clients by a partitioner."""
 
     datasets = DATASETS
+    partitions = PARTITIONS
+    models = MODELS
 
     def __init__(self, cfg: Any) -> None:
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed

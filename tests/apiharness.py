@@ -37,6 +37,7 @@ def _records(history) -> list[Record]:
 def legacy_run(cfg: ExperimentConfig, *, rounds: int | None = None, state: dict | None = None,
                clients: list | None = None) -> tuple[list[Record], Any, list]:
     """Rounds ``1..rounds`` (default ``cfg.rounds``), or the rounds after ``state``, on the legacy API."""
+    cfg = cfg.resolve()  # unset settings take the method's paper defaults, as in every run
     exp = get_experiment(cfg)
     strategy = exp.spec.legacy_strategy(exp.server_setup(), dict(exp.params))
     if state is not None:
@@ -56,6 +57,7 @@ def legacy_run(cfg: ExperimentConfig, *, rounds: int | None = None, state: dict 
 def message_run(cfg: ExperimentConfig, *, rounds: int | None = None, state: dict | None = None,
                 clients: InProcessGrid | None = None) -> tuple[list[Record], Any, InProcessGrid]:
     """The same on the Message API (``strategy.start``), with central evaluation."""
+    cfg = cfg.resolve()
     exp = get_experiment(cfg)
 
     models: list = []

@@ -134,3 +134,24 @@ def test_bad_topology_arguments():
         Topology("grid", 10, rows=3).graph(0)
     with pytest.raises(ValueError, match="even"):
         Topology("watts_strogatz", 10, k=3).graph(0)
+
+
+def test_random_code_draws_the_official_codes_graphs():
+    # spec section 3: per round t, np.random.seed(seed + t); node i picks k - 1 indices without
+    # replacement; the upper triangle of the pick matrix is mirrored
+    import numpy as np
+
+    from flwr_strategies.decentralized import Topology
+
+    m, k, seed = 12, 4, 20
+    top = Topology("random_code", m, seed=seed, neighbours=k)
+    for t in (0, 3):
+        np.random.seed(seed + t)
+        A = np.zeros((m, m))
+        for i in range(m):
+            A[i, np.random.choice(m, k - 1, replace=False)] = 1.0
+            A[i, i] = 0
+        B = np.triu(A)
+        B = B + B.T
+        np.testing.assert_array_equal(top.graph(t).toarray(), (B > 0).astype(float))
+    assert top.time_varying

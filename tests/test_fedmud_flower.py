@@ -21,14 +21,17 @@ def _cfg(method, out, rounds, **params):
 
 
 def test_bytes_per_round_at_most_one_thirtieth_of_fedavg(tmp_path):
-    fedavg = run_experiment(_cfg("fedavg", tmp_path / "fedavg", 1))
+    from flwr_strategies.simulations.experiment import get_experiment
+
     fedmud = run_experiment(_cfg("fedmud", tmp_path / "fedmud", 2))
     saved = json.loads((tmp_path / "fedmud" / "results.json").read_text())
     assert saved["params"]["decomp"] == "kron" and saved["params"]["pattern"] == "aad"
-    avg_r1 = fedavg["rounds"][1]
+    # FedAvg sends every client the whole model each way (1,567,392 B for CNN-4)
+    fedavg_round = 3 * sum(a.nbytes for a in get_experiment(_cfg("fedmud", tmp_path, 2)).initial_parameters)
+    assert fedavg_round == 3 * 1_567_392
     for rec in saved["rounds"][1:]:
-        assert rec["bytes_up"] * 30 <= avg_r1["bytes_up"]
-        assert rec["bytes_down"] * 30 <= avg_r1["bytes_down"]
+        assert rec["bytes_up"] * 30 <= fedavg_round
+        assert rec["bytes_down"] * 30 <= fedavg_round
         # exactly the planned payload (+ BN statistics) per client, nothing else
         assert rec["bytes_up"] == rec["bytes_down"] == 3 * 4 * (rec["fit_payload_scalars"])
         assert rec["fit_ratio"] == pytest.approx(0.03072, abs=1e-5)
@@ -37,9 +40,8 @@ def test_bytes_per_round_at_most_one_thirtieth_of_fedavg(tmp_path):
 
 
 def test_registry_and_bad_input():
-    import torch
-    from flwr_strategies.fedmud.methods import options_from_params
-    from flwr_strategies.fedmud.strategy import FedMUDStrategy
+    from flwr_strategies.fedmud.registration import config_from_params as options_from_params
+    from flwr_strategies.fedmud.strategy import FedMUD
     from flwr_strategies.registry import get_method
     from flwr_strategies.simulations.models import build_model
 
@@ -52,8 +54,10 @@ def test_registry_and_bad_input():
     assert options_from_params("fedlmt", {}).reset_interval is None
     svhn = build_model("cnn_svhn", 10, (3, 32, 32))
     init = [v.numpy() for v in svhn.state_dict().values()]
-    with pytest.raises(ValueError, match=r"smallest reachable ratio is 0\.03528"):
-        FedMUDStrategy(model=svhn, initial_parameters=init, options=options_from_params("fedmud", {}))
+    with pytest.raises(ValueError, match=r"smallest reachable whole-model ratio is 0\.03528.*strict_ratio=False"):
+        FedMUD(model=svhn, initial_parameters=init)
+    relaxed = FedMUD(model=svhn, initial_parameters=init, strict_ratio=False)  # the reference code's floor
+    assert relaxed.core.plan.ratio == pytest.approx(0.03528, abs=1e-5)
     with pytest.raises(ValueError, match="target_ratio must be in"):
         options_from_params("fedmud", {"target_ratio": 1.5})
     with pytest.raises(ValueError, match="reset_interval must be an integer"):

@@ -77,7 +77,7 @@ def test_bad_input_errors():
         _cfg(method="fedsgd").validate()
     with pytest.raises(KeyError, match="no parameter 'mu'.*proximal_mu"):
         _cfg(method="fedprox", params={"mu": "0.1"}).validate()
-    with pytest.raises(ValueError, match="lr must be > 0"):
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
         _cfg(lr=0.0).validate()
     with pytest.raises(ValueError, match="fraction_fit"):
         _cfg(fraction_fit=1.5).validate()

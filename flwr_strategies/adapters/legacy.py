@@ -38,7 +38,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from ..common import PARTITION_KEY, resolve_partitions
+from ..common import PARTITION_KEY, PartitionIdMissing, resolve_partitions
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ServerCore
 from ..core.validation import Rejection, check_policy
@@ -164,7 +164,15 @@ class LegacyStrategy(Strategy):
                 f"only {client_manager.num_available()} of {self.min_available_clients} clients connected "
                 f"after {self.wait_timeout:.0f}s"
             )
-        proxies = self._resolver(client_manager)
+        try:
+            proxies = self._resolver(client_manager)
+        except PartitionIdMissing:
+            if not getattr(self, "_warned_order", False):
+                log(WARNING, "Clients do not report a 'partition-id' property (NumPyClient.get_properties): they "
+                             "are ordered by client id, so sampling and per-client roles are not reproducible "
+                             "across runs. Return {'partition-id': ...} from get_properties to fix this.")
+                self._warned_order = True
+            proxies = {i: proxy for i, (_, proxy) in enumerate(sorted(client_manager.all().items()))}
         self._pid_of_cid = {proxy.cid: int(pid) for pid, proxy in proxies.items()}
         return proxies
 

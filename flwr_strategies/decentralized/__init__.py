@@ -11,15 +11,22 @@ Mixing (:mod:`.mixing`)
     allow_disconnected=False)`` -> validated csr W; ``validate_mixing``, ``is_doubly_stochastic``,
     ``second_eigenvalue_modulus`` (psi), ``spectral_gap`` (1 - psi), ``is_connected``,
     ``mix(W, X, out=None)`` (sparse ``W @ X`` on a ``(m, d)`` table, in place allowed),
+    ``mix_row(W, X, i, out=None)`` (row ``i`` of ``W @ X``, same arithmetic),
     ``restrict_to_alive(W, alive, policy="renormalize"|"self")``, ``MixingError``.
 Tables (:mod:`.table`)
     ``ModelLayout.of(arrays)`` with ``flatten``/``unflatten``; ``ModelTable.replicate(arrays, m)``
     whose ``.data`` is the contiguous ``(m, d)`` array.
 Consensus (:mod:`.consensus`)
     ``network_average(X)``, ``consensus_distance(X)`` = ``mean_i ||x_i - x_bar||^2``.
-Strategy (:mod:`.strategy`)
-    ``DecentralizedStrategy``: legacy Flower ``Strategy`` that emulates the peers; subclass
-    hooks ``start_points``, ``fit_config``, ``update_state`` (see its module docstring).
+Settings (:mod:`.config`)
+    ``GraphConfig``: topology, neighbours, weights, failure policy, peer evaluation (validated).
+Core (:mod:`.server`)
+    ``DecentralizedCore``: the framework-neutral server core (NumPy in/out) at the memory floor;
+    methods subclass it (hooks ``start_point``, ``commit``, ``client_config``, ``method_tables``).
+Adapters
+    ``DecentralizedLegacyStrategy`` (:mod:`.strategy`) and ``DecentralizedMessageStrategy``
+    (:mod:`.serverapp`): the two Flower APIs over a core. ``DecentralizedStrategy``: the earlier
+    self-contained legacy strategy, kept for DO-ADP.
 """
 
 from .consensus import consensus_distance, network_average
@@ -28,6 +35,7 @@ from .mixing import (
     is_connected,
     is_doubly_stochastic,
     mix,
+    mix_row,
     mixing_matrix,
     num_edges,
     restrict_to_alive,
@@ -35,21 +43,29 @@ from .mixing import (
     spectral_gap,
     validate_mixing,
 )
+from .config import GraphConfig
 from .table import ModelLayout, ModelTable
 from .topology import TOPOLOGIES, Topology, make_topology, round_rng
 
 __all__ = [
     "Topology", "make_topology", "TOPOLOGIES", "round_rng",
     "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
-    "spectral_gap", "is_connected", "mix", "restrict_to_alive", "num_edges",
-    "ModelLayout", "ModelTable", "network_average", "consensus_distance",
-    "DecentralizedStrategy",
+    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive", "num_edges",
+    "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
+    "DecentralizedCore", "DecentralizedStrategy", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
 ]
 
+_LAZY = {
+    "DecentralizedCore": ".server",
+    "DecentralizedStrategy": ".strategy",
+    "DecentralizedLegacyStrategy": ".strategy",
+    "DecentralizedMessageStrategy": ".serverapp",
+}
 
-def __getattr__(name: str):  # lazy: importing flwr is slow and only the strategy needs it
-    if name == "DecentralizedStrategy":
-        from .strategy import DecentralizedStrategy
 
-        return DecentralizedStrategy
+def __getattr__(name: str):  # lazy: importing flwr is slow and only the adapters need it
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(name)

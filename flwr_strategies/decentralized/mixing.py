@@ -40,11 +40,14 @@ __all__ = [
     "spectral_gap",
     "is_connected",
     "mix",
+    "mix_row",
     "restrict_to_alive",
     "num_edges",
 ]
 
 _TOL = 1e-9
+#: size of the column-block buffer of an in-place :func:`mix` (the only temporary it allocates)
+INPLACE_BLOCK_BYTES = 64 << 20
 
 
 class MixingError(ValueError):
@@ -213,10 +216,11 @@ def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, block: int
     elif out.shape != X.shape or out.dtype != X.dtype or not out.flags["C_CONTIGUOUS"]:
         raise ValueError("out must be a C-contiguous array with the shape and dtype of X")
     if block is None:
-        block = max(1 << 16, (64 << 20) // max(1, m * X.itemsize)) if inplace else max(d, 1)
+        block = max(1, INPLACE_BLOCK_BYTES // max(1, m * X.itemsize)) if inplace else max(d, 1)
     Xt = torch.from_numpy(X)
     Ot = torch.from_numpy(out)
-    tmp = torch.empty((m, min(block, d)), dtype=Xt.dtype) if inplace else None
+    # the block buffer is a NumPy allocation, so memory tools that trace NumPy (tracemalloc) see it
+    tmp = torch.from_numpy(np.empty((m, min(block, d)), dtype=X.dtype)) if inplace else None
     indptr, indices, data = W.indptr, W.indices, W.data.astype(np.float64)
     for s0 in range(0, d, block):
         e0 = min(d, s0 + block)
@@ -233,6 +237,38 @@ def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, block: int
                 o.add_(Xb[int(indices[k])], alpha=float(data[k]))
         if inplace:
             Ot[:, s0:e0].copy_(Ob)
+    return out
+
+
+def mix_row(W: sp.spmatrix, X: np.ndarray, i: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Row ``i`` of ``W @ X``: ``sum_j w_ij x_j`` over the non-zeros of row ``i``, in ``X.dtype``.
+
+    The same arithmetic as row ``i`` of :func:`mix` (one multiply, then axpys in column order), at
+    a cost of ``nnz(row i) * d``; no conversion of the table to another dtype. ``out`` (shape
+    ``(d,)``, ``X.dtype``) must not overlap the rows it reads.
+    """
+    import torch
+
+    W = sp.csr_matrix(W)
+    m, d = X.shape
+    if W.shape != (m, m):
+        raise MixingError(f"mixing matrix shape {W.shape} does not match table with {m} rows")
+    if not 0 <= int(i) < m:
+        raise IndexError(f"row {i} outside 0..{m - 1}")
+    if out is None:
+        out = np.empty(d, dtype=X.dtype)
+    elif out.shape != (d,) or out.dtype != X.dtype:
+        raise ValueError(f"out must have shape ({d},) and dtype {X.dtype}")
+    Xt = torch.from_numpy(np.ascontiguousarray(X))
+    o = torch.from_numpy(out)
+    a, b = W.indptr[i], W.indptr[i + 1]
+    data = W.data.astype(np.float64)
+    if a == b:
+        o.zero_()
+        return out
+    torch.mul(Xt[int(W.indices[a])], float(data[a]), out=o)
+    for k in range(a + 1, b):
+        o.add_(Xt[int(W.indices[k])], alpha=float(data[k]))
     return out
 
 

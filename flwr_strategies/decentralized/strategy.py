@@ -1,4 +1,10 @@
-"""Peer-to-peer emulation inside a (legacy) Flower server strategy.
+"""Legacy Flower adapters of the decentralized cores, and the pre-core peer-emulation strategy.
+
+- :class:`DecentralizedLegacyStrategy`: a :class:`~flwr_strategies.adapters.legacy.LegacyStrategy`
+  over a :class:`~flwr_strategies.decentralized.server.DecentralizedCore`, with the graph settings
+  as keyword arguments. DFedCata, DFedAvg and D-PSGD's legacy classes are thin subclasses.
+- :class:`DecentralizedStrategy` (below): the earlier self-contained legacy strategy, kept
+  unchanged for DO-ADP's strategy until it moves onto a core. New code should use the cores.
 
 :class:`DecentralizedStrategy` emulates m peers that train locally and gossip with their
 graph neighbours. The server plays the network: it holds one model per client (partition
@@ -60,7 +66,7 @@ from .mixing import is_connected, mix, mixing_matrix, restrict_to_alive, second_
 from .table import ModelTable
 from .topology import Topology
 
-__all__ = ["DecentralizedStrategy"]
+__all__ = ["DecentralizedStrategy", "DecentralizedLegacyStrategy", "graph_config"]
 
 EvalFn = Callable[[int, list[np.ndarray], dict[str, Scalar]], Optional[tuple[float, dict[str, Scalar]]]]
 
@@ -294,3 +300,107 @@ class DecentralizedStrategy(Strategy):
                 metrics["client_accuracy_mean"] = float(np.mean(accs))
                 metrics["client_accuracy_min"] = float(np.min(accs))
         return float(loss), metrics
+
+
+# ---------------------------------------------------------------------------------------------------
+# Core-based legacy adapter
+# ---------------------------------------------------------------------------------------------------
+from ..adapters.legacy import LegacyStrategy  # noqa: E402
+from .config import GraphConfig  # noqa: E402
+
+_GRAPH_KEYS = ("neighbours", "topology_p", "ws_k", "weights", "allow_row_stochastic", "allow_disconnected",
+               "failure_policy", "client_eval_every", "client_eval_max")
+
+
+def graph_config(topology: "str | Topology", graph: dict[str, Any]) -> tuple[GraphConfig, Topology | None]:
+    """A validated :class:`GraphConfig` from a topology name (or object) and graph keyword arguments;
+    the second value is the explicit :class:`Topology` when one was given."""
+    unknown = set(graph) - set(_GRAPH_KEYS)
+    if unknown:
+        raise TypeError(f"unexpected graph arguments {sorted(unknown)}; valid: {sorted(_GRAPH_KEYS)}")
+    if isinstance(topology, Topology):
+        return GraphConfig(topology=topology.name, **graph), topology
+    return GraphConfig(topology=topology, **graph), None
+
+
+class DecentralizedLegacyStrategy(LegacyStrategy):
+    """Legacy Flower strategy of a peer-graph method (the server emulates the peers' network).
+
+    Parameters
+    ----------
+    num_clients : int
+        Number of peers m (>= 2); the clients' partition ids must be ``0..m-1``.
+    initial_parameters : list[np.ndarray] | Parameters
+        Common initial model of every peer.
+    topology : str | Topology (default: "random")
+        Peer graph: a name (see :class:`~flwr_strategies.decentralized.config.GraphConfig`) or a
+        :class:`Topology` on m nodes. Round t uses graph t (redrawn each round when time-varying).
+    neighbours, topology_p, ws_k, weights, allow_row_stochastic, allow_disconnected, failure_policy, \
+client_eval_every, client_eval_max
+        Graph settings, as :class:`~flwr_strategies.decentralized.config.GraphConfig` (defaults:
+        10, -1.0, 8, "auto", False, None, "renormalize", 0, 0). With ``client_eval_every`` k > 0,
+        ``evaluate_fn`` also scores every peer's own model every k rounds (the registered methods
+        use k = 1; here it is off by default, since it multiplies the evaluation cost by m).
+    evaluate_fn : callable | None (default: None)
+        Flower's ``evaluate_fn(server_round, ndarrays, config) -> (loss, metrics)``; scores the
+        network-average model and, every ``client_eval_every`` rounds, the peers' own models.
+    on_fit_config_fn : callable | None (default: None)
+        ``server_round -> dict`` sent to every peer (lr, local epochs, batch size, seed).
+    seed : int (default: 0)
+        Seed of the peer graphs, >= 0.
+    dtype : numpy dtype (default: float32)
+        dtype of the server's model tables.
+    on_bad_reply : str (default: "drop")
+        ``"drop"`` (a bad reply counts as a failed peer) or ``"raise"``.
+    min_available_clients : int | None (default: None)
+        Clients that must be connected before a round (None: all m).
+    **kwargs
+        Further :class:`~flwr_strategies.adapters.legacy.LegacyStrategy` arguments
+        (``partition_resolver``, ``on_round_end``, ``fraction_evaluate``, ``wait_timeout``...).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_clients: int,
+        initial_parameters: list[np.ndarray] | Parameters,
+        topology: "str | Topology" = "random",
+        evaluate_fn: EvalFn | None = None,
+        on_fit_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
+        seed: int = 0,
+        dtype: Any = np.float32,
+        on_bad_reply: str = "drop",
+        min_available_clients: int | None = None,
+        neighbours: int = 10,
+        topology_p: float = -1.0,
+        ws_k: int = 8,
+        weights: str = "auto",
+        allow_row_stochastic: bool = False,
+        allow_disconnected: bool | None = None,
+        failure_policy: str = "renormalize",
+        client_eval_every: int = 0,
+        client_eval_max: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if initial_parameters is None:
+            raise ValueError("initial_parameters is required: every peer starts from it")
+        if isinstance(initial_parameters, Parameters):
+            initial_parameters = parameters_to_ndarrays(initial_parameters)
+        graph, top = graph_config(topology, dict(
+            neighbours=neighbours, topology_p=topology_p, ws_k=ws_k, weights=weights,
+            allow_row_stochastic=allow_row_stochastic, allow_disconnected=allow_disconnected,
+            failure_policy=failure_policy, client_eval_every=client_eval_every, client_eval_max=client_eval_max))
+        core = self.build_core(
+            [np.asarray(a) for a in initial_parameters],
+            num_partitions=num_clients, graph=graph, topology=top, seed=seed,
+            on_train_config=on_fit_config_fn, dtype=dtype,
+        )
+        super().__init__(core, evaluate_fn=evaluate_fn, on_bad_reply=on_bad_reply,
+                         min_available_clients=num_clients if min_available_clients is None else min_available_clients,
+                         **kwargs)
+
+    def build_core(self, initial_arrays: list[np.ndarray], **core_kwargs: Any):
+        """The method's core (``core_kwargs``: the :class:`DecentralizedCore` arguments)."""
+        from .server import DecentralizedCore
+
+        return DecentralizedCore(initial_arrays, **core_kwargs)

@@ -46,6 +46,20 @@ class ModelLayout:
             pos += n
         return vec
 
+    def views(self, vec: np.ndarray) -> list[np.ndarray]:
+        """The arrays of row ``vec`` without copying where possible: a reshaped view for every array
+        whose dtype is ``vec``'s, a converted copy (as :meth:`unflatten`) for the others."""
+        out, pos = [], 0
+        for shape, dt, n in zip(self.shapes, self.dtypes, self.sizes):
+            piece = vec[pos : pos + n].reshape(shape)
+            if dt != vec.dtype:
+                if np.issubdtype(dt, np.integer):
+                    piece = np.rint(piece)
+                piece = piece.astype(dt, copy=True)
+            out.append(piece)
+            pos += n
+        return out
+
     def unflatten(self, vec: np.ndarray) -> list[np.ndarray]:
         out, pos = [], 0
         for shape, dt, n in zip(self.shapes, self.dtypes, self.sizes):

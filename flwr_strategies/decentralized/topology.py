@@ -26,6 +26,9 @@ Names accepted by :func:`make_topology` (m = number of clients):
                           ``neighbours - 1`` (default 9) indices without replacement, the
                           upper triangle of the pick matrix is mirrored; mean degree ~9.
                           Redrawn every round.
+``random_code``           the same recipe drawn exactly as the official DFedCata code draws it
+                          (legacy ``np.random.seed(seed + t)`` stream), so its graphs are the
+                          official code's graphs for the same seed.
 ========================  ================================================================
 """
 
@@ -49,6 +52,7 @@ __all__ = [
     "erdos_renyi",
     "watts_strogatz",
     "random_k",
+    "random_code",
     "round_rng",
 ]
 
@@ -180,12 +184,30 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
     return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
 
 
+def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
+    """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
+    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order). As in
+    :func:`random_k`, at most ``m`` picks are drawn (the official code fails instead)."""
+    _check_m(m)
+    picks = min(int(neighbours) - 1, m)
+    if picks <= 0:
+        return sp.csr_matrix((m, m))
+    rows, cols = [], []
+    for i in range(m):
+        idx = rng.choice(m, picks, replace=False)
+        idx = idx[idx > i]
+        rows.append(np.full(idx.size, i))
+        cols.append(idx)
+    return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
+
+
 @dataclass(frozen=True)
 class _Gen:
     fn: Callable[..., sp.csr_matrix]
     random: bool  # needs an rng
     time_varying: bool
     defaults: dict[str, Any] = field(default_factory=dict)
+    legacy_seed: bool = False  # rng = np.random.RandomState(seed + t) (the official code's seeding)
 
 
 TOPOLOGIES: dict[str, _Gen] = {
@@ -197,6 +219,7 @@ TOPOLOGIES: dict[str, _Gen] = {
     "erdos_renyi": _Gen(erdos_renyi, True, True, {"p": 0.1}),
     "watts_strogatz": _Gen(watts_strogatz, True, False, {"k": 8, "p": 0.02}),
     "random": _Gen(random_k, True, True, {"neighbours": 10}),
+    "random_code": _Gen(random_code, True, True, {"neighbours": 10}, legacy_seed=True),
 }
 
 
@@ -247,7 +270,9 @@ class Topology:
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         args: dict[str, Any] = dict(self.params)
-        if self._gen.random:
+        if self._gen.random and self._gen.legacy_seed:
+            a = self._gen.fn(self.num_nodes, np.random.RandomState(self.seed + key), **args)
+        elif self._gen.random:
             a = self._gen.fn(self.num_nodes, round_rng(self.seed, key), **args)
         else:
             a = self._gen.fn(self.num_nodes, **{k: v for k, v in args.items()})

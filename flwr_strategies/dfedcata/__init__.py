@@ -1,14 +1,19 @@
-"""DFedCata (arXiv:2410.07272) and decentralized baselines.
+"""DFedCata (arXiv:2410.07272) and its decentralized baselines, in the project's method shape.
 
-- :mod:`.params`: hyperparameter validation (``0 <= beta < 1``, ``lam >= 0``, ``lr*lam < 1``).
-- :mod:`.extrapolation`: Nesterov extrapolation between rounds.
-- :mod:`.local`: torch local solvers (prox-SGD, SGD, heavy-ball, SAM).
-- :mod:`.reference`: NumPy reference simulator (synchronous / sequential in-place).
-- :mod:`.strategy`: Flower strategies ``DFedCata``, ``DFedAvg`` (also DFedAvgM/DFedSAM server
-  side), ``DPSGD``.
+- :mod:`.config`: ``DFedCataConfig`` (beta, lam, anchor, sequential mode), ``LocalRuleConfig``
+  (the peers' local rule: lam, local_momentum, rho, steps_per_round, clip_scope), ``CODE_OPTIONS``.
+- :mod:`.params`, :mod:`.extrapolation`: validation, the lr schedule, the Nesterov extrapolation.
+- :mod:`.local`: torch pieces ``MoreauEnvelope``, ``LocalSGD``, ``SAM``; ``run_local``/``local_update``.
+- :mod:`.reference`: NumPy reference simulator (synchronous / sequential in place), for tests.
+- :mod:`.server`: cores ``DFedCataServer``, ``DFedAvgServer`` (DFedAvg/DFedAvgM/DFedSAM), ``DPSGDServer``.
+- :mod:`.strategy` / :mod:`.serverapp`: ``DFedCata``, ``DFedAvg``, ``DPSGD``, ``FedSAM`` for the
+  legacy and the Message API.
+- :mod:`.registration`: ``dfedcata``, ``dfedavg``, ``dfedavgm``, ``dfedsam``, ``dpsgd``, ``fedsam``.
 """
 
+from .config import CODE_OPTIONS, DFedCataConfig, LocalRuleConfig
 from .extrapolation import extrapolate
 from .params import ANCHORS, lr_at_round, validate_dfedcata
 
-__all__ = ["extrapolate", "validate_dfedcata", "lr_at_round", "ANCHORS"]
+__all__ = ["extrapolate", "validate_dfedcata", "lr_at_round", "ANCHORS", "DFedCataConfig", "LocalRuleConfig",
+           "CODE_OPTIONS"]

@@ -1,38 +1,326 @@
-"""Local solvers of DFedCata and the decentralized baselines (torch).
+"""Local rules of DFedCata and the decentralized baselines, as small torch pieces (no Flower).
 
-One function, :func:`local_update`, covers every local rule of the paper's comparison;
-the round's start point is both the initial iterate and the proximal anchor:
+Pieces that work on the user's own ``nn.Module`` and training loop, in the style of
+``torch.optim`` and ``torch.nn.utils.parametrize``:
 
-- DFedAvg / D-PSGD: plain SGD (``lam=0, momentum=0, rho=0``).
-- DFedCata: Moreau-envelope (proximal) SGD, ``x <- x - lr (g + lam (x - x_0))``, with ``x_0`` the
-  (extrapolated) start point; for ``lam = 0`` the prox term is skipped (bit-identical to SGD).
-- DFedAvgM: heavy-ball SGD ``y_{k+1} = y_k - lr d_k + momentum (y_k - y_{k-1})``, reset each round.
-- DFedSAM / FedSAM: SAM steps with radius ``rho``: ``e = rho g/||g||``, gradient taken at ``x + e``
-  on the same minibatch.
+- :class:`MoreauEnvelope`: DFedCata's proximal term ``lam/2 ||x - x_0||^2`` around the point the
+  peer received (the extrapolated start point, which is also the anchor). As a context manager it
+  adds ``lam (x - x_0)`` to every parameter's gradient after each ``backward()``, so the user's
+  unchanged ``train()`` and optimizer minimise the Moreau envelope::
 
-Optional ``weight_decay`` (``+ wd x``) and ``clip_norm`` (global-norm clip of the *data*
-gradient; the prox gradient is added after clipping, spec A4).
+      with MoreauEnvelope(model, lam=config["lam"]):
+          train(model, trainloader, epochs, lr)
 
-The minibatch order (and the optional per-batch ``augment(xb, generator)``) comes only from
-the given ``torch.Generator``.
+  ``penalty()`` gives the same term as a loss to add instead.
+- :class:`LocalSGD`: a ``torch.optim.Optimizer`` for the exact local step of every method of the
+  paper's comparison: ``d = clip(g) + wd x + lam (x - x_0)``, then plain SGD ``x <- x - lr d`` or
+  DFedAvgM's heavy ball ``v <- mu v - lr d; x <- x + v`` (reset with the optimizer each round). Its
+  ``clip_scope="official"`` reproduces the official code's order instead:
+  ``d = clip(g - lam x_0) + (lam + wd) x``.
+- :class:`SAM`: sharpness-aware minimisation around any optimizer (DFedSAM, FedSAM):
+  ``step(closure)`` perturbs the parameters by ``e = rho g / ||g||``, re-evaluates the gradient on
+  the same minibatch through ``closure`` and steps with it.
+
+:func:`run_local` runs those pieces over any iterable of ``(x, y)`` batches; :func:`local_update`
+is the seeded in-memory version (minibatch order and augmentation from one ``torch.Generator``).
+One run of either: DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvgM
+(``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["local_update", "batch_indices", "LossFn"]
+__all__ = [
+    "MoreauEnvelope",
+    "LocalSGD",
+    "SAM",
+    "run_local",
+    "local_update",
+    "batch_indices",
+    "tensor_batches",
+    "loader_batches",
+    "LossFn",
+    "CLIP_SCOPES",
+]
 
 LossFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+CLIP_SCOPES = ("data", "official")
 
 
 def _ce(model: torch.nn.Module, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(model(xb), yb)
 
 
+def _finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _trainable(model_or_params: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    src = model_or_params.parameters() if isinstance(model_or_params, torch.nn.Module) else model_or_params
+    params = [p for p in src if p.requires_grad]
+    if not params:
+        raise ValueError("no trainable parameters (requires_grad=True) were given")
+    return params
+
+
+def _global_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.sqrt(sum((t * t).sum() for t in tensors))
+
+
+# ---------------------------------------------------------------------------------- pieces
+class MoreauEnvelope:
+    """DFedCata's Moreau-envelope term ``lam/2 ||x - x_0||^2`` on a model's trainable parameters.
+
+    Paper: arXiv:2410.07272, Algorithm 1 line 6: each local step is
+    ``x <- x - lr (g + lam (x - x_{i,0}))`` with ``x_{i,0}`` the round's (extrapolated) start point.
+
+    Parameters
+    ----------
+    model : nn.Module | iterable of tensors
+        The model (or its parameters) at the start point: the anchor ``x_0`` is a snapshot of its
+        trainable parameters taken at construction (or at :meth:`reset`).
+    lam : float
+        Penalty, >= 0 (paper: 0.05; 0 makes every method of this class a no-op). Keep
+        ``lr * lam < 1`` (the local contraction factor ``1 - lr lam`` must stay positive).
+
+    Use it either as a context manager around an unchanged training loop (gradient hooks add
+    ``lam (x - x_0)`` to each ``p.grad`` after every ``backward()``; any optimizer), or add
+    :meth:`penalty` to the loss. With gradient clipping inside the loop, the clip then bounds the
+    data gradient *plus* the proximal gradient (:class:`LocalSGD` offers the other two orders).
+    """
+
+    def __init__(self, model: torch.nn.Module | Iterable[torch.Tensor], lam: float) -> None:
+        lam = _finite("lam", lam)
+        if lam < 0:
+            raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
+        self.lam = lam
+        self.params = _trainable(model)
+        self.anchor: list[torch.Tensor] = []
+        self._hooks: list[Any] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Take the parameters' current values as the anchor ``x_0``."""
+        self.anchor = [p.detach().clone() for p in self.params]
+
+    def penalty(self) -> torch.Tensor:
+        """``lam/2 ||x - x_0||^2`` as a differentiable scalar (add it to the loss)."""
+        total = sum(((p - a) ** 2).sum() for p, a in zip(self.params, self.anchor))
+        return 0.5 * self.lam * total
+
+    def gradient(self, j: int, p: torch.Tensor) -> torch.Tensor:
+        """``lam (p - a_j)`` for parameter ``j`` (no graph)."""
+        return self.lam * (p.detach() - self.anchor[j])
+
+    def __enter__(self) -> "MoreauEnvelope":
+        if self.lam > 0 and not self._hooks:
+            for p, a in zip(self.params, self.anchor):
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._hook(a)))
+        return self
+
+    def _hook(self, anchor: torch.Tensor):
+        lam = self.lam
+
+        def add_prox(p: torch.Tensor) -> None:
+            with torch.no_grad():
+                p.grad.add_(p.detach() - anchor, alpha=lam)
+
+        return add_prox
+
+    def __exit__(self, *exc: Any) -> None:
+        self.detach()
+
+    def attach(self) -> "MoreauEnvelope":
+        """Register the gradient hooks now (as entering the context); returns ``self``. For a model
+        built per round, ``MoreauEnvelope(model, lam).attach()`` is all a training handler needs."""
+        return self.__enter__()
+
+    def detach(self) -> None:
+        """Remove the gradient hooks (as leaving the context)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+
+class LocalSGD(torch.optim.Optimizer):
+    """The local step of DFedCata and its decentralized baselines, as a ``torch.optim.Optimizer``.
+
+    ``step()`` reads each parameter's ``.grad`` (the data gradient g of the minibatch) and applies
+
+    - ``clip_scope="data"`` (default, spec A4): ``d = clip(g) + wd x + lam (x - x_0)``;
+    - ``clip_scope="official"`` (the official code): ``d = clip(g - lam x_0) + (lam + wd) x``;
+
+    where ``clip`` rescales the global norm to ``clip_norm`` when it exceeds it and ``lam``, ``x_0``
+    come from ``moreau``; then ``x <- x - lr d`` or, with ``momentum`` mu > 0, the heavy ball
+    ``v <- mu v - lr d; x <- x + v`` (DFedAvgM; ``v`` starts at 0, so build one optimizer per round).
+
+    Parameters
+    ----------
+    params : iterable of tensors
+        Trainable parameters (in the order of ``moreau``'s parameters when given).
+    lr : float
+        Step size, > 0 (paper: 0.1 x 0.998 per round).
+    momentum : float (default: 0.0)
+        Heavy-ball coefficient, in [0, 1) (DFedAvgM: 0.9).
+    weight_decay : float (default: 0.0)
+        L2 coefficient, >= 0 (official code: 5e-4).
+    clip_norm : float | None (default: None)
+        Global gradient-norm bound, > 0, or None for no clipping (official code: 10).
+    clip_scope : str (default: "data")
+        ``"data"`` or ``"official"`` (see above).
+    moreau : MoreauEnvelope | None (default: None)
+        The proximal term (DFedCata); None for lam = 0.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float,
+        *,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        clip_norm: float | None = None,
+        clip_scope: str = "data",
+        moreau: MoreauEnvelope | None = None,
+    ) -> None:
+        lr = _finite("lr", lr)
+        if lr <= 0:
+            raise ValueError(f"lr must be > 0, got {lr!r}")
+        momentum = _finite("momentum", momentum)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
+        weight_decay = _finite("weight_decay", weight_decay)
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if clip_norm is not None and not (_finite("clip_norm", clip_norm) > 0):
+            raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
+        if clip_scope not in CLIP_SCOPES:
+            raise ValueError(f"clip_scope must be one of {CLIP_SCOPES}, got {clip_scope!r}")
+        params = list(params)
+        lam = 0.0 if moreau is None else moreau.lam
+        if lam > 0 and lr * lam >= 1.0:
+            raise ValueError(f"lr * lam must be < 1, got lr={lr!r}, lam={lam!r}")
+        if moreau is not None and [id(p) for p in moreau.params] != [id(p) for p in params]:
+            raise ValueError("moreau must be built on the same parameters, in the same order")
+        super().__init__(params, {"lr": lr})
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.clip_norm = None if clip_norm is None else float(clip_norm)
+        self.clip_scope = clip_scope
+        self.moreau = moreau if (moreau is not None and moreau.lam > 0) else None
+        self._bufs: list[torch.Tensor] | None = None
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _clipped(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.clip_norm is None:
+            return grads
+        gnorm = _global_norm(grads)
+        if gnorm > self.clip_norm:
+            return [g * (self.clip_norm / (gnorm + 1e-6)) for g in grads]
+        return grads
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # noqa: D102
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        params = self._params()
+        lr = float(self.param_groups[0]["lr"])
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in params]
+        mo = self.moreau
+        if self.clip_scope == "official":
+            lam = mo.lam if mo is not None else 0.0
+            if mo is not None:
+                grads = [g - lam * a for g, a in zip(grads, mo.anchor)]
+            grads = self._clipped(grads)
+            decay = lam + self.weight_decay
+            dirs = [g + decay * p if decay else g for g, p in zip(grads, params)]
+        else:
+            grads = self._clipped(grads)
+            dirs = []
+            for j, (p, g) in enumerate(zip(params, grads)):
+                d = g
+                if self.weight_decay:
+                    d = d + self.weight_decay * p
+                if mo is not None:
+                    d = d + mo.lam * (p - mo.anchor[j])
+                dirs.append(d)
+        if self.momentum > 0:
+            if self._bufs is None:
+                self._bufs = [torch.zeros_like(p) for p in params]
+            for p, d, v in zip(params, dirs, self._bufs):
+                v.mul_(self.momentum).sub_(lr * d)
+                p.add_(v)
+        else:
+            for p, d in zip(params, dirs):
+                p.sub_(lr * d)
+        return loss
+
+
+class SAM:
+    """Sharpness-aware minimisation (Foret et al., ICLR 2021) around any optimizer: DFedSAM's and
+    FedSAM's local step (radius ``rho``, paper 0.1).
+
+    After the user's ``loss.backward()`` (gradient g at x), ``step(closure)`` moves the parameters to
+    ``x + e`` with ``e = rho g / (||g|| + 1e-12)``, calls ``closure()`` (which must zero the
+    gradients, recompute the loss on the *same* minibatch and call ``backward()``), moves back to x
+    and lets ``optimizer`` step with the gradient taken at ``x + e``.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The optimizer that takes the step (its parameters are perturbed).
+    rho : float
+        Perturbation radius, >= 0 (0: the optimizer's plain step, no second gradient).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, rho: float) -> None:
+        rho = _finite("rho", rho)
+        if rho < 0:
+            raise ValueError(f"rho (SAM radius) must be >= 0, got {rho!r}")
+        self.optimizer = optimizer
+        self.rho = rho
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Callable[[], Any]) -> Any:
+        """One SAM step (see the class docstring); returns ``closure()``'s value."""
+        if self.rho == 0:
+            self.optimizer.step()
+            return None
+        params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+        with torch.no_grad():
+            grads = [p.grad.detach() for p in params]
+            scale = self.rho / (_global_norm(grads) + 1e-12)
+            eps = [g * scale for g in grads]
+            for p, e in zip(params, eps):
+                p.add_(e)
+        with torch.enable_grad():
+            loss = closure()
+        with torch.no_grad():
+            for p, e in zip(params, eps):
+                p.sub_(e)
+        self.optimizer.step()
+        return loss
+
+
+# ---------------------------------------------------------------------------------- loops
 def batch_indices(
     n: int, batch_size: int, generator: torch.Generator, *, epochs: int | None = None, steps: int | None = None
 ) -> Iterator[torch.Tensor]:
@@ -57,6 +345,103 @@ def batch_indices(
             done += 1
 
 
+def tensor_batches(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_size: int,
+    generator: torch.Generator,
+    epochs: int | None = None,
+    steps: int | None = None,
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Seeded ``(x, y)`` minibatches of in-memory tensors (order and augmentation from ``generator``)."""
+    for idx in batch_indices(x.shape[0], batch_size, generator, epochs=epochs, steps=steps):
+        idx = idx.to(x.device)
+        xb, yb = x[idx], y[idx]
+        if augment is not None:
+            xb = augment(xb, generator)
+        yield xb, yb
+
+
+def loader_batches(
+    loader: Iterable[Any], *, epochs: int | None = None, steps: int | None = None, device: Any = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(x, y)`` batches from any re-iterable of pairs (a ``DataLoader``): ``epochs`` passes or
+    exactly ``steps`` batches (starting new passes as needed). The loader's own sampler decides
+    the order."""
+    if (epochs is None) == (steps is None):
+        raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
+    done, passes = 0, 0
+    while epochs is None or passes < epochs:
+        passes += 1
+        empty = True
+        for batch in loader:
+            if steps is not None and done >= steps:
+                return
+            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+                raise ValueError(f"training batches must be (x, y) pairs, got {type(batch).__name__}")
+            xb, yb = batch
+            if device is not None:
+                xb, yb = xb.to(device), yb.to(device)
+            empty = False
+            yield xb, yb
+            done += 1
+        if empty:
+            raise ValueError("the training data loader yielded no batches")
+        if steps is not None and done >= steps:
+            return
+
+
+def run_local(
+    model: torch.nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    lr: float,
+    lam: float = 0.0,
+    momentum: float = 0.0,
+    rho: float = 0.0,
+    weight_decay: float = 0.0,
+    clip_norm: float | None = None,
+    clip_scope: str = "data",
+    loss_fn: LossFn | None = None,
+) -> dict[str, float]:
+    """Run the local rule in place on ``model`` over ``batches``; its current weights are the
+    start point and the proximal anchor. Built from :class:`MoreauEnvelope`, :class:`LocalSGD` and
+    :class:`SAM`. Returns ``{"train_loss": mean minibatch loss (at x, before the step),
+    "steps": number of steps}``."""
+    loss_fn = loss_fn or _ce
+    lam = _finite("lam", lam)
+    if lam < 0:
+        raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
+    params = _trainable(model)
+    moreau = MoreauEnvelope(params, lam) if lam > 0 else None
+    opt = LocalSGD(params, lr, momentum=momentum, weight_decay=weight_decay, clip_norm=clip_norm,
+                   clip_scope=clip_scope, moreau=moreau)
+    sam = SAM(opt, rho)
+    model.train()
+    total, count = 0.0, 0
+    for xb, yb in batches:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, xb, yb)
+        loss.backward()
+        total += float(loss.detach())
+        if sam.rho > 0:
+
+            def closure(xb=xb, yb=yb):
+                opt.zero_grad(set_to_none=True)
+                again = loss_fn(model, xb, yb)
+                again.backward()
+                return again
+
+            sam.step(closure)
+        else:
+            opt.step()
+        count += 1
+    opt.zero_grad(set_to_none=True)
+    return {"train_loss": total / max(count, 1), "steps": float(count)}
+
+
 def local_update(
     model: torch.nn.Module,
     x: torch.Tensor,
@@ -72,65 +457,25 @@ def local_update(
     rho: float = 0.0,
     weight_decay: float = 0.0,
     clip_norm: float | None = None,
+    clip_scope: str = "data",
     loss_fn: LossFn | None = None,
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """Run the local rule in place on ``model`` (its current weights are x_0 / the anchor).
-
-    Returns ``{"train_loss": mean minibatch loss, "steps": number of steps}``.
-    """
+    """:func:`run_local` on in-memory tensors ``x``, ``y`` with seeded minibatches (``epochs``
+    passes or ``steps`` batches of ``batch_size``; order and ``augment(xb, generator)`` from
+    ``generator``). The arguments are checked before any step."""
+    lr = _finite("lr", lr)
+    lam = _finite("lam", lam)
     if lr <= 0:
         raise ValueError(f"lr must be > 0, got {lr!r}")
     if lam < 0 or lr * lam >= 1:
         raise ValueError(f"need lam >= 0 and lr*lam < 1, got lam={lam!r}, lr={lr!r}")
-    if not 0 <= momentum < 1:
+    if not 0 <= _finite("momentum", momentum) < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    if rho < 0:
+    if _finite("rho", rho) < 0:
         raise ValueError(f"rho must be >= 0, got {rho!r}")
-    if clip_norm is not None and clip_norm <= 0:
+    if clip_norm is not None and not _finite("clip_norm", clip_norm) > 0:
         raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
-    loss_fn = loss_fn or _ce
-    params = [p for p in model.parameters() if p.requires_grad]
-    anchor = [p.detach().clone() for p in params] if lam > 0 else None
-    bufs = [torch.zeros_like(p) for p in params] if momentum > 0 else None
-    model.train()
-    total, count = 0.0, 0
-    for idx in batch_indices(x.shape[0], batch_size, generator, epochs=epochs, steps=steps):
-        idx = idx.to(x.device)
-        xb, yb = x[idx], y[idx]
-        if augment is not None:
-            xb = augment(xb, generator)
-        loss0 = loss_fn(model, xb, yb)
-        grads = torch.autograd.grad(loss0, params)
-        total += float(loss0.detach())
-        if rho > 0:
-            with torch.no_grad():
-                gnorm = torch.sqrt(sum((g * g).sum() for g in grads))
-                scale = rho / (gnorm + 1e-12)
-                eps = [g * scale for g in grads]
-                for p, e in zip(params, eps):
-                    p.add_(e)
-            loss = loss_fn(model, xb, yb)
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():
-                for p, e in zip(params, eps):
-                    p.sub_(e)
-        with torch.no_grad():
-            grads = [g.detach() for g in grads]
-            if clip_norm is not None:
-                gnorm = torch.sqrt(sum((g * g).sum() for g in grads))
-                if gnorm > clip_norm:
-                    grads = [g * (clip_norm / (gnorm + 1e-6)) for g in grads]
-            for j, (p, g) in enumerate(zip(params, grads)):
-                d = g
-                if weight_decay:
-                    d = d + weight_decay * p
-                if anchor is not None:
-                    d = d + lam * (p - anchor[j])
-                if bufs is not None:
-                    bufs[j].mul_(momentum).sub_(lr * d)
-                    p.add_(bufs[j])
-                else:
-                    p.sub_(lr * d)
-        count += 1
-    return {"train_loss": total / max(count, 1), "steps": float(count)}
+    batches = tensor_batches(x, y, batch_size=batch_size, generator=generator, epochs=epochs, steps=steps, augment=augment)
+    return run_local(model, batches, lr=lr, lam=lam, momentum=momentum, rho=rho, weight_decay=weight_decay,
+                     clip_norm=clip_norm, clip_scope=clip_scope, loss_fn=loss_fn)

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from ..decentralized.mixing import mix
+from ..decentralized.mixing import mix, mix_row
 from .extrapolation import extrapolate
 from .params import validate_dfedcata
 
@@ -61,10 +61,9 @@ def simulate(
             Y0 = np.empty_like(L)
             YK = np.empty_like(L)
             for i in range(m):
-                row = W.getrow(i)
-                z = np.asarray(row @ L).ravel().astype(L.dtype)
+                z = mix_row(W, L, i)  # row i of W @ L in L's dtype (same arithmetic as mix)
                 a = prev[i] if anchor == "prev_mixed" else L[i]
-                Y0[i] = z + beta * (z - a) if beta else z
+                extrapolate(z, a, beta, out=Y0[i])
                 if anchor == "prev_mixed":
                     prev[i] = z
                 YK[i] = local_fn(i, t, Y0[i].copy())

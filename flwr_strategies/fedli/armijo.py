@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ArmijoConfig", "ArmijoStepResult", "armijo_step", "reset_step_size"]
+__all__ = ["ArmijoConfig", "ArmijoStepResult", "GROWTH_RULES", "armijo_step", "reset_step_size"]
+
+#: ``"paper"``: grow by ``delta ** (b / n_i)`` from step 2 (step 1 starts at ``eta_max``);
+#: ``"sls"``: grow by ``delta ** (1 / sls_batches_per_epoch)`` at every step, step 1 included (the
+#: ``sls`` package and the official code).
+GROWTH_RULES = ("paper", "sls")
 
 
 def _check_open_unit(name: str, value: float) -> None:
@@ -58,6 +63,16 @@ class ArmijoConfig:
         The parameters are left unchanged when ``||g|| < grad_tol``. Must be finite and >= 0.
     cap_at_eta_max : bool (default: True)
         Clamp the step size after a reset to ``eta_max`` (the theory's assumption). ``False`` reproduces ``sls``.
+    growth_rule : str (default: "paper")
+        How reset option 2 grows the step size between local steps. ``"paper"`` (paper Alg. 4,
+        spec §3.1): ``eta * delta ** (b / n_i)`` from step 2 on, step 1 exactly ``eta_max``.
+        ``"sls"`` (the ``sls`` package that the official code runs): ``eta * delta ** (1 /
+        sls_batches_per_epoch)`` at every step, step 1 included (step 1 starts at
+        ``eta_max * delta ** (1 / sls_batches_per_epoch)``). Combine with ``cap_at_eta_max=False``
+        to reproduce the code exactly (:meth:`code`).
+    sls_batches_per_epoch : int (default: 500)
+        The ``n_batches_per_epoch`` of ``growth_rule="sls"``: ``sls``'s default 500, which the official
+        FedSLS code keeps (the FedLi v1 FedML trainer passes 32). Must be >= 1.
     """
 
     eta_max: float = 1.0
@@ -69,6 +84,8 @@ class ArmijoConfig:
     fallback_step: float = 1e-6
     grad_tol: float = 1e-8
     cap_at_eta_max: bool = True
+    growth_rule: str = "paper"
+    sls_batches_per_epoch: int = 500
 
     def __post_init__(self) -> None:
         if not (isinstance(self.eta_max, (int, float)) and math.isfinite(self.eta_max) and self.eta_max > 0):
@@ -85,6 +102,21 @@ class ArmijoConfig:
             raise ValueError(f"`fallback_step` must be finite and >= 0, got {self.fallback_step!r}")
         if not (math.isfinite(self.grad_tol) and self.grad_tol >= 0):
             raise ValueError(f"`grad_tol` must be finite and >= 0, got {self.grad_tol!r}")
+        if self.growth_rule not in GROWTH_RULES:
+            raise ValueError(f"`growth_rule` must be one of {GROWTH_RULES}, got {self.growth_rule!r}")
+        if isinstance(self.sls_batches_per_epoch, bool) or not isinstance(self.sls_batches_per_epoch, int) \
+                or self.sls_batches_per_epoch < 1:
+            raise ValueError(f"`sls_batches_per_epoch` must be an integer >= 1, got {self.sls_batches_per_epoch!r}")
+
+    @classmethod
+    def code(cls, **overrides) -> ArmijoConfig:
+        """The official code's line search: ``sls.Sls`` defaults (init step 1, c 0.1, beta 0.9, gamma 2,
+        growth every step by ``2 ** (1/500)`` from step 1, no cap), as the FedSLS code instantiates it."""
+        values = dict(eta_max=1.0, armijo_c=0.1, backtrack_factor=0.9, growth_factor=2.0, reset_option=2,
+                      max_backtracks=100, fallback_step=1e-6, grad_tol=1e-8, cap_at_eta_max=False,
+                      growth_rule="sls", sls_batches_per_epoch=500)
+        values.update(overrides)
+        return cls(**values)
 
     @classmethod
     def from_mapping(cls, values: dict) -> ArmijoConfig:
@@ -92,22 +124,38 @@ class ArmijoConfig:
         kwargs = {}
         for name, default in cls().__dict__.items():
             if name in values:
-                kwargs[name] = type(default)(values[name])
+                value = values[name]
+                if isinstance(default, bool) and isinstance(value, str):
+                    low = value.strip().lower()
+                    if low not in ("true", "false", "1", "0"):
+                        raise ValueError(f"`{name}` must be a boolean, got {value!r}")
+                    value = low in ("true", "1")
+                kwargs[name] = type(default)(value)
         return cls(**kwargs)
 
 
 def reset_step_size(eta: float, k: int, config: ArmijoConfig, batch_fraction: float) -> float:
     """Paper Alg. 4: the step size the first trial of local step ``k`` (1-based, per round) starts from.
 
-    ``batch_fraction`` is ``b / n_i`` (minibatch size over local training-set size), used by option 2.
+    ``batch_fraction`` is ``b / n_i`` (minibatch size over local training-set size), used by option 2
+    with ``growth_rule="paper"``. With ``growth_rule="sls"`` the growth exponent is
+    ``1 / sls_batches_per_epoch`` and applies at every step: step 1 grows from ``eta_max``.
     """
     if k < 1:
         raise ValueError(f"local step counter `k` starts at 1, got {k}")
-    if k == 1 or config.reset_option == 1:
+    if config.reset_option == 1:
         return float(config.eta_max)
-    if config.reset_option == 0:
-        return float(eta)
-    e = float(eta) * float(config.growth_factor) ** float(batch_fraction)
+    if config.growth_rule == "sls":
+        base = float(config.eta_max) if k == 1 else float(eta)
+        if config.reset_option == 0:
+            return base
+        e = base * float(config.growth_factor) ** (1.0 / float(config.sls_batches_per_epoch))
+    else:
+        if k == 1:
+            return float(config.eta_max)
+        if config.reset_option == 0:
+            return float(eta)
+        e = float(eta) * float(config.growth_factor) ** float(batch_fraction)
     return min(e, float(config.eta_max)) if config.cap_at_eta_max else e
 
 

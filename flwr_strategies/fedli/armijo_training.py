@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from .armijo import ArmijoConfig, armijo_step
+from .armijo import ArmijoConfig
+from .armijo_optim import ArmijoSGD
 
 __all__ = ["armijo_local_train", "make_closure"]
 
@@ -47,7 +48,8 @@ def armijo_local_train(
     loss_fn: LossFn = F.cross_entropy,
     on_step: Callable[[int, object], None] | None = None,
 ) -> dict[str, float | int]:
-    """Run Armijo-SGD over ``batches`` (``(inputs, labels)`` minibatches), updating ``model`` in place.
+    """Run Armijo-SGD (:class:`~flwr_strategies.fedli.armijo_optim.ArmijoSGD`) over ``batches``
+    (``(inputs, labels)`` minibatches), updating ``model`` in place.
 
     ``batch_fraction`` is ``b / n_i`` (batch size over local training-set size) for reset option 2.
     The step size restarts at ``config.eta_max`` at the first step (no state across rounds).
@@ -60,30 +62,12 @@ def armijo_local_train(
     """
     if not batch_fraction > 0:
         raise ValueError(f"`batch_fraction` (b / n_i) must be > 0, got {batch_fraction!r}")
-    params = [p for p in model.parameters() if p.requires_grad]
+    opt = ArmijoSGD(model.parameters(), config, batch_fraction=batch_fraction, generator=generator)
     model.train()
-    eta = float(config.eta_max)
-    losses: list[float] = []
-    backtracks = 0
-    fallbacks = 0
-    k = 0
     for xb, yb in batches:
-        k += 1
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        closure = make_closure(model, xb, yb, seed, loss_fn)
-        res = armijo_step(params, closure, eta, k, config, batch_fraction)
-        eta = res.step_size
-        losses.append(res.loss)
-        backtracks += res.backtracks
-        fallbacks += int(res.fallback)
+        opt.step(lambda: loss_fn(model(xb), yb))  # noqa: B023 (called at once)
         if on_step is not None:
-            on_step(k, res)
-    for p in params:
+            on_step(opt.steps, opt.last_result)
+    for p in model.parameters():
         p.grad = None
-    return {
-        "step_size": float(eta),
-        "train_loss": float(sum(losses) / len(losses)) if losses else 0.0,
-        "n_backtracks": int(backtracks),
-        "n_fallback": int(fallbacks),
-        "steps": int(k),
-    }
+    return opt.summary()

@@ -21,7 +21,7 @@ import numpy as np
 
 from .aggregation import check_finite_arrays, is_float_array
 
-__all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma"]
+__all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma", "dfw_step"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,10 @@ class DFWConfig:
     dfw_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        for name in ("server_eta", "server_weight_decay", "server_momentum", "dfw_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"`{name}` must be a number, got {value!r}")
         if not (math.isfinite(self.server_eta) and self.server_eta > 0):
             raise ValueError(f"`server_eta` must be finite and > 0, got {self.server_eta!r}")
         if not (math.isfinite(self.server_weight_decay) and self.server_weight_decay >= 0):
@@ -58,7 +62,8 @@ class DFWConfig:
 
     @classmethod
     def preset(cls, name: str) -> DFWConfig:
-        """``"paper"`` (default constants, spec §10 A11) or ``"authors_code"`` (eta 0.01, lambda 1e-5, mu 0.9)."""
+        """``"paper"`` (default constants, spec §10 A11) or ``"authors_code"`` / ``"code"`` (the authors'
+        FedML code: eta 0.01, lambda 1e-5, mu 0.9)."""
         if name not in DFW_PRESETS:
             raise ValueError(f"unknown DFW preset {name!r}; choose one of {sorted(DFW_PRESETS)}")
         return DFW_PRESETS[name]
@@ -68,21 +73,107 @@ DFW_PRESETS: dict[str, DFWConfig] = {
     "paper": DFWConfig(server_eta=1.0, server_weight_decay=1e-3, server_momentum=0.0, dfw_eps=1e-5),
     "authors_code": DFWConfig(server_eta=0.01, server_weight_decay=1e-5, server_momentum=0.9, dfw_eps=1e-5),
 }
+DFW_PRESETS["code"] = DFW_PRESETS["authors_code"]
 
 
 def dfw_gamma(f: float, delta: np.ndarray, r: np.ndarray, eta: float, eps: float) -> float:
     """``clip((f - eta <delta, r>) / (eta ||delta||^2 + eps), 0, 1)`` for flat float64 vectors."""
+    return _gamma(f, float(np.dot(delta, delta)), float(np.dot(delta, r)), eta, eps)
+
+
+def _gamma(f: float, dd: float, dr: float, eta: float, eps: float) -> float:
+    # the clipped DFW ratio from ||Delta||^2 = dd and <Delta, r> = dr
     if not math.isfinite(f):
         raise FloatingPointError(f"FedLi-LU: non-finite pseudo-objective f_t^g = {f!r}")
-    num = float(f) - eta * float(np.dot(delta, r))
-    den = eta * float(np.dot(delta, delta)) + eps
+    num = float(f) - eta * dr
+    den = eta * dd + eps
     if not (math.isfinite(num) and math.isfinite(den)):
         raise FloatingPointError(f"FedLi-LU: non-finite DFW ratio ({num!r} / {den!r})")
     return float(min(1.0, max(0.0, num / den)))
 
 
+def dfw_step(
+    global_arrays: Sequence[np.ndarray],
+    average: Sequence[np.ndarray],
+    f: float,
+    config: DFWConfig,
+    momentum_buffer: np.ndarray | None = None,
+    float_mask: Sequence[bool] | None = None,
+) -> tuple[list[np.ndarray], np.ndarray | None, dict[str, float]]:
+    """One DFW step as a pure function: ``(new arrays, new momentum buffer, info)``; nothing is modified.
+
+    ``global_arrays`` is ``w_t``; ``average`` is the weighted average of the client models (so
+    ``Delta_t = w_t - average``); ``f`` is ``f_t^g``; ``momentum_buffer`` is ``z`` (flat float64 over
+    the updated arrays; None = zeros). Arrays with ``float_mask[j] == False`` (and all non-float
+    arrays) take the plain average. The new arrays keep their input dtypes; the buffer is None when
+    ``mu == 0``.
+
+    ``info``: ``gamma`` (clipped to [0, 1]), ``gamma_raw`` (the ratio before clipping), ``polyak_ratio``
+    ``f / (eta ||Delta||^2 + eps)`` (the ratio without the regulariser; values far above 1 mean gamma
+    is clipped at 1 and the step is FedAvg's, see :class:`~flwr_strategies.fedli.server.FedLiLUServer`),
+    ``effective_scale`` (``eta * gamma``), ``delta_norm`` and ``f_g``.
+
+    ``Delta_t = 0`` is safe: the denominator is ``eps`` and the update reduces to ``w - eta*r`` (plus
+    momentum). Non-finite inputs raise ``FloatingPointError``; the model is never set to NaN.
+    """
+    cfg = config
+    if len(global_arrays) != len(average):
+        raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
+    check_finite_arrays(global_arrays, "global model")
+    check_finite_arrays(average, "aggregated client models")
+    idx = [j for j, w in enumerate(global_arrays)
+           if is_float_array(w) and (float_mask is None or bool(float_mask[j]))]
+    if not idx:
+        raise ValueError("FedLi-LU: the model has no floating-point arrays to update")
+    lam, eta, mu = cfg.server_weight_decay, cfg.server_eta, cfg.server_momentum
+
+    def parts(j: int) -> tuple[np.ndarray, np.ndarray]:
+        w = np.asarray(global_arrays[j], dtype=np.float64).ravel()
+        return w, w - np.asarray(average[j], dtype=np.float64).ravel()
+
+    # pass 1: the scalars (one array at a time: no model-sized float64 temporaries)
+    dd = dw = 0.0
+    for j in idx:
+        w, d = parts(j)
+        dd += float(np.dot(d, d))
+        dw += float(np.dot(d, w))
+    dr = lam * dw  # <Delta, r> with r = lambda * w
+    gamma = _gamma(f, dd, dr, eta, cfg.dfw_eps)
+    den = eta * dd + cfg.dfw_eps
+    # pass 2: the update, array by array
+    chosen = set(idx)
+    out = [a if j in chosen else np.array(a, copy=True) for j, a in enumerate(average)]
+    z_new = np.empty(sum(np.asarray(global_arrays[j]).size for j in idx)) if mu > 0 else None
+    z_old = momentum_buffer if momentum_buffer is not None and z_new is not None and momentum_buffer.shape == z_new.shape else None
+    offset = 0
+    for j in idx:
+        ref = np.asarray(global_arrays[j])
+        w, d = parts(j)
+        new = w - eta * (lam * w + gamma * d)
+        if z_new is not None:
+            z = -eta * gamma * (d + lam * w)
+            if z_old is not None:
+                z += mu * z_old[offset: offset + w.size]
+            z_new[offset: offset + w.size] = z
+            new += mu * z
+        if not np.all(np.isfinite(new)):
+            raise FloatingPointError("FedLi-LU: DFW update produced non-finite weights")
+        out[j] = new.reshape(ref.shape).astype(ref.dtype)
+        offset += w.size
+    info = {
+        "gamma": gamma,
+        "gamma_raw": (float(f) - eta * dr) / den,
+        "polyak_ratio": float(f) / den,
+        "effective_scale": eta * gamma,
+        "delta_norm": float(np.sqrt(dd)),
+        "f_g": float(f),
+    }
+    return out, z_new, info
+
+
 class DFWServerStep:
-    """Stateful DFW server update (keeps the momentum buffer ``z`` across rounds when ``mu > 0``)."""
+    """Stateful DFW server update (keeps the momentum buffer ``z`` across rounds when ``mu > 0``);
+    a thin wrapper over :func:`dfw_step`."""
 
     def __init__(self, config: DFWConfig | None = None) -> None:
         self.config = config if config is not None else DFWConfig()
@@ -95,54 +186,8 @@ class DFWServerStep:
         f: float,
         float_mask: Sequence[bool] | None = None,
     ) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Apply one DFW step.
-
-        ``global_arrays`` is ``w_t``; ``average`` is the weighted average of the client models (so
-        ``Delta_t = w_t - average``); ``f`` is ``f_t^g``. Arrays with ``float_mask[j] == False`` (and
-        all non-float arrays) take the plain average. Returns the new arrays (each in its input dtype)
-        and ``{"gamma", "effective_scale", "delta_norm", "f_g"}``.
-
-        ``Delta_t = 0`` is safe: the denominator is ``eps`` and the update reduces to ``w - eta*r``
-        (plus momentum). Non-finite inputs raise ``FloatingPointError``; the model is never set to NaN.
-        """
-        cfg = self.config
-        if len(global_arrays) != len(average):
-            raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
-        check_finite_arrays(global_arrays, "global model")
-        check_finite_arrays(average, "aggregated client models")
-        mask = [
-            is_float_array(w) and (True if float_mask is None else bool(float_mask[j]))
-            for j, w in enumerate(global_arrays)
-        ]
-        idx = [j for j, m in enumerate(mask) if m]
-        if not idx:
-            raise ValueError("FedLi-LU: the model has no floating-point arrays to update")
-        w = np.concatenate([np.asarray(global_arrays[j], dtype=np.float64).ravel() for j in idx])
-        avg = np.concatenate([np.asarray(average[j], dtype=np.float64).ravel() for j in idx])
-        delta = w - avg
-        r = cfg.server_weight_decay * w
-        eta = cfg.server_eta
-        gamma = dfw_gamma(f, delta, r, eta, cfg.dfw_eps)
-        new = w - eta * (r + gamma * delta)
-        if cfg.server_momentum > 0:
-            if self.momentum_buffer is None or self.momentum_buffer.shape != w.shape:
-                self.momentum_buffer = np.zeros_like(w)
-            z = cfg.server_momentum * self.momentum_buffer - eta * gamma * (delta + r)
+        """Apply one DFW step (see :func:`dfw_step`); the buffer changes only when the step succeeds."""
+        out, z, info = dfw_step(global_arrays, average, f, self.config, self.momentum_buffer, float_mask)
+        if z is not None:
             self.momentum_buffer = z
-            new = new + cfg.server_momentum * z
-        if not np.all(np.isfinite(new)):
-            raise FloatingPointError("FedLi-LU: DFW update produced non-finite weights")
-        out = [np.array(a, copy=True) for a in average]
-        offset = 0
-        for j in idx:
-            ref = np.asarray(global_arrays[j])
-            size = ref.size
-            out[j] = new[offset : offset + size].reshape(ref.shape).astype(ref.dtype)
-            offset += size
-        info = {
-            "gamma": gamma,
-            "effective_scale": eta * gamma,
-            "delta_norm": float(np.linalg.norm(delta)),
-            "f_g": float(f),
-        }
         return out, info

@@ -289,6 +289,6 @@ def plan_model(
             f"target_ratio={target:.6g} is unreachable for this model with decomp={decomp!r}, "
             f"pattern={pattern!r}: the smallest reachable ratio is {floor.ratio:.5f} "
             f"(dense layers alone: {floor.p_other / floor.p_dense:.5f}; every compressed layer at rank 1 / one block). "
-            "Choose target_ratio >= that value, or pass strict=False to accept the floor."
+            "Choose target_ratio >= that value, or plan with strict=False to accept the floor."
         )
     return plan

@@ -59,10 +59,12 @@ class DecomposedModel:
         self.init_scale = float(init_scale if init_scale is not None else default_init_scale(plan.decomp))
         self.plain_keys = list(model.state_dict().keys())
         self._names = [lp.name for lp in plan.layers]
+        self._orders: dict[str, list[str]] = {}
         for idx, lp in enumerate(plan.layers):
             module = model.get_submodule(lp.name)
             if parametrize.is_parametrized(module, "weight"):
                 raise ValueError(f"layer {lp.name!r} is already parametrized")
+            self._orders[lp.name] = list(module._parameters)
             if tuple(module.weight.shape) != lp.shape:
                 raise ValueError(f"layer {lp.name!r} has weight shape {tuple(module.weight.shape)}, plan says {lp.shape}")
             deco = UpdateDecomposition(lp, idx, self.init_scale, init_dist, random_right)
@@ -113,6 +115,20 @@ class DecomposedModel:
         weights are unchanged."""
         self.merge()
         self.reset(seed)
+
+    @torch.no_grad()
+    def unwrap(self) -> nn.Module:
+        """Remove the parametrisations, leaving each layer's plain ``weight = W_base + dW`` (trainable
+        again, in its original parameter order, so ``state_dict()`` keys and order are the plain
+        model's). Returns the model; this object must not be used afterwards."""
+        for name in self._names:
+            module = self.model.get_submodule(name)
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+            module.weight.requires_grad_(True)
+            order = self._orders[name] + [k for k in module._parameters if k not in self._orders[name]]
+            module._parameters = OrderedDict((k, module._parameters[k]) for k in order)
+        self._names = []
+        return self.model
 
     # ------------------------------------------------------------------ views
     @torch.no_grad()

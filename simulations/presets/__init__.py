@@ -1,9 +1,10 @@
 """Experiment presets: named comparisons that reproduce a paper's setting at reduced scale.
 
 A :class:`Preset` is a base configuration plus a list of :class:`RunEntry` (label, method,
-overrides). The default runner (:func:`run_preset`) runs every entry on the same partition and
-seed and writes ``summary.md`` and ``accuracy.png``; a preset can instead give a ``custom``
-callable for sweeps and extra tables.
+overrides). The default runner (:func:`~flwr_strategies.simulations.compare.run_preset`) checks
+every entry's settings, then runs every entry on the same partition and seed and writes
+``summary.md`` and ``accuracy.png``; an entry that fails is reported and the others still run. A
+preset can instead give a ``custom`` callable for sweeps and extra tables.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class Preset:
     summary : str
         One line shown by ``python -m simulations list``.
     base : dict
-        ``ExperimentConfig`` settings shared by all entries.
+        ``ExperimentConfig`` settings shared by all entries. Settings left out take each method's
+        paper defaults; settings given here are labelled ``"preset"`` in ``results.json``'s
+        provenance (a custom runner gets the same with
+        :func:`~flwr_strategies.simulations.compare.entry_config`).
     entries : list[RunEntry]
         The runs to compare.
     target_accuracy : float | None

@@ -1,0 +1,159 @@
+"""The peer graph and gossip settings of every decentralized method (frozen, validated).
+
+:class:`GraphConfig` is what DFedCata, DFedAvg(M), DFedSAM and D-PSGD share: which graph the peers
+form each round, how the mixing weights are set, what happens when a peer fails, and how often the
+peers' own models are scored. ``GraphConfig.topology(num_nodes, seed)`` builds the seeded
+:class:`~flwr_strategies.decentralized.topology.Topology`; every impossible setting (a graph that
+can never carry a link, a probability outside its range, an unknown name) raises ``ValueError``
+naming the setting and the value, before any training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .topology import TOPOLOGIES, Topology
+
+__all__ = ["GraphConfig", "WEIGHTS", "FAILURE_POLICIES", "canonical_topology"]
+
+#: mixing-weight rules accepted by :func:`~flwr_strategies.decentralized.mixing.mixing_matrix`
+WEIGHTS = ("auto", "uniform", "metropolis_hastings", "mh")
+#: how live peers mix when a neighbour failed (see :func:`~.mixing.restrict_to_alive`)
+FAILURE_POLICIES = ("renormalize", "self")
+
+_ALIASES = {"exp": "exponential", "er": "erdos_renyi", "ws": "watts_strogatz", "complete": "full",
+            "random10": "random", "random_10": "random", "torus": "grid"}
+
+
+def canonical_topology(name: str) -> str:
+    """The registered topology name for ``name`` (aliases such as ``"er"``, ``"ws"`` resolved)."""
+    if not isinstance(name, str):
+        raise ValueError(f"topology must be a name, got {name!r}")
+    key = name.replace("-", "_").lower()
+    key = _ALIASES.get(key, key)
+    if key not in TOPOLOGIES:
+        raise ValueError(f"topology {name!r} is unknown; choose one of {sorted(TOPOLOGIES)}")
+    return key
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Peer graph, mixing weights and failure handling of a decentralized run.
+
+    Parameters
+    ----------
+    topology : str (default: "random")
+        ``random`` (DFedCata paper: every round each peer picks ``neighbours - 1`` others, redrawn
+        each round), ``random_code`` (the same recipe drawn with the official code's legacy NumPy
+        seeding, so the graphs are the official code's), ``ring``, ``grid``, ``exponential``,
+        ``exponential_sym``, ``full``, ``erdos_renyi`` (``er``), ``watts_strogatz`` (``ws``).
+    neighbours : int (default: 10)
+        Peers picked per node and round by ``random``/``random_code``, self included (the paper's
+        "10% of 100 clients"), >= 2: with fewer no link can form.
+    topology_p : float (default: -1.0)
+        Edge probability of ``erdos_renyi`` (in (0, 1]; 0 would never link) or rewiring probability
+        of ``watts_strogatz`` (in [0, 1]). Negative means the generator's default (0.1 and 0.02,
+        the paper's values).
+    ws_k : int (default: 8)
+        Nearest neighbours of the ``watts_strogatz`` lattice: even, 0 < k < number of peers.
+    weights : str (default: "auto")
+        ``auto`` (uniform on regular graphs, Metropolis-Hastings otherwise), ``uniform`` (the
+        official code's ``1/(deg+1)``; row-stochastic on irregular graphs) or
+        ``metropolis_hastings`` (``mh``).
+    allow_row_stochastic : bool (default: False)
+        Accept mixing matrices that are only row-stochastic (uniform weights on irregular graphs).
+    allow_disconnected : bool | None (default: None)
+        Accept a round whose graph is disconnected. None: yes for graphs redrawn every round (only
+        the union over rounds must connect; rounds report ``connected``), no for static graphs.
+    failure_policy : str (default: "renormalize")
+        How live peers mix when a neighbour failed: ``renormalize`` their rows or give the lost
+        weight to ``self`` (keeps a doubly stochastic matrix doubly stochastic).
+    client_eval_every : int (default: 1)
+        Score the peers' own models on the central test set every this many (algorithm) rounds,
+        >= 0 (0: never). Costs one test-set pass per peer.
+    client_eval_max : int (default: 0)
+        Score at most this many peers (lowest ids first), >= 0 (0: all).
+    """
+
+    topology: str = "random"
+    neighbours: int = 10
+    topology_p: float = -1.0
+    ws_k: int = 8
+    weights: str = "auto"
+    allow_row_stochastic: bool = False
+    allow_disconnected: bool | None = None
+    failure_policy: str = "renormalize"
+    client_eval_every: int = 1
+    client_eval_max: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topology", canonical_topology(self.topology))
+        if not _is_int(self.neighbours) or self.neighbours < 2:
+            raise ValueError(f"neighbours must be an integer >= 2 (each peer picks neighbours - 1 others; "
+                             f"fewer gives a graph with no links), got {self.neighbours!r}")
+        p = self.topology_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or math.isinf(p) or p > 1.0:
+            raise ValueError(f"topology_p must be a probability in [0, 1] (negative: generator default), got {p!r}")
+        if self.topology == "erdos_renyi" and p == 0.0:
+            raise ValueError("topology_p = 0 gives an Erdos-Renyi graph with no links: the peers would never "
+                             "communicate; use a probability in (0, 1]")
+        if not _is_int(self.ws_k) or self.ws_k < 2 or self.ws_k % 2:
+            raise ValueError(f"ws_k must be an even integer >= 2, got {self.ws_k!r}")
+        w = self.weights.lower().replace("-", "_") if isinstance(self.weights, str) else self.weights
+        if w not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {self.weights!r}")
+        object.__setattr__(self, "weights", "metropolis_hastings" if w == "mh" else w)
+        if not isinstance(self.allow_row_stochastic, bool):
+            raise ValueError(f"allow_row_stochastic must be a bool, got {self.allow_row_stochastic!r}")
+        if self.allow_disconnected is not None and not isinstance(self.allow_disconnected, bool):
+            raise ValueError(f"allow_disconnected must be None, True or False, got {self.allow_disconnected!r}")
+        if self.failure_policy not in FAILURE_POLICIES:
+            raise ValueError(f"failure_policy must be one of {FAILURE_POLICIES}, got {self.failure_policy!r}")
+        if not _is_int(self.client_eval_every) or self.client_eval_every < 0:
+            raise ValueError(f"client_eval_every must be an integer >= 0, got {self.client_eval_every!r}")
+        if not _is_int(self.client_eval_max) or self.client_eval_max < 0:
+            raise ValueError(f"client_eval_max must be an integer >= 0, got {self.client_eval_max!r}")
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "GraphConfig":
+        """From registry hyperparameters (``--set`` values; ``allow_disconnected`` may be
+        ``"auto"``/``"true"``/``"false"``). Keys that are not graph settings are ignored."""
+        kw = {k: params[k] for k in cls.__dataclass_fields__ if k in params}
+        ad = kw.get("allow_disconnected")
+        if isinstance(ad, str):
+            low = ad.strip().lower()
+            table = {"auto": None, "none": None, "true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+            if low not in table:
+                raise ValueError(f"allow_disconnected must be auto/true/false, got {ad!r}")
+            kw["allow_disconnected"] = table[low]
+        return cls(**kw)
+
+    def generator_params(self) -> dict[str, Any]:
+        """Keyword arguments of this config's topology generator."""
+        name = self.topology
+        kw: dict[str, Any] = {}
+        if name in ("random", "random_code"):
+            kw["neighbours"] = int(self.neighbours)
+        if name in ("erdos_renyi", "watts_strogatz") and self.topology_p >= 0:
+            kw["p"] = float(self.topology_p)
+        if name == "watts_strogatz":
+            kw["k"] = int(self.ws_k)
+        return kw
+
+    def build(self, num_nodes: int, seed: int = 0) -> Topology:
+        """The seeded :class:`Topology` on ``num_nodes`` peers (>= 2)."""
+        if not _is_int(num_nodes) or num_nodes < 2:
+            raise ValueError(f"a decentralized run needs at least 2 peers, got {num_nodes!r}")
+        if self.topology == "watts_strogatz" and not self.ws_k < num_nodes:
+            raise ValueError(f"ws_k = {self.ws_k} must be < the number of peers ({num_nodes})")
+        return Topology(self.topology, int(num_nodes), seed=int(seed), **self.generator_params())
+
+    def disconnected_ok(self, topology: Topology) -> bool:
+        """Whether a disconnected round is accepted for ``topology`` (see ``allow_disconnected``)."""
+        return topology.time_varying if self.allow_disconnected is None else bool(self.allow_disconnected)

@@ -1,0 +1,152 @@
+"""Hyperparameters of DFedCata and of its baselines' local rules (frozen, validated on construction).
+
+Paper: Q. Li, M. Zhang, Y. Liu, Q. Yin, L. Shen, X. Cao, "Boosting the Performance of Decentralized
+Federated Learning via Catalyst Acceleration", arXiv:2410.07272 (spec ``000_dfedcata.md``).
+Every impossible value raises ``ValueError`` naming the setting and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .params import ANCHORS, validate_dfedcata
+
+__all__ = ["DFedCataConfig", "LocalRuleConfig", "CLIP_SCOPES", "CODE_OPTIONS"]
+
+#: ``"data"``: clip the data gradient g, then add weight decay and the prox term (ours, spec A4);
+#: ``"official"``: clip ``g - lam * anchor`` and add ``(lam + weight_decay) * x`` after the clip
+#: (the official code: SGD weight decay ``lam + wd`` plus a linear ``-lam <x, anchor>`` loss term).
+CLIP_SCOPES = ("data", "official")
+
+#: Method settings that reproduce the official code's configuration (zzylyxx/DFedCata,
+#: ``train_1.py`` defaults): its relaxed-initialisation rule and in-place client order, uniform
+#: neighbourhood weights on the same random graphs, its clip scope and its beta 0.9. Together with
+#: the training settings lr 0.1 x 0.998, 5 local epochs of batch 128, weight decay 5e-4, clip 10.
+CODE_OPTIONS = {
+    "beta": 0.9,
+    "lam": 0.05,
+    "extrapolation_anchor": "prev_local",
+    "sequential_inplace": True,
+    "topology": "random_code",
+    "weights": "uniform",
+    "allow_row_stochastic": True,
+    "clip_scope": "official",
+}
+
+
+def _number(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class DFedCataConfig:
+    """DFedCata's server-side hyperparameters (Algorithm 1).
+
+    Parameters
+    ----------
+    beta : float (default: 0.99)
+        Nesterov (Catalyst) extrapolation coefficient between rounds, in [0, 1) (paper: 0.99; the
+        official code's default is 0.9; 0 disables the extrapolation).
+    lam : float (default: 0.05)
+        Moreau-envelope penalty lambda of the local objective ``f_i(x) + lam/2 ||x - x_{i,0}||^2``,
+        >= 0 and ``lr * lam < 1`` (paper's ablation optimum and the official default; 0 disables
+        the proximal term). Sent to every peer as ``config["lam"]``.
+    extrapolation_anchor : str (default: "prev_mixed")
+        ``"prev_mixed"``: the paper's ``x_i^t + beta (x_i^t - x_i^{t-1})`` on consecutive mixed
+        models; ``"prev_local"``: the official code's ``x_i^t + beta (x_i^t - x_{i,K}^{t-1})``
+        (the peer's own previous local model; spec A1).
+    sequential_inplace : bool (default: False)
+        The official code's client order (spec A6): peers train one after another in index order
+        and each overwrites its row at once, so later peers mix this round's models of earlier
+        neighbours. Runs one Flower round per peer (``m x T`` Flower rounds for T algorithm rounds).
+        Order-dependent by design; for reproduction only.
+    lr : float | None (default: None)
+        The largest local learning rate of the run (round 1), to check ``lr * lam < 1`` up front;
+        every round's ``lr`` is checked again when the round is configured.
+    """
+
+    beta: float = 0.99
+    lam: float = 0.05
+    extrapolation_anchor: str = "prev_mixed"
+    sequential_inplace: bool = False
+    lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sequential_inplace, bool):
+            raise ValueError(f"sequential_inplace must be a bool, got {self.sequential_inplace!r}")
+        if isinstance(self.beta, bool) or isinstance(self.lam, bool):
+            raise ValueError(f"beta and lam must be numbers, got beta={self.beta!r}, lam={self.lam!r}")
+        if self.lr is not None:
+            _number("lr", self.lr)
+        validate_dfedcata(self.beta, self.lam, self.lr, self.extrapolation_anchor)
+
+    def check_lr(self, lr: float, server_round: int) -> None:
+        """Raise ``ValueError`` unless ``lr * lam < 1`` for this round's learning rate."""
+        lr = _number("lr", lr)
+        if lr * self.lam >= 1.0:
+            raise ValueError(f"round {server_round}: lr * lam = {lr * self.lam:.4g} must be < 1 "
+                             f"(lr={lr!r}, lam={self.lam!r})")
+
+
+@dataclass(frozen=True)
+class LocalRuleConfig:
+    """The local rule a decentralized peer runs (DFedCata and every baseline share one client).
+
+    Parameters
+    ----------
+    lam : float (default: 0.0)
+        Moreau-envelope penalty used when the server sends none (DFedCata sends ``config["lam"]``),
+        >= 0.
+    local_momentum : float (default: 0.0)
+        Heavy-ball coefficient of DFedAvgM's local SGD, in [0, 1), reset every round (spec: 0.9,
+        the official code's client momentum). The experiment's ``momentum`` setting is used when
+        this is 0; setting both to different non-zero values is an error.
+    rho : float (default: 0.0)
+        SAM perturbation radius (DFedSAM, FedSAM: 0.1), >= 0.
+    steps_per_round : int (default: 0)
+        If > 0, exactly this many minibatch steps per round (D-PSGD: 1), replacing the
+        experiment's local epochs/steps; 0 uses them.
+    clip_scope : str (default: "data")
+        What the gradient-norm clip bounds: ``"data"`` (ours, spec A4) or ``"official"`` (see
+        :data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.
+    """
+
+    lam: float = 0.0
+    local_momentum: float = 0.0
+    rho: float = 0.0
+    steps_per_round: int = 0
+    clip_scope: str = "data"
+
+    def __post_init__(self) -> None:
+        lam = _number("lam", self.lam)
+        if lam < 0:
+            raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {self.lam!r}")
+        mom = _number("local_momentum", self.local_momentum)
+        if not 0.0 <= mom < 1.0:
+            raise ValueError(f"local_momentum must be in [0, 1), got {self.local_momentum!r}")
+        rho = _number("rho", self.rho)
+        if rho < 0:
+            raise ValueError(f"rho (SAM radius) must be >= 0, got {self.rho!r}")
+        if isinstance(self.steps_per_round, bool) or not isinstance(self.steps_per_round, int) or self.steps_per_round < 0:
+            raise ValueError(f"steps_per_round must be an integer >= 0, got {self.steps_per_round!r}")
+        if self.clip_scope not in CLIP_SCOPES:
+            raise ValueError(f"clip_scope must be one of {CLIP_SCOPES}, got {self.clip_scope!r}")
+
+    def momentum(self, train_momentum: float) -> float:
+        """The heavy-ball coefficient to use given the experiment's ``momentum`` setting."""
+        train_momentum = float(train_momentum or 0.0)
+        if self.local_momentum and train_momentum and self.local_momentum != train_momentum:
+            raise ValueError(f"local_momentum={self.local_momentum!r} and momentum={train_momentum!r} disagree; "
+                             "set one of them")
+        return float(self.local_momentum or train_momentum)
+
+    @classmethod
+    def from_params(cls, params: dict) -> "LocalRuleConfig":
+        """From registry hyperparameters (keys that are not local-rule settings are ignored)."""
+        return cls(**{k: params[k] for k in cls.__dataclass_fields__ if k in params})
+
+
+__all__ += ["ANCHORS"]

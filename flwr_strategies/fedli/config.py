@@ -1,0 +1,205 @@
+"""Hyperparameters of FedLi-LS, FedLi-LU, FedExP and SCAFFOLD (frozen, validated on construction).
+
+Every config defaults to its paper's setting (the FedLi paper and spec 001; FedExP and SCAFFOLD as
+the FedLi paper runs them) and has a :meth:`code` constructor giving the official code's setting:
+
+- FedLi-LS: ``sls``'s line search as the official FedSLS code instantiates it
+  (dcll-iiitd/FederatedLineSearch, ``Sls(net.parameters())``);
+- FedLi-LU: the authors' FedML DFW constants (zk23du/FedLi ``FEDDFW``);
+- FedExP and SCAFFOLD: the FedExP code (Divyansh03/FedExP, shared by FederatedLineSearch).
+
+The training settings that go with each (learning rate, steps, batch, clipping...) are the
+registered methods' ``train_defaults``; :data:`flwr_strategies.fedli.registration.CODE_TRAIN`
+holds the official code's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..baselines.config import _finite
+from .aggregation import WEIGHTINGS
+from .armijo import ArmijoConfig
+from .dfw import DFW_PRESETS, DFWConfig
+from .server_ls import validate_step_size_sync
+
+__all__ = ["FedLiLSConfig", "FedLiLUConfig", "FedExPConfig", "ScaffoldConfig", "LOSS_REPORTS", "EPS_SCALINGS",
+           "CONTROL_STATES"]
+
+LOSS_REPORTS = ("epoch_mean", "initial", "final")
+EPS_SCALINGS = ("none", "clients")
+CONTROL_STATES = ("client", "server")
+
+
+def _choice(name: str, value: object, options: tuple) -> None:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
+def _bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FedLiLSConfig:
+    """FedLi-LS (Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning",
+    Alg. 1 with Armijo-SGD clients and the GD server step).
+
+    Parameters
+    ----------
+    step_size_sync : str | float (default: "unit")
+        ``eta_g`` of ``w_{t+1} = w_t - eta_g Delta_t``: ``"unit"`` (1.0; the convergence theory, the
+        appendix and the code; the update is then FedAvg's weighted average), ``"max"`` (largest
+        reported client step size, the paper's non-convex heuristic) or a constant float > 0.
+    weighting : str (default: "num_examples")
+        ``p_i``: ``"num_examples"`` (``n_i / sum n_j``, code and prose) or ``"uniform"`` (Alg. 1).
+    armijo : ArmijoConfig (default: ``ArmijoConfig()``)
+        The clients' line-search constants (sent in every round's config); see
+        :class:`~flwr_strategies.fedli.armijo.ArmijoConfig`. Provenance: ``sls`` defaults (the paper
+        names the constants without values), capped at ``eta_max`` as the theory assumes.
+    """
+
+    step_size_sync: str | float = "unit"
+    weighting: str = "num_examples"
+    armijo: ArmijoConfig = field(default_factory=ArmijoConfig)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_size_sync", validate_step_size_sync(self.step_size_sync))
+        _choice("weighting", self.weighting, WEIGHTINGS)
+        if not isinstance(self.armijo, ArmijoConfig):
+            raise ValueError(f"armijo must be an ArmijoConfig, got {type(self.armijo).__name__}")
+
+    @classmethod
+    def code(cls) -> FedLiLSConfig:
+        """The official FedSLS code: unit server step, ``n_i`` weights, ``sls`` line search
+        (growth ``2 ** (1/500)`` per step from step 1, uncapped)."""
+        return cls(step_size_sync="unit", weighting="num_examples", armijo=ArmijoConfig.code())
+
+
+@dataclass(frozen=True)
+class FedLiLUConfig:
+    """FedLi-LU (same paper, Alg. 1 with SGD clients and Alg. 2, the Deep Frank-Wolfe server step).
+
+    Parameters
+    ----------
+    dfw : DFWConfig (default: ``DFWConfig()``: eta 1.0, lambda 1e-3, mu 0, eps 1e-5)
+        Server constants (paper-faithful values, spec §10 A11); ``DFWConfig.preset("code")`` gives
+        the authors' code (eta 0.01, lambda 1e-5, mu 0.9).
+    loss_report : str (default: "epoch_mean")
+        The loss the clients report for FunctionSync: mean minibatch loss of the local epoch (the
+        code, the logged train loss), ``"initial"`` (loss of ``w_t`` on the local data) or
+        ``"final"`` (loss of the local model), spec §10 A4.
+    weighting : str (default: "num_examples")
+        ``p_i`` for the model average and FunctionSync: ``"num_examples"`` or ``"uniform"``.
+    """
+
+    dfw: DFWConfig = field(default_factory=DFWConfig)
+    loss_report: str = "epoch_mean"
+    weighting: str = "num_examples"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dfw, DFWConfig):
+            raise ValueError(f"dfw must be a DFWConfig, got {type(self.dfw).__name__}")
+        _choice("loss_report", self.loss_report, LOSS_REPORTS)
+        _choice("weighting", self.weighting, WEIGHTINGS)
+
+    @classmethod
+    def code(cls) -> FedLiLUConfig:
+        """The authors' FedML code: DFW eta 0.01, lambda 1e-5, momentum 0.9 (kept across rounds)."""
+        return cls(dfw=DFW_PRESETS["code"], loss_report="epoch_mean", weighting="num_examples")
+
+
+@dataclass(frozen=True)
+class FedExPConfig:
+    """FedExP (Jhunjhunwala, Wang, Joshi, "FedExP: Speeding Up Federated Averaging via
+    Extrapolation", ICLR 2023): ``eta_g = max(1, 0.5 sum_i p_i ||Delta_i||^2 / (||Dbar||^2 + eps_t))``.
+
+    Parameters
+    ----------
+    eps : float (default: 1e-3)
+        Stabiliser ``eps`` (the FedLi paper's best of {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1}), >= 0.
+    eps_scaling : str (default: "none")
+        ``"none"``: the paper's ``||Dbar||^2 + eps``; ``"clients"``: the official code's
+        ``||Dbar||^2 + S * eps`` (S = number of replies aggregated this round).
+    eps_decay : float (default: 1.0)
+        ``eps_t = eps * eps_decay ** t`` in round t (1-based). The official code decays eps by
+        ``0.998 ** 2`` per round (with its client lr decayed by 0.998). In (0, 1].
+    weighting : str (default: "uniform")
+        ``p_i``: ``"uniform"`` (the paper, ``1/S``) or ``"num_examples"`` (the code, ``n_i / sum n_j``).
+    eval_last2_avg : bool (default: False)
+        Evaluate the average of the last two global models (the code's reported model, from round 2
+        on; the training continues from the last one). The FedLi paper does not mention it.
+    """
+
+    eps: float = 1e-3
+    eps_scaling: str = "none"
+    eps_decay: float = 1.0
+    weighting: str = "uniform"
+    eval_last2_avg: bool = False
+
+    def __post_init__(self) -> None:
+        _finite("eps", self.eps, 0.0)
+        _choice("eps_scaling", self.eps_scaling, EPS_SCALINGS)
+        _finite("eps_decay", self.eps_decay, 0.0, 1.0, low_open=True)
+        _choice("weighting", self.weighting, WEIGHTINGS)
+        _bool("eval_last2_avg", self.eval_last2_avg)
+
+    def eps_at(self, server_round: int, num_replies: int) -> float:
+        """``eps`` used in ``server_round`` with ``num_replies`` aggregated replies."""
+        value = float(self.eps) * float(self.eps_decay) ** int(server_round)
+        return value * num_replies if self.eps_scaling == "clients" else value
+
+    @classmethod
+    def code(cls, eps: float = 1e-3) -> FedExPConfig:
+        """The official FedExP code: ``S * eps`` decayed by ``0.998**2`` per round, ``n_i`` weights,
+        the average of the last two models evaluated."""
+        return cls(eps=eps, eps_scaling="clients", eps_decay=0.998**2, weighting="num_examples", eval_last2_avg=True)
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig:
+    """SCAFFOLD, option II (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
+    Federated Learning", ICML 2020), as the FedLi paper's baseline.
+
+    Parameters
+    ----------
+    server_lr : float (default: 1.0)
+        ``eta_g`` of ``w_{t+1} = w_t + eta_g mean_i(w_i - w_t)`` (the FedLi paper and the code use 1), > 0.
+    control_state : str (default: "client")
+        Where the client controls ``c_i`` live: ``"client"`` (each client's ``context.state``; the
+        server keeps no per-client table, so 10,000 clients cost the server nothing extra) or
+        ``"server"`` (a table keyed by partition id on the server, sent down with the model: one
+        extra model copy per client and message; for runtimes without persistent client state).
+    weighting : str (default: "uniform")
+        ``"uniform"``: the paper's means; ``"num_examples"``: the FedExP code's, models weighted by
+        ``n_i / sum_S n_j`` and ``c <- c + sum_i (n_i / total_examples) dc_i`` (needs ``total_examples``).
+    total_examples : int | None (default: None)
+        Training examples over all N clients (``"num_examples"`` weighting only), >= 1.
+    correction_in_clip : bool (default: False)
+        Clients clip ``g - c_i + c`` (the code: the correction is part of the loss) instead of ``g``
+        alone before adding the correction.
+    """
+
+    server_lr: float = 1.0
+    control_state: str = "client"
+    weighting: str = "uniform"
+    total_examples: int | None = None
+    correction_in_clip: bool = False
+
+    def __post_init__(self) -> None:
+        _finite("server_lr", self.server_lr, 0.0, low_open=True)
+        _choice("control_state", self.control_state, CONTROL_STATES)
+        _choice("weighting", self.weighting, WEIGHTINGS)
+        _bool("correction_in_clip", self.correction_in_clip)
+        if self.total_examples is not None and (isinstance(self.total_examples, bool) or int(self.total_examples) != self.total_examples
+                                                or self.total_examples < 1):
+            raise ValueError(f"total_examples must be an integer >= 1, got {self.total_examples!r}")
+        if self.weighting == "num_examples" and self.total_examples is None:
+            raise ValueError("weighting='num_examples' needs total_examples (training examples over all clients)")
+
+    @classmethod
+    def code(cls, total_examples: int, control_state: str = "client") -> ScaffoldConfig:
+        """The FedExP code's SCAFFOLD: ``n_i`` weights for models and controls, correction clipped."""
+        return cls(server_lr=1.0, control_state=control_state, weighting="num_examples",
+                   total_examples=int(total_examples), correction_in_clip=True)

@@ -1,0 +1,52 @@
+"""pytorchexample: A Flower / PyTorch app."""
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from pytorchexample.task import Net, load_centralized_dataset, test
+
+# Create ServerApp
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Main entry point for the ServerApp."""
+
+    # Read run config
+    fraction_evaluate: float = context.run_config["fraction-evaluate"]
+    num_rounds: int = context.run_config["num-server-rounds"]
+    lr: float = context.run_config["learning-rate"]
+
+    # Load global model
+    torch.manual_seed(0)
+    global_model = Net()
+    arrays = ArrayRecord(global_model.state_dict())
+
+    # Initialize FedAvg strategy
+    strategy = FedAvg(fraction_evaluate=fraction_evaluate)
+
+    # Start strategy, run FedAvg for `num_rounds`
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=arrays,
+        train_config=ConfigRecord({"lr": lr}),
+        num_rounds=num_rounds,
+        evaluate_fn=global_evaluate,
+    )
+
+    # Save final model to disk
+    print("\nSaving final model to disk...")
+    state_dict = result.arrays.to_torch_state_dict()
+    torch.save(state_dict, "final_model.pt")
+
+
+def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+    """Evaluate model on central data."""
+    model = Net()
+    model.load_state_dict(arrays.to_torch_state_dict())
+    test_loss, test_acc = test(model, load_centralized_dataset(), torch.device("cpu"))
+    print(f"CENTRAL round={server_round} accuracy={test_acc:.4f} loss={test_loss:.4f}")
+    return MetricRecord({"accuracy": test_acc, "loss": test_loss})

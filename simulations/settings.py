@@ -1,0 +1,511 @@
+"""The settings of one run (:class:`ExperimentConfig`), where each value comes from, and the checks
+that run before anything is built.
+
+Every setting a method may have an opinion on starts *unset* (``None``).
+:meth:`ExperimentConfig.resolve` fills each unset one from, in order:
+
+1. the value the caller gave (``source`` ``"user"``, or ``"preset"`` / ``"run config"`` when a
+   preset or a Flower run config gave it);
+2. the method's own defaults, ``MethodSpec.train_defaults`` (the paper's settings; ``source`` is
+   the provenance the method states: ``"paper"``, ``"official code"``, ``"spec"`` or ``"project"``);
+3. the project's defaults, :data:`PROJECT_DEFAULTS` (``source`` ``"project"``).
+
+The resolved config keeps, in ``provenance``, the value and source of every setting (and of every
+method hyperparameter under ``provenance["params"]``); ``results.json`` and
+``python -m simulations defaults METHOD`` show them.
+
+Two rules make the defaults behave as a user expects:
+
+- ``local_epochs`` and ``local_steps`` are one choice (the local work budget): if the caller sets
+  either, the method's defaults for both are ignored.
+- A method default may depend on the dataset: ``train_defaults["lr"] = ({"cifar10": 0.1, "*": 0.05},
+  "paper")`` picks by the resolved dataset (``"*"`` for any other; without a match the project's
+  default applies).
+
+An optional setting can be switched off explicitly with the string ``"none"`` (``--grad-clip none``
+turns off a method's default clipping). :meth:`ExperimentConfig.validate` checks every resolved
+value and raises :class:`~flwr_strategies.setup.SettingError` naming the setting and the value;
+front ends name it their own way (:func:`flag_name`, :func:`run_config_key`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from flwr_strategies.registry import MethodSpec, get_method, parse_value
+from flwr_strategies.setup import SettingError, TrainConfig
+
+BACKENDS = ("inprocess", "ray")
+
+#: The project's defaults of every resolved setting (used where neither the caller nor the method sets one).
+PROJECT_DEFAULTS: dict[str, Any] = {
+    "dataset": "digits",
+    "num_clients": 10,
+    "rounds": 20,
+    "seed": 0,
+    "partition": None,  # auto: "natural" for datasets with client groups (synthetic), else "iid"
+    "alpha": 0.5,
+    "classes_per_client": 2,
+    "fraction_fit": 1.0,
+    "lr": 0.1,
+    "local_epochs": 1,
+    "local_steps": None,  # None: the budget is local_epochs
+    "batch_size": 32,
+    "weight_decay": 0.0,
+    "momentum": 0.0,
+    "lr_decay": 1.0,
+    "grad_clip": None,  # None: no clipping
+    "model": None,  # None: the dataset's default model
+    "synthetic_alpha": 1.0,
+    "synthetic_beta": 1.0,
+}
+RESOLVED: tuple[str, ...] = tuple(PROJECT_DEFAULTS)
+#: Settings a method's ``train_defaults`` may set (the seed is the user's alone).
+METHOD_SETTABLE: frozenset[str] = frozenset(RESOLVED) - {"seed"}
+#: Settings where None is a meaningful resolved value (set explicitly with "none").
+OPTIONAL: frozenset[str] = frozenset({"partition", "local_epochs", "local_steps", "grad_clip", "model"})
+NONE_WORDS = ("none", "off")
+#: Provenances a default can have (``MethodSpec.train_defaults`` and the project's own).
+DEFAULT_SOURCES = ("paper", "official code", "spec", "project")
+#: Provenances of values a caller gave.
+GIVEN_SOURCES = ("user", "preset", "run config")
+#: What ``None`` means in a resolved setting, for display.
+NONE_MEANS = {
+    "partition": "auto (natural for synthetic, else iid)",
+    "local_epochs": "- (local_steps set)",
+    "local_steps": "- (local_epochs set)",
+    "grad_clip": "none (no clipping)",
+    "model": "the dataset's default",
+}
+
+INT_SETTINGS = frozenset({"num_clients", "rounds", "seed", "data_seed", "classes_per_client", "local_epochs",
+                          "local_steps", "batch_size", "client_threads"})
+FLOAT_SETTINGS = frozenset({"alpha", "fraction_fit", "lr", "weight_decay", "momentum", "lr_decay", "grad_clip",
+                            "synthetic_alpha", "synthetic_beta", "client_cpus", "client_gpus", "client_timeout",
+                            "synthetic_mean_samples"})
+
+#: Flower run-config keys that differ from ``field.replace("_", "-")``.
+_RUN_CONFIG_NAMES = {"rounds": "num-server-rounds", "params": "set", "out": "out-dir"}
+#: Settings a Flower run config may carry (the others are the runner's execution settings).
+RUN_CONFIG_SETTINGS: tuple[str, ...] = ("method",) + RESOLVED + ("data_dir", "data_seed", "device", "params", "fail")
+
+
+def flag_name(setting: str) -> str:
+    """The CLI flag of ``setting`` (``weight_decay`` -> ``--weight-decay``; ``params.mu`` -> ``--set``)."""
+    if setting.startswith("params."):
+        return "--set"
+    return "--" + setting.replace("_", "-")
+
+
+def run_config_key(setting: str) -> str:
+    """The Flower run-config key of ``setting`` (``rounds`` -> ``num-server-rounds``)."""
+    if setting.startswith("params."):
+        return "set"
+    return _RUN_CONFIG_NAMES.get(setting, setting.replace("_", "-"))
+
+
+@dataclass
+class ExperimentConfig:
+    """Settings of one run. CLI flags (``--weight-decay``) and Flower run-config keys
+    (``weight-decay``) map one to one onto these fields.
+
+    Every field from ``dataset`` to ``synthetic_beta`` defaults to ``None``, *unset*: the method's
+    paper defaults apply, then the project's (:data:`PROJECT_DEFAULTS`). :meth:`resolve` returns the
+    config with every value filled in and its provenance recorded; the runner resolves before it
+    builds anything, so you only call it to inspect what a run will use.
+
+    ``params`` holds the method's hyperparameters (``--set key=value``); ``fail`` lists injected
+    client failures as ``"ROUND:PARTITION"`` (``"*:PARTITION"`` for every round) to exercise
+    failure paths. ``provenance`` is filled by :meth:`resolve`; a caller may pre-label values it
+    sets, e.g. ``{"lr": "preset"}``.
+    """
+
+    method: str = "fedavg"
+    dataset: str | None = None
+    data_dir: str | None = None
+    num_clients: int | None = None
+    rounds: int | None = None
+    seed: int | None = None
+    data_seed: int | None = None
+    partition: str | None = None
+    alpha: float | None = None
+    classes_per_client: int | None = None
+    fraction_fit: float | None = None
+    lr: float | None = None
+    local_epochs: int | str | None = None
+    local_steps: int | str | None = None
+    batch_size: int | None = None
+    weight_decay: float | None = None
+    momentum: float | None = None
+    lr_decay: float | None = None
+    grad_clip: float | str | None = None
+    model: str | None = None
+    synthetic_alpha: float | None = None
+    synthetic_beta: float | None = None
+    backend: str = "inprocess"
+    device: str = "cpu"
+    client_cpus: float = 1.0
+    client_gpus: float = 0.0
+    client_threads: int = 1
+    client_timeout: float | None = 3600.0
+    synthetic_mean_samples: float = 4.0
+    params: dict[str, Any] = field(default_factory=dict)
+    fail: list[str] = field(default_factory=list)
+    out: str | None = None
+    progress: bool = True
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    # -- resolution ------------------------------------------------------------------------
+    @property
+    def spec(self) -> MethodSpec:
+        return get_method(self.method)
+
+    def resolve(self) -> "ExperimentConfig":
+        """This config with every unset setting filled (caller > method default > project default)
+        and ``provenance`` recording each value's source. Idempotent; the original is unchanged."""
+        spec = get_method(self.method)
+        check_train_defaults(spec)
+        given = self._given()
+        chosen: dict[str, tuple[Any, str]] = {}
+
+        def default(name: str) -> tuple[Any, str] | None:
+            if name in spec.train_defaults:
+                value, source = spec.train_defaults[name]
+                if isinstance(value, Mapping):  # per-dataset default
+                    dataset = chosen["dataset"][0]
+                    if dataset in value:
+                        return value[dataset], source
+                    if "*" in value:
+                        return value["*"], source
+                    return None
+                return value, source
+            return None
+
+        for name in RESOLVED:
+            if name in ("local_epochs", "local_steps"):
+                continue
+            chosen[name] = given.get(name) or default(name) or (PROJECT_DEFAULTS[name], "project")
+        chosen.update(_budget(given, default))
+        params, param_sources = self._resolved_params(spec)
+        provenance = {name: {"value": value, "source": source} for name, (value, source) in chosen.items()}
+        provenance["params"] = param_sources
+        return replace(self, **{name: value for name, (value, _) in chosen.items()}, params=params,
+                       fail=list(self.fail), provenance=provenance)
+
+    def _given(self) -> dict[str, tuple[Any, str]]:
+        """The settings the caller gave, with their sources (values an earlier resolve filled in
+        from defaults, and not changed since, count as unset)."""
+        out: dict[str, tuple[Any, str]] = {}
+        for name in RESOLVED:
+            value = getattr(self, name)
+            record = self.provenance.get(name)
+            if isinstance(record, str):
+                record = {"source": record}
+            record = record if isinstance(record, Mapping) else {}
+            source = record.get("source")
+            label = source if source in GIVEN_SOURCES else "user"
+            if value is None:
+                if source in GIVEN_SOURCES and "value" in record and record["value"] is None:
+                    out[name] = (None, label)  # an explicit "none" kept through a resolve
+                continue
+            if isinstance(value, str) and name in OPTIONAL and value.strip().lower() in NONE_WORDS:
+                out[name] = (None, label)
+                continue
+            if source in DEFAULT_SOURCES and "value" in record and _same(record["value"], value):
+                continue  # filled by an earlier resolve from a default
+            out[name] = (value, label)
+        return out
+
+    def _resolved_params(self, spec: MethodSpec) -> tuple[dict[str, Any], dict[str, str]]:
+        """The method's hyperparameters (defaults updated by ``params``), each parsed to its
+        default's type, with sources; unknown keys and unparsable values raise naming them."""
+        given_sources = self.provenance.get("params") if isinstance(self.provenance.get("params"), Mapping) else {}
+        stated = dict(spec.extra.get("param_provenance", {})) if isinstance(spec.extra, Mapping) else {}
+        params = dict(spec.defaults)
+        sources = {key: stated.get(key, "method default") for key in params}
+        for key, value in (self.params or {}).items():
+            if key not in params:
+                valid = ", ".join(sorted(params)) or "(none)"
+                raise KeyError(f"method '{spec.name}' has no parameter '{key}' (--set {key}=...); its parameters: {valid}")
+            if isinstance(value, str):
+                try:
+                    value = parse_value(params[key], value)
+                except ValueError:
+                    kind = type(params[key]).__name__ if params[key] is not None else "value"
+                    raise SettingError(f"params.{key}", value, f"a {kind} (method '{spec.name}')") from None
+            params[key] = value
+            source = given_sources.get(key)
+            if source in DEFAULT_SOURCES + ("method default",) and _same(spec.defaults.get(key), value):
+                continue  # a default carried over from an earlier resolve
+            sources[key] = source if source in GIVEN_SOURCES else "user"
+        return params, sources
+
+    # -- checks ----------------------------------------------------------------------------
+    def validate(self) -> "ExperimentConfig":
+        """Check every setting (resolved first) without building anything; return the resolved
+        config. Raises :class:`~flwr_strategies.setup.SettingError` (a ``ValueError``) naming the
+        setting and the value, or ``KeyError`` for unknown names."""
+        cfg = self.resolve()
+        try:
+            _check(cfg)
+        except SettingError as err:
+            record = cfg.provenance.get(err.name)
+            err.source = record.get("source") if isinstance(record, Mapping) else None
+            err.method = cfg.method
+            raise
+        return cfg
+
+    def train_config(self) -> TrainConfig:
+        """The local-training settings (resolved)."""
+        cfg = self if self.provenance else self.resolve()
+        return TrainConfig(
+            lr=cfg.lr,
+            local_epochs=cfg.local_epochs,
+            local_steps=cfg.local_steps,
+            batch_size=cfg.batch_size,
+            weight_decay=cfg.weight_decay,
+            momentum=cfg.momentum,
+            lr_decay=cfg.lr_decay,
+            grad_clip=cfg.grad_clip,
+        )
+
+    def failures(self) -> set[tuple[int | None, int]]:
+        """The injected failures as ``(round or None for every round, partition)``."""
+        return parse_failures(self.fail)
+
+    # -- identity and (de)serialisation ----------------------------------------------------
+    def key(self) -> str:
+        """Identity of what gets built (resolved; output, provenance and execution settings excluded)."""
+        d = asdict(self.resolve())
+        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "provenance"):
+            d.pop(k)
+        return json.dumps(d, sort_keys=True, default=str)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExperimentConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise KeyError(f"unknown experiment settings: {', '.join(sorted(unknown))}; valid: {', '.join(sorted(names))}")
+        return cls(**dict(d))
+
+    def sources(self) -> dict[str, Any]:
+        """``{setting: source}`` of a resolved config (``params`` nested), for results and help."""
+        cfg = self if self.provenance else self.resolve()
+        out: dict[str, Any] = {}
+        for name in RESOLVED:
+            record = cfg.provenance.get(name, {})
+            out[name] = record.get("source", "user") if isinstance(record, Mapping) else str(record)
+        out["params"] = dict(cfg.provenance.get("params", {}))
+        return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b) or (
+            isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool)
+            and not isinstance(b, bool) and float(a) == float(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def _budget(given: dict, default) -> dict[str, tuple[Any, str]]:
+    """``local_epochs`` / ``local_steps``: one choice, from the caller, else the method, else the project."""
+    names = ("local_epochs", "local_steps")
+    if any(n in given for n in names):
+        source = next(given[n][1] for n in names if n in given)
+        return {n: given.get(n, (None, source)) for n in names}
+    method = {n: default(n) for n in names}
+    if any(m is not None and m[0] is not None for m in method.values()):
+        source = next(m[1] for m in method.values() if m is not None)
+        return {n: method[n] if method[n] is not None else (None, source) for n in names}
+    return {n: (PROJECT_DEFAULTS[n], "project") for n in names}
+
+
+def check_train_defaults(spec: MethodSpec) -> None:
+    """Raise ``ValueError`` if ``spec.train_defaults`` names a setting a method cannot default."""
+    for key in spec.train_defaults:
+        if key not in METHOD_SETTABLE:
+            raise ValueError(
+                f"method '{spec.name}': train_defaults names '{key}', which is not a setting a method can "
+                f"default; valid: {', '.join(sorted(METHOD_SETTABLE))}"
+            )
+
+
+def parse_failures(specs: list[str]) -> set[tuple[int | None, int]]:
+    """``["2:3", "*:1"]`` -> ``{(2, 3), (None, 1)}``; a malformed entry raises naming it."""
+    out: set[tuple[int | None, int]] = set()
+    for s in specs or []:
+        try:
+            r, p = str(s).split(":")
+            out.add((None if r.strip() == "*" else int(r), int(p)))
+        except ValueError:
+            raise SettingError("fail", s, "ROUND:PARTITION or *:PARTITION (bad failure spec)") from None
+    return out
+
+
+# -- the checks of a resolved config -------------------------------------------------------------
+def _number(name: str, value: Any, requirement: str, ok) -> None:
+    real = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not real or not math.isfinite(float(value)) or not ok(float(value)):
+        raise SettingError(name, value, requirement)
+
+
+def _integer(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise SettingError(name, value, f"an integer >= {minimum}")
+
+
+def _check(cfg: ExperimentConfig) -> None:
+    from .tasks import task_choices
+
+    spec = get_method(cfg.method)
+    choices = task_choices(spec.task)
+    source = cfg.provenance.get("dataset", {}).get("source")
+    if choices.get("datasets") and cfg.dataset not in choices["datasets"] and not (
+            spec.task != "classification" and source == "project"):
+        raise SettingError("dataset", cfg.dataset, f"one of {', '.join(choices['datasets'])}")
+    _integer("num_clients", cfg.num_clients, 1)
+    _integer("rounds", cfg.rounds, 1)
+    _integer("seed", cfg.seed, 0)
+    if cfg.data_seed is not None:
+        _integer("data_seed", cfg.data_seed, 0)
+    if cfg.partition is not None and choices.get("partitions") and cfg.partition not in choices["partitions"]:
+        raise SettingError("partition", cfg.partition, f"one of {', '.join(choices['partitions'])}")
+    _number("alpha", cfg.alpha, "a finite number > 0", lambda v: v > 0)
+    _integer("classes_per_client", cfg.classes_per_client, 1)
+    _number("fraction_fit", cfg.fraction_fit, "a number in (0, 1]", lambda v: 0 < v <= 1)
+    _number("synthetic_alpha", cfg.synthetic_alpha, "a finite number >= 0", lambda v: v >= 0)
+    _number("synthetic_beta", cfg.synthetic_beta, "a finite number >= 0", lambda v: v >= 0)
+    for name in ("local_epochs", "local_steps", "batch_size"):  # TrainConfig checks them too; here the
+        value = getattr(cfg, name)                                 # message names the setting first
+        if value is not None:
+            _integer(name, value, 1)
+    cfg.train_config()  # lr, momentum, weight decay, lr decay, clipping
+    if cfg.model is not None and choices.get("models") and cfg.model not in choices["models"]:
+        raise SettingError("model", cfg.model, f"one of {', '.join(choices['models'])}")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).exists():
+        raise SettingError("data_dir", cfg.data_dir, "an existing folder (or data file)")
+    if cfg.backend not in BACKENDS:
+        raise SettingError("backend", cfg.backend, f"one of {', '.join(BACKENDS)}")
+    _check_device(cfg.device)
+    _number("client_cpus", cfg.client_cpus, "a finite number > 0", lambda v: v > 0)
+    _number("client_gpus", cfg.client_gpus, "a finite number >= 0", lambda v: v >= 0)
+    _integer("client_threads", cfg.client_threads, 1)
+    if cfg.client_timeout is not None:
+        _number("client_timeout", cfg.client_timeout, "a number of seconds > 0 (or None: no limit)", lambda v: v > 0)
+    _number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number", lambda v: True)
+    for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
+        text = f"{'*' if r is None else r}:{p}"
+        if not 0 <= p < cfg.num_clients:
+            raise SettingError("fail", text, f"ROUND:PARTITION with PARTITION in 0..{cfg.num_clients - 1} "
+                                             f"(num_clients {cfg.num_clients})")
+        if r is not None and not 1 <= r <= cfg.rounds:
+            raise SettingError("fail", text, f"ROUND:PARTITION with ROUND in 1..{cfg.rounds} (rounds {cfg.rounds})")
+    if cfg.out is not None:
+        out = Path(cfg.out)
+        if out.exists() and not out.is_dir():
+            raise SettingError("out", cfg.out, "a folder (it is an existing file; results.json goes inside the folder)")
+        parent = next((p for p in (out, *out.parents) if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise SettingError("out", cfg.out, f"a folder path ({parent} is a file)")
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise SettingError("device", device, "cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SettingError("device", device, "cpu (CUDA is not available on this machine)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise SettingError("device", device, f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+
+
+# -- Flower run config ----------------------------------------------------------------------------
+def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, ...] = ("out-dir",)) -> ExperimentConfig:
+    """The resolved, validated :class:`ExperimentConfig` of a Flower run config.
+
+    Keys are the CLI flags without dashes (``weight-decay``, ``local-steps``...), plus
+    ``num-server-rounds`` (rounds), ``set`` (``"key=value,key=value"``: method hyperparameters) and
+    ``fail`` (``"ROUND:PARTITION,..."``). An empty string leaves a setting unset, so the method's
+    paper defaults apply; values given are labelled ``"run config"`` in the provenance. Keys in
+    ``ignore`` belong to the app (``out-dir``). An unknown key or a bad value raises, naming the key.
+    """
+    by_key = {run_config_key(name): name for name in RUN_CONFIG_SETTINGS}
+    values: dict[str, Any] = {}
+    for key, raw in run_config.items():
+        if key in ignore:
+            continue
+        if key not in by_key:
+            raise KeyError(f"run config key '{key}' is not an experiment setting; valid keys: {', '.join(sorted(by_key))}")
+        name = by_key[key]
+        if isinstance(raw, str) and raw.strip() == "":
+            continue
+        if name == "params":
+            values["params"] = _parse_pairs(str(raw), "run config 'set'")
+        elif name == "fail":
+            values["fail"] = [s.strip() for s in str(raw).split(",") if s.strip()]
+        else:
+            values[name] = _typed(name, raw, key)
+    sources = {name: "run config" for name in values if name in RESOLVED}
+    if "params" in values:
+        sources["params"] = {k: "run config" for k in values["params"]}
+    cfg = ExperimentConfig(**values, progress=False, provenance=sources)
+    try:
+        return cfg.validate()
+    except SettingError as err:
+        raise SettingError(f"run config '{run_config_key(err.name)}'", err.value, err.requirement) from None
+
+
+def _parse_pairs(text: str, where: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise SettingError(where, item.strip(), "key=value pairs separated by commas")
+        k, v = item.split("=", 1)
+        out[k.strip().replace("-", "_")] = v.strip()
+    return out
+
+
+def _typed(name: str, raw: Any, key: str) -> Any:
+    """``raw`` as the type of setting ``name`` (ints stay ints, "none" switches an optional off)."""
+    if isinstance(raw, str) and name in OPTIONAL and raw.strip().lower() in NONE_WORDS:
+        return raw.strip().lower()
+    try:
+        if name in INT_SETTINGS:
+            if isinstance(raw, bool):
+                raise ValueError
+            if isinstance(raw, float):
+                if not raw.is_integer():
+                    raise ValueError
+                return int(raw)
+            return int(str(raw).strip())
+        if name in FLOAT_SETTINGS:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+    except ValueError:
+        kind = "an integer" if name in INT_SETTINGS else "a number"
+        raise SettingError(f"run config '{key}'", raw, kind) from None
+    return str(raw)
+
+
+def describe(value: Any, name: str) -> str:
+    """A resolved value for display (None spelled out)."""
+    if value is None:
+        return NONE_MEANS.get(name, "none")
+    return f"{value:g}" if isinstance(value, float) else str(value)
