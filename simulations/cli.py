@@ -50,6 +50,8 @@ _HELP: dict[str, str] = {
     "client_cpus": "Ray CPUs per client (default 1)",
     "client_gpus": "Ray GPUs per client, fractional allowed (default 0)",
     "client_threads": "torch threads per client (default 1)",
+    "client_timeout": "seconds one client may take for one round in process (default 3600); a client that "
+                      "overruns is a failed client",
 }
 _FIELDS = tuple(_HELP)
 
