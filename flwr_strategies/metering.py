@@ -1,7 +1,10 @@
 """A transparent wrapper that measures what a strategy sends and receives, round by round.
 
-:class:`MeteredStrategy` wraps any legacy Flower strategy. It does not change the algorithm; it
-makes runs reproducible and observable:
+:class:`MeteredStrategy` wraps any legacy Flower strategy (``flwr.server.strategy.Strategy``). The
+project's own strategies keep these records themselves (``strategy.history``, see
+:mod:`flwr_strategies.adapters.recorder`); the runner uses this wrapper for methods still registered
+with only a legacy ``build_strategy``, and it serves any other Flower strategy the same way. It does
+not change the algorithm; it makes runs reproducible and observable:
 
 - fit and evaluate results are sorted by the clients' partition ids before the wrapped strategy
   aggregates them (Flower returns them in completion order);
@@ -110,6 +113,7 @@ class MeteredStrategy(Strategy):
                 "bytes_down": 0,
                 "clients": 0,
                 "failures": 0,
+                "rejected": 0,
                 "nonfinite": 0,
                 "_start": time.perf_counter(),
             }
@@ -141,7 +145,9 @@ class MeteredStrategy(Strategy):
             if _is_finite(res.parameters):
                 kept.append((proxy, res))
             else:
-                self._record(server_round)["nonfinite"] += 1
+                rec = self._record(server_round)
+                rec["nonfinite"] += 1
+                rec["rejected"] += 1
                 failures.append((proxy, res))
         return kept, failures
 

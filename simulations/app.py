@@ -1,148 +1,412 @@
-"""The Flower app (``[tool.flwr.app.components]``) for ``flwr run .`` and real deployments.
+"""The project's Flower app (``[tool.flwr.app.components]``): ``flwr run .``, the ``ray`` backend
+and real deployments all run these two objects.
 
-Run config keys (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): ``method``,
-``dataset``, ``num-clients``, ``num-server-rounds``, ``seed``, ``partition``, ``alpha``, ``lr``,
-``local-epochs``, ``batch-size``, ``data-dir``, ``set`` (method hyperparameters as
-``"key=value,key=value"``) and ``out-dir`` (when non-empty, the ServerApp writes
-``<out-dir>/results.json`` after every evaluation: the runner's results format, rounds so far).
-Each SuperNode must be given its ``partition-id`` (and ``num-partitions``) through
-``--node-config``; Flower's simulation engine does that itself.
+**ServerApp** (``@app.main()``, the Message API). It first asks every node for its partition
+(``query.partition``) and learns the federation's size from the nodes' ``num-partitions``; then it
+runs the method:
+
+- a method with a framework-neutral core runs on its Message-API strategy
+  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, ``strategy.start(...)``) with
+  central evaluation on the experiment's test set;
+- a method still registered with only a legacy ``build_strategy`` runs on Flower's compatibility
+  layer (``start_grid`` with the legacy ``Server``), wrapped in
+  :class:`~flwr_strategies.metering.MeteredStrategy`.
+
+Either way the per-round records have the keys of the in-process backend, and with ``out-dir``
+set the ServerApp writes ``<out-dir>/results.json`` after every round (``status`` says whether the
+run is ``running``, ``completed`` or ``failed``) and ``<out-dir>/final.npz`` (the final model) at
+the end. A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
+actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
+with an error instead of going on with fewer clients.
+
+**ClientApp**: ``@app.train()`` / ``@app.evaluate()`` run the method's client on a pooled model
+(the same client code as every other path), ``@app.query("partition")`` answers the partition
+query, and the legacy messages of legacy-only strategies go to the same clients through Flower's
+``NumPyClient`` handling.
+
+**Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): the runner's
+experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``dataset``,
+``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
+``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
+``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``,
+``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
+it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
+``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
+``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from dataclasses import replace
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
-from flwr.client import Client, ClientApp
-from flwr.common import Context, Parameters, Scalar
-from flwr.server import ServerApp, ServerAppComponents
-from flwr.server.client_manager import ClientManager
-from flwr.server.strategy import Strategy
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common import log
+from flwr.server import Server, ServerConfig
+from flwr.serverapp import Grid, ServerApp
 
+from flwr_strategies.adapters.message import MessageStrategy
+from flwr_strategies.clients.app import message_config, partition_query, train_reply
+from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
+from flwr_strategies.sampling import PartitionClientManager
 
-from .experiment import ExperimentConfig, get_experiment
+from .experiment import Experiment, ExperimentConfig, get_experiment
+from .settings import config_from_run_config as settings_from_run_config
 from .results import summarize, write_json
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
+#: Error texts of a Ray client actor that died (Flower's simulation runtime does not replace it).
+ACTOR_DEATH_MARKERS = ("ActorDiedError", "RayActorError", "actor died", "ActorUnavailableError")
 
-def config_from_run_config(run_config: dict[str, Any]) -> ExperimentConfig:
-    """Map Flower run-config keys onto an :class:`ExperimentConfig`."""
+
+class ActorDied(RuntimeError):
+    """A Ray client actor died during the run; the run stops instead of degrading silently."""
+
+
+# ------------------------------------------------------------------------------ run config
+#: Run-config keys that belong to the app, not to the experiment's settings.
+APP_KEYS = ("out-dir", "experiment", "node-order")
+
+
+def requested_clients(run_config: dict[str, Any]) -> int:
+    """The client count a run config asks for; 0 (also for an absent or empty ``num-clients``)
+    means one client per SuperNode."""
     rc = dict(run_config)
-    params = {}
-    for item in str(rc.get("set", "") or "").split(","):
-        if item.strip():
-            k, v = item.split("=", 1)
-            params[k.strip()] = v.strip()
-    return ExperimentConfig(
-        method=str(rc.get("method", "fedavg")),
-        dataset=str(rc.get("dataset", "digits")),
-        data_dir=str(rc.get("data-dir") or "") or None,
-        num_clients=int(rc.get("num-clients", 10)),
-        rounds=int(rc.get("num-server-rounds", 20)),
-        seed=int(rc.get("seed", 0)),
-        partition=str(rc.get("partition", "iid")) or None,
-        alpha=float(rc.get("alpha", 0.5)),
-        lr=float(rc.get("lr", 0.1)),
-        local_epochs=int(rc.get("local-epochs", 1)),
-        batch_size=int(rc.get("batch-size", 32)),
-        params=params,
-        progress=False,
-    )
+    if str(rc.get("experiment", "") or ""):
+        return int(json.loads(rc["experiment"]).get("num_clients") or 0)
+    raw = rc.get("num-clients", 0)
+    return 0 if raw in ("", None) else int(raw)
 
 
-class ResultsWriter(Strategy):
-    """Delegate everything to a :class:`MeteredStrategy`; after every central or federated
-    evaluation write ``<out_dir>/results.json`` (``method``, ``config``, ``summary``, ``rounds``),
-    so a ServerApp run by a SuperLink leaves its numbers where the caller can read them.
+def config_from_run_config(run_config: dict[str, Any], num_partitions: int | None = None) -> ExperimentConfig:
+    """The resolved, validated :class:`ExperimentConfig` of a Flower run config.
+
+    The experiment's keys are the runner's (:func:`~.settings.config_from_run_config`: the CLI flags
+    without dashes, ``num-server-rounds``, ``set``...; an empty value leaves a setting to the
+    method's paper default), or ``experiment``, a whole config as JSON (the ``ray`` backend's way).
+    ``num-clients = 0`` (or absent or empty) means one client per SuperNode: ``num_partitions``, the
+    federation's size as the nodes report it. A non-zero ``num-clients`` must equal
+    ``num_partitions`` when that is known; otherwise a ``ValueError`` names both numbers.
+    """
+    rc = dict(run_config)
+    wanted = requested_clients(rc)
+    if num_partitions is not None and wanted and wanted != num_partitions:
+        raise ValueError(
+            f"the run config has num-clients={wanted} but the federation has {num_partitions} "
+            f"SuperNodes (num-partitions={num_partitions}): set num-clients={num_partitions} or 0 (one client "
+            f"per SuperNode), or run with --federation-config \"num-supernodes={wanted}\""
+        )
+    if not wanted and num_partitions is None:
+        raise ValueError("num-clients = 0 (one per SuperNode) needs the federation's size, which is not known here")
+    n = wanted or int(num_partitions)
+    if str(rc.get("experiment", "") or ""):
+        cfg = ExperimentConfig.from_dict({**json.loads(rc["experiment"]), "num_clients": n})
+        return replace(cfg, out=None, progress=False).validate()
+    settings = {k: v for k, v in rc.items() if k not in APP_KEYS}
+    settings["num-clients"] = n
+    return settings_from_run_config(settings)
+
+
+# ------------------------------------------------------------------------------ results file
+class RunReport:
+    """Writes ``<out_dir>/results.json`` as the run goes (and the final model at the end), and
+    stops the run when a Ray client actor died.
 
     Parameters
     ----------
-    metered : MeteredStrategy
-        The wrapped (metered) strategy of the run.
     cfg : ExperimentConfig
-        The run's experiment settings (written into the file).
+        The run's settings (written into the file).
     out_dir : str
-        Folder to write ``results.json`` into; created if missing.
+        Folder for ``results.json`` and ``final.npz``; "" writes nothing.
     """
 
-    def __init__(self, metered: MeteredStrategy, cfg: ExperimentConfig, out_dir: str) -> None:
-        super().__init__()
-        self.metered = metered
+    def __init__(self, cfg: ExperimentConfig, out_dir: str) -> None:
         self.cfg = cfg
-        self.out_dir = Path(out_dir)
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.source: Any = None  # a RoundRecorder or a MeteredStrategy (rounds + failure_log)
         self._t0 = time.perf_counter()
+        self.path = ""
+        self.final: list[np.ndarray] | None = None
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """Finished round records plus the round in progress (private timing keys dropped)."""
-        rounds = list(self.metered.rounds)
-        current = getattr(self.metered, "_current", None)
+    def records(self) -> list[dict[str, Any]]:
+        src = self.source
+        if src is None:
+            return []
+        if hasattr(src, "snapshot"):  # a RoundRecorder: add the in-process backend's `nonfinite` count
+            rounds = [dict(r) for r in src.snapshot()]
+            log_ = list(src.failure_log)
+            for rec in rounds:
+                rec.setdefault("nonfinite", sum(1 for e in log_ if e["round"] == rec["round"] and e["phase"] == "rejected"
+                                                and "NaN or infinite" in e["error"]))
+            return rounds
+        rounds = list(src.rounds)
+        current = getattr(src, "_current", None)
         if current is not None:
             rounds.append({k: v for k, v in current.items() if not k.startswith("_")})
         return rounds
 
-    def write(self) -> None:
-        rounds = self.snapshot()
-        write_json(
-            self.out_dir / "results.json",
-            {
-                "method": self.cfg.method,
-                "label": self.cfg.method,
-                "seed": self.cfg.seed,
-                "config": self.cfg.to_dict(),
-                "runtime": "flwr run (ServerApp)",
-                "timing": {"wall_s": time.perf_counter() - self._t0},
-                "summary": summarize(rounds),
-                "failure_log": self.metered.failure_log,
-                "rounds": rounds,
-            },
-        )
+    def write(self, status: str = "running", error: str | None = None) -> None:
+        if self.out_dir is None:
+            return
+        rounds = self.records()
+        data = {
+            "method": self.cfg.method,
+            "label": self.cfg.method,
+            "seed": self.cfg.seed,
+            "config": self.cfg.to_dict(),
+            "runtime": f"flwr run (ServerApp, {self.path})",
+            "status": status,
+            "timing": {"wall_s": time.perf_counter() - self._t0},
+            "summary": summarize(rounds),
+            "failure_log": list(getattr(self.source, "failure_log", [])),
+            "rounds": rounds,
+        }
+        if error:
+            data["error"] = error
+        tmp = write_json(self.out_dir / "results.json.tmp", data)
+        os.replace(tmp, self.out_dir / "results.json")  # readers never see a half-written file
 
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return self.metered.initialize_parameters(client_manager)
+    def write_final(self, arrays: list[np.ndarray] | None) -> None:
+        if self.out_dir is not None and arrays is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            np.savez(self.out_dir / "final.npz", *arrays)
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        return self.metered.configure_fit(server_round, parameters, client_manager)
+    def check_actors(self, server_round: int) -> None:
+        for entry in getattr(self.source, "failure_log", []):
+            if entry["round"] == server_round and any(m in entry["error"] for m in ACTOR_DEATH_MARKERS):
+                raise ActorDied(
+                    f"round {server_round}: a Ray client actor died ({entry['error'][:300]}). Flower's simulation "
+                    "runtime does not replace dead actors, so the remaining rounds would run with clients failing; "
+                    "the run stops here."
+                )
 
-    def aggregate_fit(self, server_round: int, results, failures):
-        return self.metered.aggregate_fit(server_round, results, failures)
+    def check_claims(self, server_round: int) -> None:
+        for entry in getattr(self.source, "failure_log", []):
+            if entry["round"] == server_round and "claims partition" in entry["error"]:
+                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
+                                   f"addressed as ({entry['error']}); the node order is wrong, stopping the run")
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        return self.metered.configure_evaluate(server_round, parameters, client_manager)
-
-    def aggregate_evaluate(self, server_round: int, results, failures):
-        res = self.metered.aggregate_evaluate(server_round, results, failures)
+    def __call__(self, record: dict[str, Any]) -> None:  # on_round_end
         self.write()
-        return res
-
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        res = self.metered.evaluate(server_round, parameters)
-        self.write()
-        return res
+        self.check_actors(int(record["round"]))
+        self.check_claims(int(record["round"]))
 
 
-def _server_fn(context: Context) -> ServerAppComponents:
-    from .backends import ServerFactory
-
-    cfg = config_from_run_config(context.run_config)
-    components = ServerFactory(cfg)(context)
-    out_dir = str(context.run_config.get("out-dir", "") or "")
-    if out_dir:
-        components.strategy = ResultsWriter(components.strategy, cfg, out_dir)
-    return components
+# ------------------------------------------------------------------------------ server side
+NODE_ORDERS = ("query", "registration")
 
 
-def _client_fn(context: Context) -> Client:
-    cfg = config_from_run_config(context.run_config)
-    n = int(context.node_config.get("num-partitions", cfg.num_clients))
-    if n != cfg.num_clients:
-        raise ValueError(f"node_config num-partitions={n} but the run config has num-clients={cfg.num_clients}")
-    return get_experiment(cfg).make_client(context)
+def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> MessageStrategy:
+    """Learn which node holds which partition; returns a probe with ``node_of_partition``,
+    ``partition_of_node`` and ``num_partitions``.
+
+    ``order="query"`` (default; any runtime): ask every node (``query.partition``) and wait until
+    every partition ``0..num-partitions-1`` is connected. ``order="registration"`` (Flower's
+    simulation runtime only, ``num_nodes`` required): the runtime registers its SuperNodes in
+    partition order (``flwr.server.superlink.fleet.vce.vce_api._register_nodes``), so partition
+    ``i`` is the ``i``-th node by registration time. This avoids 10,000 query messages, which Flower's
+    in-memory state delivers in time proportional to nodes x pending messages. Every training
+    reply's ``partition-id`` then confirms the order; a mismatch stops the run
+    (:meth:`RunReport.check_claims`).
+    """
+    if order not in NODE_ORDERS:
+        raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
+    probe = MessageStrategy(min_available_nodes=1, wait_timeout=timeout)
+    if order == "query":
+        probe.identify(grid)
+        return probe
+    if num_nodes < 1:
+        raise ValueError("node-order = 'registration' needs num-clients > 0 (the number of simulated SuperNodes)")
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = list(grid.get_nodes())
+        if len(nodes) >= num_nodes:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"after {timeout:.0f}s: {len(nodes)} of {num_nodes} SuperNodes registered")
+        time.sleep(0.2)
+    if len(nodes) != num_nodes:
+        raise ValueError(f"the federation has {len(nodes)} SuperNodes but the run config has num-clients={num_nodes}")
+    stamps = [str(n.registered_at) for n in nodes]
+    if len(set(stamps)) != len(stamps):
+        log(INFO, "flwr-strategies: SuperNode registration times tie; asking every node for its partition instead")
+        probe.identify(grid)
+        return probe
+    for pid, node in enumerate(sorted(nodes, key=lambda n: str(n.registered_at))):
+        probe.partition_of_node[int(node.node_id)] = pid
+        probe.node_of_partition[pid] = int(node.node_id)
+    probe.num_partitions = num_nodes
+    return probe
 
 
-server_app = ServerApp(server_fn=_server_fn)
-client_app = ClientApp(client_fn=_client_fn)
+def _evaluate_fn(exp: Experiment):
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        res = exp.evaluate_fn(server_round, arrays.to_numpy_ndarrays(), {})
+        if res is None:
+            return None
+        loss, metrics = res
+        return MetricRecord({**numeric_metrics(metrics), "loss": float(loss)})
+
+    return evaluate
+
+
+def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray]:
+    """Run ``exp``'s method on its Message-API strategy; returns the final model."""
+    cfg = exp.cfg
+    strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params), on_round_end=report)
+    strategy.partition_of_node = dict(probe.partition_of_node)
+    strategy.node_of_partition = dict(probe.node_of_partition)
+    strategy.num_partitions = probe.num_partitions
+    report.source, report.path = strategy.history, "Message API strategy"
+    per_round = cfg.client_timeout * max(1, cfg.num_clients) if cfg.client_timeout else 3600.0
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
+        num_rounds=cfg.rounds,
+        timeout=per_round,
+        evaluate_fn=_evaluate_fn(exp),
+    )
+    strategy.history.finalize()
+    return result.arrays.to_numpy_ndarrays()
+
+
+class _ClaimCheckingStrategy(MeteredStrategy):
+    """:class:`MeteredStrategy` that logs a reply whose ``partition-id`` differs from the partition
+    its node was addressed as (the run report then stops the run)."""
+
+    def __init__(self, inner, pid_of_cid: dict[str, int], **kwargs: Any) -> None:
+        super().__init__(inner, **kwargs)
+        self.pid_of_cid = pid_of_cid
+
+    def aggregate_fit(self, server_round, results, failures):
+        for proxy, res in results:
+            claimed = (res.metrics or {}).get("partition-id")
+            expected = self.pid_of_cid.get(proxy.cid)
+            if claimed is not None and expected is not None and int(claimed) != expected:
+                self.failure_log.append({"round": server_round, "phase": "fit",
+                                         "error": f"partition {expected}: reply claims partition {claimed!r}"})
+        return super().aggregate_fit(server_round, results, failures)
+
+
+def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray] | None:
+    """Run ``exp``'s legacy-only strategy through Flower's compatibility layer. The partitions
+    learned by ``probe`` are handed to the client manager, so the strategy does not ask every
+    node again."""
+    from flwr.common import parameters_to_ndarrays
+    from flwr.server.compat import start_grid
+
+    cfg = exp.cfg
+    pid_of_cid = {str(node): pid for node, pid in probe.partition_of_node.items()}
+    strategy = _ClaimCheckingStrategy(exp.build_strategy(), pid_of_cid, on_round_end=report)
+    report.source, report.path = strategy, "legacy strategy (Flower compat)"
+    manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
+    manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
+    server = Server(client_manager=manager, strategy=strategy)
+    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.client_timeout))
+    strategy.finalize()
+    return parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
+
+
+def serve(grid: Grid, context: Context) -> RunReport:
+    """The ServerApp's body: identify the nodes, build the experiment, run, report."""
+    rc = dict(context.run_config)
+    wanted = requested_clients(rc)
+    # a bad method or setting fails now, before waiting for the nodes (any client count will do here)
+    config_from_run_config(rc, num_partitions=wanted or 10**6)
+    probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), wanted)
+    cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
+    torch.set_num_threads(max(1, int(cfg.client_threads)))
+    exp = get_experiment(cfg)
+    report = RunReport(cfg, str(rc.get("out-dir", "") or ""))
+    log(INFO, "flwr-strategies: %s on %d clients, %d rounds", cfg.method, cfg.num_clients, cfg.rounds)
+    try:
+        if exp.spec.build_core is not None:
+            final = run_message_strategy(grid, exp, probe, report)
+        else:
+            final = run_legacy_strategy(grid, exp, probe, report)
+    except BaseException as err:
+        report.write("failed", f"{type(err).__name__}: {err}")
+        raise
+    report.final = final
+    report.write_final(final)
+    report.write("completed")
+    return report
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    serve(grid, context)
+
+
+# ------------------------------------------------------------------------------ client side
+_CONFIGS: dict[tuple[str, int], ExperimentConfig] = {}
+
+
+def experiment_for(context: Context) -> Experiment:
+    """The experiment a node's client belongs to (from the run config and the node's
+    ``num-partitions``), cached per process."""
+    n = int(context.node_config.get("num-partitions", 0) or 0) or None
+    key = (json.dumps(dict(context.run_config), sort_keys=True, default=str), n or 0)
+    cfg = _CONFIGS.get(key)
+    if cfg is None:
+        cfg = config_from_run_config(context.run_config, num_partitions=n)
+        _CONFIGS.clear()
+        _CONFIGS[key] = cfg
+    torch.set_num_threads(max(1, int(cfg.client_threads)))
+    return get_experiment(cfg)
+
+
+def _train(msg: Message, context: Context) -> Message:
+    exp = experiment_for(context)
+    weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
+    return train_reply(msg, context, weights, n, metrics)
+
+
+def _evaluate(msg: Message, context: Context) -> Message:
+    exp = experiment_for(context)
+    loss, n, metrics = exp.client_evaluate(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
+    out = {**numeric_metrics(metrics), "loss": float(loss), "num-examples": int(n)}
+    return Message(RecordDict({"metrics": MetricRecord(out)}), reply_to=msg)
+
+
+def _legacy_client_fn(context: Context):
+    return experiment_for(context).make_client(context)
+
+
+_LEGACY_TYPES = ("get_properties", "get_parameters", "reconnect")
+
+
+class ProjectClientApp(ClientApp):
+    """A ``ClientApp`` answering both the Message-API strategies (``train``, ``evaluate``,
+    ``query.partition``) and the legacy strategies' messages (``fitins``/``evaluateins`` records,
+    ``get_properties``), with the same clients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train()(_train)
+        self.evaluate()(_evaluate)
+        self.query("partition")(partition_query)
+        self._legacy = ClientApp(client_fn=_legacy_client_fn)
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        mtype = message.metadata.message_type
+        records = message.content.array_records if mtype in ("train", "evaluate") else {}
+        if mtype in _LEGACY_TYPES or "fitins.parameters" in records or "evaluateins.parameters" in records:
+            return self._legacy(message, context)
+        return super().__call__(message, context)
+
+
+client_app = ProjectClientApp()

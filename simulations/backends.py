@@ -1,26 +1,36 @@
 """Two ways to execute an experiment, with one semantics.
 
-- ``inprocess``: Flower's own legacy ``Server`` with a seeded
-  :class:`~flwr_strategies.sampling.PartitionClientManager` driving in-process client proxies that
-  call the clients directly (no Ray, no serialisation beyond Flower's own ``NumPyClient``
-  conversion). For tests, quick runs and many-round workloads.
-- ``ray``: Flower's Ray simulation (``flwr.simulation.run_simulation``) of the same ``ServerApp``
-  and ``ClientApp`` that ``flwr run`` uses; per-client CPU/GPU resources are settable (fractional
-  GPUs included).
+- ``inprocess``: everything in this process, no Flower transport. A method with a
+  framework-neutral core runs on :class:`~.driver.CoreDriver`: the core and the clients are called
+  directly, with the same arrays, configs and validation as the Flower adapters, so the numbers are
+  theirs bit for bit. A method still registered with only a legacy ``build_strategy`` runs on
+  Flower's legacy ``Server`` with in-process client proxies. Every client call is bounded by
+  ``client_timeout``; a client that raises or hangs is a failed client. For tests, quick runs and
+  many-round workloads.
+- ``ray``: Flower's simulation runtime, the non-deprecated way: ``flwr run`` of the project's
+  Message-API app (:mod:`.app`) against a private local ``flower-superlink --simulation`` with one
+  SuperNode per client (:class:`~.deployment.LocalSimulation`). Per-client CPU/GPU resources are
+  settable; a run that fails (a ServerApp error, a dead client actor) raises.
 
-Both set one torch thread per client and in the driver, sample through the same seeded client
-manager and sort results by partition id, so the same seed gives the same per-round numbers.
+Both set one torch thread per client, sample by partition id with the core's seeded generator and
+aggregate replies in partition order, so the same seed gives the same per-round numbers.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
-import threading
+import shutil
+import subprocess
+import tempfile
 import time
-import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.common import (
     Code,
@@ -36,31 +46,56 @@ from flwr.common import (
     GetPropertiesRes,
     ReconnectIns,
     RecordDict,
+    parameters_to_ndarrays,
 )
-from flwr.server import Server, ServerAppComponents, ServerConfig
+from flwr.server import Server
 from flwr.server.client_proxy import ClientProxy
 
 from flwr_strategies.metering import MeteredStrategy
 from flwr_strategies.sampling import PartitionClientManager
 
+from .driver import CoreDriver, PartitionContexts
 from .experiment import ClientFactory, ExperimentConfig, get_experiment
+from .timeouts import BoundedCaller
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
-class InProcessClientProxy(ClientProxy):
-    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process.
+@dataclass
+class RunOutcome:
+    """What a backend hands back: the per-round records and the final model.
 
-    It keeps one Flower ``Context`` per partition for the whole run, so ``context.state``
-    persists across rounds exactly as in Flower's simulation runtime.
+    ``rounds`` and ``failure_log`` have the keys of
+    :class:`~flwr_strategies.adapters.recorder.RoundRecorder` (the results.json format);
+    ``final_arrays`` is the global model after the last round; ``state`` the core's
+    ``state_dict()`` when the core ran in this process (None otherwise); ``path`` names what ran.
     """
 
-    def __init__(self, partition_id: int, num_partitions: int, client_fn: Any, run_config: dict | None = None) -> None:
+    rounds: list[dict[str, Any]]
+    failure_log: list[dict[str, Any]]
+    final_arrays: list[np.ndarray] | None = None
+    state: dict[str, Any] | None = None
+    path: str = ""
+    contexts: list[Context] | None = None  # in process: the clients' Contexts (their context.state)
+
+
+class InProcessClientProxy(ClientProxy):
+    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process (legacy-API
+    strategies without a core: Flower's ``Server`` drives them).
+
+    It keeps one Flower ``Context`` per partition for the whole run, so ``context.state``
+    persists across rounds exactly as in Flower's simulation runtime. ``fit`` and ``evaluate``
+    are bounded by ``caller`` (a :class:`~.timeouts.BoundedCaller`; default: no limit).
+    """
+
+    def __init__(self, partition_id: int, num_partitions: int, client_fn: Any, run_config: dict | None = None,
+                 caller: BoundedCaller | None = None) -> None:
         super().__init__(cid=str(partition_id))
         self.node_id = partition_id
         self.client_fn = client_fn
+        self.caller = caller or BoundedCaller(None)
         self.context = Context(
             run_id=0,
             node_id=partition_id,
@@ -76,113 +111,263 @@ class InProcessClientProxy(ClientProxy):
         return self.client_fn(self.context).get_parameters(ins)
 
     def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
-        return self.client_fn(self.context).fit(ins)
+        return self.caller(lambda: self.client_fn(self.context).fit(ins), f"partition {self.node_id} fit")
 
     def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
-        return self.client_fn(self.context).evaluate(ins)
+        return self.caller(lambda: self.client_fn(self.context).evaluate(ins), f"partition {self.node_id} evaluate")
 
     def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
         return DisconnectRes(reason="")
 
 
 def metered_strategy(cfg: ExperimentConfig, on_round_end=None) -> MeteredStrategy:
-    """The method's strategy for ``cfg``, wrapped in a :class:`MeteredStrategy`."""
+    """The method's legacy strategy for ``cfg``, wrapped in a :class:`MeteredStrategy` (methods
+    registered with a legacy ``build_strategy`` and no core)."""
     return MeteredStrategy(get_experiment(cfg).build_strategy(), on_round_end=on_round_end)
 
 
 def _quiet_flower(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
-    logging.getLogger("flwr").setLevel(level)
+    logger = logging.getLogger("flwr")
+    if logger.level != level:  # setLevel clears every logger's cache: not on every run
+        logger.setLevel(level)
 
 
-def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[MeteredStrategy, dict]:
-    """Run ``cfg`` with Flower's ``Server`` and in-process client proxies."""
-    _quiet_flower(verbose)
-    torch.set_num_threads(max(1, int(cfg.client_threads)))
-    t0 = time.perf_counter()
+def has_core(cfg: ExperimentConfig) -> bool:
+    """True when ``cfg``'s method is registered with a framework-neutral core (``build_core``)."""
+    return get_experiment(cfg).spec.build_core is not None
+
+
+def build_core(cfg: ExperimentConfig):
+    """A fresh server core of ``cfg``'s method, built from the cached experiment."""
+    exp = get_experiment(cfg)
+    return exp.spec.build_core(exp.server_setup(), dict(exp.params))
+
+
+def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = None) -> RunOutcome:
+    """Run ``cfg``'s core and clients directly in this process (:class:`~.driver.CoreDriver`)."""
+    exp = get_experiment(cfg)
+    cfg = exp.cfg  # resolved: every setting filled in
+    driver = CoreDriver(
+        build_core(cfg),
+        exp.client_fit,
+        PartitionContexts(cfg.num_clients),
+        evaluate_fn=exp.evaluate_fn,
+        client_timeout=cfg.client_timeout,
+        on_round_end=on_round_end,
+    )
+    rounds = driver.run(cfg.rounds, state=state)
+    return RunOutcome(rounds, driver.failure_log, driver.global_arrays(), driver.core.state_dict(), "inprocess driver",
+                      driver.contexts.values())
+
+
+def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
+    """Run ``cfg``'s legacy strategy with Flower's ``Server`` and in-process client proxies."""
+    cfg = get_experiment(cfg).cfg  # resolved
     strategy = metered_strategy(cfg, on_round_end)
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     factory = ClientFactory(cfg)
-    for pid in range(cfg.num_clients):
-        manager.register(InProcessClientProxy(pid, cfg.num_clients, factory))
+    caller = BoundedCaller(cfg.client_timeout)
+    proxies = [InProcessClientProxy(pid, cfg.num_clients, factory, caller=caller) for pid in range(cfg.num_clients)]
+    for proxy in proxies:
+        manager.register(proxy)
     server = Server(client_manager=manager, strategy=strategy)
     server.set_max_workers(1)
+    try:
+        server.fit(num_rounds=cfg.rounds, timeout=None)
+    finally:
+        caller.close()
+    rounds = strategy.finalize()
+    final = parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
+    return RunOutcome(rounds, strategy.failure_log, final, None, "flower server (legacy strategy)",
+                      [p.context for p in proxies])
+
+
+def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
+    """Run ``cfg`` in this process: the direct driver for methods with a core, Flower's ``Server``
+    with in-process proxies for legacy-only methods. Client calls are bounded by
+    ``cfg.client_timeout``."""
+    _quiet_flower(verbose)
+    torch.set_num_threads(max(1, int(cfg.client_threads)))
+    t0 = time.perf_counter()
+    cfg = get_experiment(cfg).cfg  # resolved
     setup_s = time.perf_counter() - t0
-    server.fit(num_rounds=cfg.rounds, timeout=None)
-    strategy.finalize()
-    return strategy, {"setup_s": setup_s}
+    outcome = run_driver(cfg, on_round_end) if has_core(cfg) else run_flower_server(cfg, on_round_end)
+    return outcome, {"setup_s": setup_s}
 
 
-# -- Ray ---------------------------------------------------------------------------------------
-_SERVER_STRATEGIES: dict[str, MeteredStrategy] = {}
-_LOCK = threading.Lock()
+# -- Ray: Flower's simulation runtime through `flwr run` ------------------------------------------
+APP_COMPONENTS = {
+    "serverapp": "flwr_strategies.simulations.app:server_app",
+    "clientapp": "flwr_strategies.simulations.app:client_app",
+}
+
+_APP_PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "flwr-strategies-run"
+version = "1.0.0"
+description = "One run of flwr-strategies in Flower's simulation runtime"
+license = "Apache-2.0"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "flwr-strategies"
+
+[tool.flwr.app.components]
+serverapp = "{serverapp}"
+clientapp = "{clientapp}"
+
+[tool.flwr.app.config]
+experiment = ""
+out-dir = ""
+node-order = "query"
+"""
 
 
-class ServerFactory:
-    """``server_fn(context)`` for a legacy-API ``ServerApp``: strategy, rounds and client manager."""
+def package_root() -> Path:
+    """The folder that holds the imported ``flwr_strategies`` package (a checkout or site-packages)."""
+    import flwr_strategies
 
-    def __init__(self, cfg: ExperimentConfig, token: str | None = None, on_round_end=None) -> None:
-        self.cfg = cfg
-        self.token = token
-        self.on_round_end = on_round_end
-
-    def __call__(self, context: Context) -> ServerAppComponents:
-        torch.set_num_threads(max(1, int(self.cfg.client_threads)))
-        strategy = metered_strategy(self.cfg, self.on_round_end)
-        if self.token is not None:
-            with _LOCK:
-                _SERVER_STRATEGIES[self.token] = strategy
-        return ServerAppComponents(
-            strategy=strategy,
-            config=ServerConfig(num_rounds=self.cfg.rounds),
-            client_manager=PartitionClientManager(self.cfg.num_clients, seed=self.cfg.seed),
-        )
+    return Path(flwr_strategies.__file__).resolve().parents[1]
 
 
-def ray_backend_config(cfg: ExperimentConfig) -> dict[str, Any]:
-    """``run_simulation`` backend config: per-client resources and Ray init arguments."""
-    resources: dict[str, float] = {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus}
+def write_app_dir(folder: Path | str, *, serverapp: str | None = None, clientapp: str | None = None) -> Path:
+    """Write a minimal Flower app folder (a ``pyproject.toml``) whose components are the project's
+    app (or the given ``module:attribute`` paths) and whose run config takes ``experiment`` (an
+    :class:`ExperimentConfig` as JSON) and ``out-dir``. ``flwr run`` builds it into a small FAB;
+    the code itself is imported from the environment."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(_APP_PYPROJECT.format(
+        serverapp=serverapp or APP_COMPONENTS["serverapp"], clientapp=clientapp or APP_COMPONENTS["clientapp"]))
+    return folder
+
+
+def federation_config(cfg: ExperimentConfig, verbose: bool = False) -> dict[str, Any]:
+    """``flwr run --federation-config`` for ``cfg``: one SuperNode per client, the per-client Ray
+    resources (Flower's CLI takes whole CPUs: ``client_cpus`` is rounded up), Ray's logging."""
     return {
-        "client_resources": resources,
-        "init_args": {"logging_level": "ERROR", "log_to_driver": False, "include_dashboard": False},
+        "num-supernodes": int(cfg.num_clients),
+        "client-resources-num-cpus": max(1, math.ceil(cfg.client_cpus)),
+        "client-resources-num-gpus": float(cfg.client_gpus),
+        "init-args-logging-level": "INFO" if verbose else "ERROR",
+        "init-args-log-to-driver": bool(verbose),
     }
 
 
-def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[MeteredStrategy, dict]:
-    """Run ``cfg`` on Flower's Ray simulation runtime."""
-    from flwr.client import ClientApp
-    from flwr.server import ServerApp
-    from flwr.simulation import run_simulation
+def ray_backend_config(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Ray resources of ``cfg`` in ``run_simulation``'s ``backend_config`` form (the same numbers
+    :func:`federation_config` passes to ``flwr run``)."""
+    fed = federation_config(cfg)
+    return {
+        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
+        "init_args": {"logging_level": fed["init-args-logging-level"], "log_to_driver": fed["init-args-log-to-driver"],
+                      "include_dashboard": False},
+    }
 
+
+def _read_results(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class RayRunError(RuntimeError):
+    """A run in Flower's simulation runtime did not complete (the message has the status and log)."""
+
+
+def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, app_dir: Path | str | None = None,
+            workdir: Path | str | None = None, timeout: float | None = None) -> tuple[RunOutcome, dict]:
+    """Run ``cfg`` in Flower's simulation runtime (Ray): ``flwr run`` of the project's Message-API
+    app against a private local simulation SuperLink with ``num-supernodes = cfg.num_clients``.
+
+    Round records come from the ServerApp's ``results.json`` (same keys and, on the same seed,
+    the same numbers as the in-process backend). A run that does not finish ``completed`` raises
+    :class:`RayRunError` with the run's status, error and log tail. ``app_dir`` replaces the
+    generated app folder (tests use it to run a different ClientApp); ``timeout`` bounds the
+    whole run in seconds (default: none).
+    """
+    from .deployment import LocalSimulation, flower_cli_available
+
+    if not flower_cli_available():
+        raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
+                           "CLI (flwr, flower-superlink) is not on PATH; install flwr[simulation] in this environment")
     _quiet_flower(verbose)
-    torch.set_num_threads(max(1, int(cfg.client_threads)))
-    token = uuid.uuid4().hex
-    get_experiment(cfg)  # build data and model once in the driver before Ray starts
-    server_app = ServerApp(server_fn=ServerFactory(cfg, token, on_round_end))
-    client_app = ClientApp(client_fn=ClientFactory(cfg))
+    cfg = cfg.validate()  # resolved: the ServerApp and the clients rebuild exactly this
     t0 = time.perf_counter()
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=cfg.num_clients,
-        backend_config=ray_backend_config(cfg),
-        verbose_logging=verbose,
-    )
-    total = time.perf_counter() - t0
-    _quiet_flower(verbose)
-    with _LOCK:
-        strategy = _SERVER_STRATEGIES.pop(token, None)
-    if strategy is None:
-        raise RuntimeError("the Ray simulation ended before the server app started (see the log above)")
-    rounds = strategy.finalize()
-    if not rounds or rounds[-1]["round"] != cfg.rounds:
-        done = rounds[-1]["round"] if rounds else 0
-        raise RuntimeError(f"the Ray simulation stopped after {done} of {cfg.rounds} rounds (see the log above)")
-    round_time = sum(r["wall_s"] for r in rounds if r["round"] > 0)
-    return strategy, {"total_s": total, "startup_s": max(0.0, total - round_time), "rounds_s": round_time}
+    own_dir = workdir is None
+    work = Path(workdir or tempfile.mkdtemp(prefix="flwr-strategies-ray-"))
+    out_dir = work / "out"
+    app = Path(app_dir) if app_dir is not None else write_app_dir(work / "app")
+    pythonpath = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0"}
+    # Flower's simulation runtime registers SuperNodes in partition order: the ServerApp reads the
+    # order instead of querying every node (checked against every reply; see app.identify_nodes)
+    run_config = {"experiment": json.dumps(cfg.to_dict(), default=str), "out-dir": str(out_dir),
+                  "node-order": "registration"}
+    results_path = out_dir / "results.json"
+    seen = 0
+    try:
+        with LocalSimulation(work, env=env) as sim:
+            ready = time.perf_counter()
+            log_path = work / "logs" / "flwr-run.log"
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(["flwr", *sim.flwr_run_args(app, run_config, federation_config(cfg, verbose))],
+                                        env=sim.env, cwd=app, stdout=log_file, stderr=subprocess.STDOUT)
+                try:
+                    while proc.poll() is None:
+                        if timeout is not None and time.perf_counter() - t0 > timeout:
+                            raise RayRunError(f"the run did not finish within {timeout:g} s")
+                        if on_round_end is not None:
+                            seen = _report_new_rounds(results_path, seen, on_round_end)
+                        time.sleep(0.2)
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+            cli_log = log_path.read_text(errors="replace")
+            status = sim.run_status(sim.run_id(cli_log)) if "started run" in cli_log else "not started"
+            server_log = sim.all_logs(3000)
+        total = time.perf_counter() - t0
+        results = _read_results(results_path) or {}
+        if on_round_end is not None:
+            _report_new_rounds(results_path, seen, on_round_end)
+        if status != "finished:completed" or results.get("status") != "completed":
+            error = results.get("error") or "(no error recorded by the ServerApp)"
+            raise RayRunError(
+                f"the run in Flower's simulation runtime ended with status {status!r}: {error}\n"
+                f"--- flwr run ---\n{cli_log[-4000:]}\n{server_log}"
+            )
+        rounds = results["rounds"]
+        final_path = out_dir / "final.npz"
+        final = None
+        if final_path.exists():
+            with np.load(final_path) as npz:
+                final = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+        round_time = sum(r.get("wall_s", 0.0) for r in rounds if r["round"] > 0)
+        timing = {"total_s": total, "superlink_start_s": ready - t0, "startup_s": max(0.0, total - round_time),
+                  "rounds_s": round_time}
+        return RunOutcome(rounds, results.get("failure_log", []), final, None, results.get("runtime", "flwr run")), timing
+    finally:
+        if own_dir:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-def run_backend(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[MeteredStrategy, dict]:
+def _report_new_rounds(path: Path, seen: int, on_round_end) -> int:
+    results = _read_results(path)
+    if not results:
+        return seen
+    done = [r for r in results.get("rounds", []) if "wall_s" in r]
+    for rec in done[seen:]:
+        on_round_end(rec)
+    return max(seen, len(done))
+
+
+def run_backend(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
     """Run ``cfg`` on the backend it names."""
     if cfg.backend == "inprocess":
         return run_inprocess(cfg, on_round_end, verbose)

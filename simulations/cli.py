@@ -52,6 +52,8 @@ _HELP: dict[str, str] = {
     "client_threads": "torch threads per client (default 1)",
     "client_seed": "simulation only: a secret per-node seed for the clients' private randomness (DO-ADP noise "
                    "and coins), kept in each node's context.state, never sent to the server; unset: OS entropy",
+    "client_timeout": "seconds one client may take for one round in process (default 3600); a client that "
+                      "overruns is a failed client",
 }
 _FIELDS = tuple(_HELP)
 

@@ -352,8 +352,12 @@ def load_dataset(
     num_clients: int = 10,
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
+    synthetic_mean_samples: float = 4.0,
 ) -> DatasetBundle:
-    """Load dataset ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
+    """Load dataset ``name``; an unknown name raises ``KeyError`` listing the valid ones.
+
+    ``synthetic_mean_samples`` is the log-normal mean of Synthetic's client sizes (4.0: about 400
+    samples per client on average; lower values give the 60-sample floor, for many-client runs)."""
     key = name.lower()
     if key == "digits":
         return load_digits_bundle(seed)
@@ -362,5 +366,5 @@ def load_dataset(
     if key in ("cifar10", "cifar100"):
         return load_cifar_bundle(key, data_dir)
     if key == "synthetic":
-        return load_synthetic_bundle(num_clients, synthetic_alpha, synthetic_beta, seed)
+        return load_synthetic_bundle(num_clients, synthetic_alpha, synthetic_beta, seed, mean_samples=synthetic_mean_samples)
     raise KeyError(f"unknown dataset '{name}'; valid datasets: {', '.join(DATASETS)}")

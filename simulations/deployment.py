@@ -1,20 +1,34 @@
-"""Start a real local Flower deployment (one SuperLink, N SuperNodes) and run this app on it.
+"""Local Flower runtimes started and stopped here: a real deployment (one SuperLink, N SuperNodes)
+and a private simulation SuperLink for ``flwr run`` (the ``ray`` backend).
 
-This is what ``tests/test_deployment.py`` and ``docs/deployment.md`` use. Everything runs on
-127.0.0.1 in insecure mode; every port is chosen free by the caller's process; every process is
-started here and stopped here by its process id, together with every subprocess Flower spawned
-below it (:meth:`LocalDeployment.stop`).
+- :class:`LocalDeployment`: ``flower-superlink`` plus ``num_supernodes`` ``flower-supernode``
+  processes, each given its ``partition-id`` (``tests/test_deployment.py``, ``docs/deployment.md``).
+- :class:`LocalSimulation`: one ``flower-superlink --simulation``; ``flwr run`` with
+  ``--federation-config "num-supernodes=N ..."`` then runs the app in Flower's simulation runtime
+  (Ray). This is what ``flwr run .`` does with its default ``local`` connection, except that the
+  SuperLink here has its own ``FLWR_HOME`` and free port (so parallel runs do not share state) and
+  is stopped when the run ends.
+
+Everything runs on 127.0.0.1 in insecure mode, with runtime dependency installation disabled (the
+app runs in the current environment); every port is chosen free by the caller's process; every
+process is started here and stopped here by its process id, together with every subprocess Flower
+spawned below it (:meth:`FlowerProcesses.stop`).
 
 Example::
 
     with LocalDeployment(num_supernodes=3, workdir=tmp) as dep:
-        rc, log = dep.flwr_run(app_dir=".", run_config={"method": "fedavg", "num-clients": 3,
-                                                        "num-server-rounds": 3, "out-dir": str(tmp / "out")})
+        res = dep.flwr_run(app_dir=".", run_config={"method": "fedavg", "num-clients": 3,
+                                                    "num-server-rounds": 3, "out-dir": str(tmp / "out")})
+    with LocalSimulation(workdir=tmp) as sim:
+        res = sim.flwr_run(".", {"num-server-rounds": 3}, federation_config={"num-supernodes": 10})
+        print(sim.run_status(sim.run_id(res)))   # "finished:completed"
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -126,33 +140,36 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-class LocalDeployment:
-    """One ``flower-superlink --insecure`` and ``num_supernodes`` ``flower-supernode --insecure``.
+class FlowerProcesses:
+    """Processes of one local Flower runtime (a SuperLink and whatever else a subclass starts),
+    their logs, the ``flwr`` CLI pointed at them, and their shutdown by pid.
 
     Parameters
     ----------
-    num_supernodes : int
-        Number of SuperNodes; SuperNode ``i`` gets ``--node-config "partition-id=i
-        num-partitions=num_supernodes"``. Must be >= 1. Defaults to 3.
     workdir : Path
         Scratch folder for ``FLWR_HOME`` (its ``config.toml`` names this SuperLink as the default
-        connection ``deploy``) and the process logs.
+        connection ``CONNECTION``) and the process logs.
     startup_timeout : float
         Seconds to wait for the SuperLink's ``/health`` endpoint. Defaults to 60.
+    num_ports : int
+        Free ports to reserve: the SuperLink's first, then the subclass's.
+    env : dict | None
+        Extra environment variables for every process (e.g. ``PYTHONPATH``).
     """
 
-    def __init__(self, num_supernodes: int = 3, workdir: Path | str = ".", startup_timeout: float = 60.0) -> None:
-        if num_supernodes < 1:
-            raise ValueError(f"num_supernodes must be >= 1, got {num_supernodes}")
-        self.num_supernodes = num_supernodes
+    CONNECTION = "deploy"
+
+    def __init__(self, workdir: Path | str = ".", startup_timeout: float = 60.0, num_ports: int = 1,
+                 env: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir).resolve()
         self.startup_timeout = startup_timeout
         self.flwr_home = self.workdir / "flwr_home"
         self.logs = self.workdir / "logs"
-        ports = free_ports(1 + num_supernodes)
-        self.superlink_port, self.supernode_ports = ports[0], ports[1:]
+        ports = free_ports(num_ports)
+        self.superlink_port, self.other_ports = ports[0], ports[1:]
         self.address = f"{HOST}:{self.superlink_port}"
         self.env = deployment_env(self.flwr_home)
+        self.env.update(env or {})
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopped_pids: set[int] = set()
 
@@ -166,43 +183,30 @@ class LocalDeployment:
         return proc
 
     def write_config(self) -> Path:
-        """Write ``$FLWR_HOME/config.toml`` with the connection ``deploy`` (the default)."""
+        """Write ``$FLWR_HOME/config.toml`` with the connection ``CONNECTION`` (the default)."""
         self.flwr_home.mkdir(parents=True, exist_ok=True)
         path = self.flwr_home / "config.toml"
         path.write_text(
-            '[superlink]\ndefault = "deploy"\n\n'
-            f'[superlink.deploy]\naddress = "{self.address}"\ninsecure = true\n'
+            f'[superlink]\ndefault = "{self.CONNECTION}"\n\n'
+            f'[superlink.{self.CONNECTION}]\naddress = "{self.address}"\ninsecure = true\n'
         )
         return path
 
-    def start(self) -> "LocalDeployment":
-        """Start the SuperLink, wait until it answers, then start the SuperNodes."""
+    def superlink_command(self) -> list[str]:
+        return [
+            "flower-superlink",
+            "--insecure",
+            "--isolation", "subprocess",
+            "--disable-runtime-dependency-installation",
+            "--host", HOST,
+            "--port", str(self.superlink_port),
+        ]
+
+    def start(self):
+        """Start the SuperLink and wait until it answers."""
         self.write_config()
-        self._spawn(
-            "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--isolation", "subprocess",
-                "--disable-runtime-dependency-installation",
-                "--host", HOST,
-                "--port", str(self.superlink_port),
-            ],
-        )
+        self._spawn("superlink", self.superlink_command())
         self.wait_superlink()
-        for i, port in enumerate(self.supernode_ports):
-            self._spawn(
-                f"supernode-{i}",
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink", self.address,
-                    "--node-config", f"partition-id={i} num-partitions={self.num_supernodes}",
-                    "--host", HOST,
-                    "--port", str(port),
-                    "--max-wait-time", str(int(self.startup_timeout)),
-                ],
-            )
         return self
 
     def wait_superlink(self) -> None:
@@ -230,7 +234,7 @@ class LocalDeployment:
 
     def descendants(self) -> set[int]:
         """Pids of every live process below the processes started here (app subprocesses, the
-        SuperExec, which Flower starts in their own sessions, and their children)."""
+        SuperExec, which Flower starts in their own sessions, Ray, and their children)."""
         roots = {p.pid for p in self.procs.values()}
         return _descendants(roots) - roots
 
@@ -238,8 +242,9 @@ class LocalDeployment:
         """Stop every process started here and everything they spawned, by pid.
 
         Descendants are collected first (Flower detaches the SuperExec and the
-        ``flwr-serverapp``/``flwr-clientapp`` subprocesses into their own sessions, so a signal
-        to the process group does not reach them), then SIGTERM, then SIGKILL after ``grace`` s.
+        ``flwr-serverapp``/``flwr-clientapp``/``flwr-simulation`` subprocesses into their own
+        sessions, so a signal to the process group does not reach them), then SIGTERM, then
+        SIGKILL after ``grace`` s.
         """
         children = self.descendants()
         self.stopped_pids = {p.pid for p in self.procs.values()} | children
@@ -262,7 +267,7 @@ class LocalDeployment:
                 _signal(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
 
-    def __enter__(self) -> "LocalDeployment":
+    def __enter__(self):
         try:
             return self.start()
         except BaseException:
@@ -274,17 +279,135 @@ class LocalDeployment:
 
     # -- the flwr CLI ------------------------------------------------------------------------
     def flwr(self, *args: str, timeout: float = 120.0, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
-        """Run ``flwr <args>`` against this deployment (its ``FLWR_HOME``), bounded in time."""
+        """Run ``flwr <args>`` against this runtime (its ``FLWR_HOME``), bounded in time."""
         return subprocess.run(
             ["flwr", *args], env=self.env, cwd=cwd, capture_output=True, text=True, timeout=timeout
         )
 
+    def flwr_run_args(self, app_dir: Path | str, run_config: dict[str, Any]) -> list[str]:
+        """Arguments of ``flwr run APP_DIR CONNECTION --run-config ... --stream``. The run config
+        goes through a TOML file when a value holds quotes (Flower's ``k=v`` parser cannot)."""
+        args = ["run", str(app_dir), self.CONNECTION, "--stream"]
+        if run_config:
+            if any(isinstance(v, str) and ('"' in v or "'" in v) for v in run_config.values()):
+                self.workdir.mkdir(parents=True, exist_ok=True)
+                path = self.workdir / f"run-config-{len(list(self.workdir.glob('run-config-*.toml')))}.toml"
+                path.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in run_config.items()))
+                args += ["--run-config", str(path)]
+            else:
+                args += ["--run-config", run_config_arg(run_config)]
+        return args
+
     def flwr_run(self, app_dir: Path | str, run_config: dict[str, Any], timeout: float = 300.0) -> subprocess.CompletedProcess:
-        """``flwr run APP_DIR deploy --run-config ... --stream``: returns when the run has ended."""
-        return self.flwr(
-            "run", str(app_dir), "deploy", "--run-config", run_config_arg(run_config), "--stream",
-            timeout=timeout, cwd=app_dir,
-        )
+        """``flwr run APP_DIR CONNECTION --run-config ... --stream``: returns when the run has ended."""
+        return self.flwr(*self.flwr_run_args(app_dir, run_config), timeout=timeout, cwd=app_dir)
+
+    @staticmethod
+    def run_id(res: subprocess.CompletedProcess | str) -> int:
+        """The run id ``flwr run`` printed ("Successfully started run N")."""
+        text = res if isinstance(res, str) else f"{res.stdout}\n{res.stderr}"
+        match = re.search(r"started run (\d+)", text)
+        if match is None:
+            raise RuntimeError(f"flwr run did not start a run:\n{text[-3000:]}")
+        return int(match.group(1))
+
+    def run_status(self, run_id: int, wait: float = 30.0) -> str:
+        """The run's status from ``flwr ls`` (e.g. ``finished:completed``, ``finished:failed``),
+        waiting up to ``wait`` s for it to finish."""
+        deadline = time.monotonic() + wait
+        while True:
+            ls = self.flwr("ls", self.CONNECTION, "--run-id", str(run_id), "--format", "json", timeout=60)
+            try:
+                runs = json.loads(ls.stdout[ls.stdout.index("{"):])["runs"]
+                status = str(runs[0]["status"])
+            except (ValueError, KeyError, IndexError):
+                status = "unknown"
+            if status.startswith("finished") or time.monotonic() > deadline:
+                return status
+            time.sleep(0.5)
+
+
+class LocalDeployment(FlowerProcesses):
+    """One ``flower-superlink --insecure`` and ``num_supernodes`` ``flower-supernode --insecure``.
+
+    Parameters
+    ----------
+    num_supernodes : int
+        Number of SuperNodes; SuperNode ``i`` gets ``--node-config "partition-id=i
+        num-partitions=num_supernodes"``. Must be >= 1. Defaults to 3.
+    workdir : Path
+        Scratch folder for ``FLWR_HOME`` (its ``config.toml`` names this SuperLink as the default
+        connection ``deploy``) and the process logs.
+    startup_timeout : float
+        Seconds to wait for the SuperLink's ``/health`` endpoint. Defaults to 60.
+    """
+
+    def __init__(self, num_supernodes: int = 3, workdir: Path | str = ".", startup_timeout: float = 60.0) -> None:
+        if num_supernodes < 1:
+            raise ValueError(f"num_supernodes must be >= 1, got {num_supernodes}")
+        super().__init__(workdir, startup_timeout, num_ports=1 + num_supernodes)
+        self.num_supernodes = num_supernodes
+        self.supernode_ports = self.other_ports
+
+    def start(self) -> "LocalDeployment":
+        """Start the SuperLink, wait until it answers, then start the SuperNodes."""
+        super().start()
+        for i, port in enumerate(self.supernode_ports):
+            self._spawn(
+                f"supernode-{i}",
+                [
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink", self.address,
+                    "--node-config", f"partition-id={i} num-partitions={self.num_supernodes}",
+                    "--host", HOST,
+                    "--port", str(port),
+                    "--max-wait-time", str(int(self.startup_timeout)),
+                ],
+            )
+        return self
+
+
+class LocalSimulation(FlowerProcesses):
+    """A private ``flower-superlink --simulation``: ``flwr run`` against it runs the app in Flower's
+    simulation runtime (a ``flwr-simulation`` process with Ray), as ``flwr run .`` does with its
+    default local connection.
+
+    Parameters
+    ----------
+    workdir : Path
+        Scratch folder for ``FLWR_HOME`` (connection ``local-sim``) and the logs.
+    startup_timeout : float
+        Seconds to wait for the SuperLink's ``/health`` endpoint. Defaults to 60.
+    env : dict | None
+        Extra environment variables (for example ``PYTHONPATH``, so that the ``flwr-simulation``
+        process and its Ray workers import the same package as the caller).
+    """
+
+    CONNECTION = "local-sim"
+
+    def __init__(self, workdir: Path | str = ".", startup_timeout: float = 60.0, env: dict[str, str] | None = None) -> None:
+        # RAY_ADDRESS=local: a Ray instance of its own. Without it ray.init() joins a cluster that
+        # another process on the machine started (/tmp/ray/ray_current_cluster) and the runs mix.
+        super().__init__(workdir, startup_timeout, num_ports=1,
+                         env={"RAY_ADDRESS": "local", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", **(env or {})})
+
+    def superlink_command(self) -> list[str]:
+        return [*super().superlink_command(), "--simulation"]
+
+    def flwr_run_args(self, app_dir: Path | str, run_config: dict[str, Any],
+                      federation_config: dict[str, Any] | None = None) -> list[str]:
+        """``flwr run`` arguments plus ``--federation-config`` (``num-supernodes``,
+        ``client-resources-num-cpus`` (int >= 1), ``client-resources-num-gpus``, ``init-args-*``)."""
+        args = super().flwr_run_args(app_dir, run_config)
+        if federation_config:
+            args += ["--federation-config", run_config_arg(federation_config)]
+        return args
+
+    def flwr_run(self, app_dir: Path | str, run_config: dict[str, Any], timeout: float = 600.0,
+                 federation_config: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
+        """``flwr run`` in simulation: returns when the run has ended (``--stream``)."""
+        return self.flwr(*self.flwr_run_args(app_dir, run_config, federation_config), timeout=timeout, cwd=app_dir)
 
 
 def flower_cli_available() -> bool:

@@ -179,6 +179,17 @@ class Experiment:
             _inject_failure(client, pid, self._failures)
         return client
 
+    def client_fit(self, context: Context, arrays: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict]:
+        """One local round of ``context``'s client on ``arrays`` (the in-process driver's call):
+        the method's ``NumPyClient.fit`` around a pooled model, with no Flower conversion."""
+        with self.borrowed_model() as model:
+            return self.build_client(context, model).fit(arrays, config)
+
+    def client_evaluate(self, context: Context, arrays: list[np.ndarray], config: dict[str, Any]) -> tuple[float, int, dict]:
+        """``context``'s client's ``NumPyClient.evaluate`` on ``arrays`` around a pooled model."""
+        with self.borrowed_model() as model:
+            return self.build_client(context, model).evaluate(arrays, config)
+
     def make_client(self, context: Context) -> Client:
         torch.set_num_threads(max(1, int(self.cfg.client_threads)))
         return PooledClient(self, context)

@@ -54,6 +54,7 @@ class InProcessGrid(Grid):
             for p in range(num_nodes)
         }
         self._replies: dict[str, Message] = {}
+        self.registration_order: list[int] | None = None
 
     def set_run(self, run_id: int) -> None:
         pass
@@ -67,6 +68,14 @@ class InProcessGrid(Grid):
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
+
+    def get_nodes(self):
+        """The nodes, with registration times in partition order (as Flower's simulation runtime
+        registers its SuperNodes); ``registration_order`` overrides the order (tests)."""
+        from flwr.proto.node_pb2 import NodeInfo  # the type Grid.get_nodes returns (flwr 1.4x)
+
+        order = self.registration_order or list(self.contexts)
+        return [NodeInfo(node_id=n, registered_at=f"2000-01-01T00:00:00.{i:06d}+00:00") for i, n in enumerate(order)]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []

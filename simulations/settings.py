@@ -86,7 +86,8 @@ NONE_MEANS = {
 INT_SETTINGS = frozenset({"num_clients", "rounds", "seed", "data_seed", "classes_per_client", "local_epochs",
                           "local_steps", "batch_size", "client_threads", "client_seed"})
 FLOAT_SETTINGS = frozenset({"alpha", "fraction_fit", "lr", "weight_decay", "momentum", "lr_decay", "grad_clip",
-                            "synthetic_alpha", "synthetic_beta", "client_cpus", "client_gpus"})
+                            "synthetic_alpha", "synthetic_beta", "client_cpus", "client_gpus", "client_timeout",
+                            "synthetic_mean_samples"})
 
 #: Flower run-config keys that differ from ``field.replace("_", "-")``.
 _RUN_CONFIG_NAMES = {"rounds": "num-server-rounds", "params": "set", "out": "out-dir"}
@@ -152,6 +153,8 @@ class ExperimentConfig:
     client_gpus: float = 0.0
     client_threads: int = 1
     client_seed: int | None = None
+    client_timeout: float | None = 3600.0
+    synthetic_mean_samples: float = 4.0
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
     out: str | None = None
@@ -282,7 +285,7 @@ class ExperimentConfig:
     def key(self) -> str:
         """Identity of what gets built (resolved; output, provenance and execution settings excluded)."""
         d = asdict(self.resolve())
-        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "provenance"):
+        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "provenance"):
             d.pop(k)
         return json.dumps(d, sort_keys=True, default=str)
 
@@ -402,6 +405,9 @@ def _check(cfg: ExperimentConfig) -> None:
     _integer("client_threads", cfg.client_threads, 1)
     if cfg.client_seed is not None:
         _integer("client_seed", cfg.client_seed, 0)
+    if cfg.client_timeout is not None:
+        _number("client_timeout", cfg.client_timeout, "a number of seconds > 0 (or None: no limit)", lambda v: v > 0)
+    _number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number", lambda v: True)
     for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
         text = f"{'*' if r is None else r}:{p}"
         if not 0 <= p < cfg.num_clients:

@@ -76,6 +76,7 @@ class ClassificationTask:
             num_clients=cfg.num_clients,
             synthetic_alpha=cfg.synthetic_alpha,
             synthetic_beta=cfg.synthetic_beta,
+            synthetic_mean_samples=getattr(cfg, "synthetic_mean_samples", 4.0),
         )
         kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
         self.partition_kind = kind

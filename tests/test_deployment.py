@@ -95,9 +95,10 @@ def test_flwr_run_on_real_supernodes(deployment, method, tmp_path):
     acc0, acc = rounds[0]["accuracy"], rounds[-1]["accuracy"]
     assert acc >= MIN_FINAL_ACCURACY, f"{method}: final accuracy {acc:.3f} < {MIN_FINAL_ACCURACY}"
     assert acc - acc0 >= MIN_GAIN, f"{method}: accuracy {acc0:.3f} -> {acc:.3f} gained < {MIN_GAIN}"
-    # every SuperNode really received this run's train messages, in every round
+    # every SuperNode really received this run's train messages, one per round (Message-API
+    # strategies, like Flower's own, send no round number in the message; legacy ones do)
     for i in range(NUM_SUPERNODES):
         log = deployment.log(f"supernode-{i}", tail=10**9)[offsets[i]:]
-        rounds_seen = {int(m) for m in re.findall(r"\[RUN \d+, ROUND (\d+)\]", log)}
-        assert set(range(1, ROUNDS + 1)) <= rounds_seen, f"supernode-{i} saw rounds {sorted(rounds_seen)}"
+        trains = re.findall(r"Receiving: train message", log)
+        assert len(trains) >= ROUNDS, f"supernode-{i} received {len(trains)} train messages in {ROUNDS} rounds"
     print(f"{method}: accuracy {acc0:.3f} -> {acc:.3f} in {ROUNDS} rounds, flwr run {wall:.1f} s")

@@ -113,24 +113,15 @@ def test_cli_compare_writes_table_and_plot(tmp_path):
     assert (tmp_path / "fedavg" / "results.json").exists()
 
 
-@pytest.mark.ray
-def test_ray_backend_gives_the_same_numbers():
-    ray = run_experiment(_cfg(rounds=3, fraction_fit=0.5, backend="ray", client_cpus=2))
-    inproc = run_experiment(_cfg(rounds=3, fraction_fit=0.5))
-    assert [r["accuracy"] for r in ray["rounds"]] == [r["accuracy"] for r in inproc["rounds"]]
-    assert [r["loss"] for r in ray["rounds"]] == [r["loss"] for r in inproc["rounds"]]
-    assert [r["bytes_up"] for r in ray["rounds"]] == [r["bytes_up"] for r in inproc["rounds"]]
-    assert ray["timing"]["startup_s"] > 0
-
-
 def test_gpu_flags_are_validated_and_reach_ray_resources():
     import torch
 
-    from flwr_strategies.simulations.backends import ray_backend_config
+    from flwr_strategies.simulations.backends import federation_config
 
     cfg = _cfg(client_gpus=0.25, client_cpus=1.5)
     cfg.validate()
-    assert ray_backend_config(cfg)["client_resources"] == {"num_cpus": 1.5, "num_gpus": 0.25}
+    fed = federation_config(cfg)  # `flwr run --federation-config`: whole CPUs per client
+    assert (fed["num-supernodes"], fed["client-resources-num-cpus"], fed["client-resources-num-gpus"]) == (10, 2, 0.25)
     with pytest.raises(ValueError, match="client_gpus"):
         _cfg(client_gpus=-1).validate()
     if not torch.cuda.is_available():
@@ -144,4 +135,17 @@ def test_gpu_flags_are_validated_and_reach_ray_resources():
 def test_overhead_benchmark_paths_end_with_the_same_model():
     from flwr_strategies.simulations.bench import overhead
 
-    assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray"]) == 0
+    assert overhead.main(["--num-clients", "5", "--rounds", "2", "--skip-ray", "--repeat", "1"]) == 0
+
+
+def test_scale_benchmark_runs_a_stateful_method_with_client_state_in_contexts(tmp_path):
+    from flwr_strategies.simulations.bench import scale
+
+    out = tmp_path / "scale.json"
+    assert scale.main(["--clients", "300", "--fraction", "0.05", "--rounds", "2", "--backends", "inprocess",
+                       "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["federated"]
+    assert row["method"] == "scaffold" and row["sampled_per_round"] == 15 and row["failures"] == 0
+    # SCAFFOLD's control variates live in the sampled clients' context.state, nowhere else
+    assert 15 <= row["contexts_with_state"] <= 30 and row["client_state_mb"] > 0
+    assert row["peak_rss_tree_mb"] > 0

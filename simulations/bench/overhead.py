@@ -5,15 +5,23 @@ MNIST from ``--data-dir``, or the MLP on digits) is run three ways in one invoca
 
 (a) the floor: a plain loop with no Flower doing exactly the same local training (same model,
     data order, steps and weighted averaging in partition order) and the same evaluation;
-(b) the ``inprocess`` backend; (c) the ``ray`` backend, start-up reported apart from the rounds.
+(b) the ``inprocess`` backend (the core and clients called directly); (c) the ``ray`` backend,
+start-up reported apart from the rounds.
 
-It prints wall times and their ratio to (a), and checks that all three end with the same model.
+(b2) is the project's Flower app (the Message-API strategy and ClientApp of ``flwr run``) on an
+in-process Grid: Flower's message objects and array serialisation without Flower's runtime. (c) is
+that app under ``flwr run`` in Flower's simulation runtime. So (b) - (a) is ours, (b2) - (b) is
+Flower's message layer, and (c) - (b2) is Flower's runtime (SuperLink polling, Ray actors).
+
+Wall times are the fastest of ``--repeat`` interleaved runs (the machine may be shared); CPU times
+of this process are given beside them. It checks that every path ends with the same model.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -58,14 +66,32 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
     return global_w, time.perf_counter() - t0, accs
 
 
-def _final_weights(strategy) -> list[np.ndarray]:
-    from flwr.common import parameters_to_ndarrays
-
-    return parameters_to_ndarrays(strategy.latest_parameters)
+def _final_weights(outcome) -> list[np.ndarray]:
+    return outcome.final_arrays
 
 
 def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
+
+
+def _timed(fn):
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def message_api_inprocess(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list[float]]:
+    """The project's Flower app (Message-API strategy + ClientApp) on an in-process Grid: Flower's
+    message objects and array serialisation, without Flower's runtime (no SuperLink, no Ray)."""
+    from flwr.app import Context, RecordDict
+
+    from ..app import client_app, serve
+    from ..inprocess_grid import InProcessGrid
+
+    rc = {"experiment": json.dumps(cfg.to_dict(), default=str)}
+    grid = InProcessGrid(client_app, cfg.num_clients, run_config=rc)
+    report = serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    return report.final, [r["accuracy"] for r in report.records()]
 
 
 def main(argv: list[str]) -> int:
@@ -76,13 +102,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--model", help="override the model (e.g. cnn_cifar, resnet18_gn with --dataset cifar10)")
     p.add_argument("--dataset", help="override the dataset")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--repeat", type=int, default=3, help="runs of (a), (b) and (b2), interleaved; the fastest counts")
     p.add_argument("--client-cpus", type=float, default=None, help="Ray CPUs per client (default: all CPUs, one actor)")
     p.add_argument("--client-gpus", type=float, default=0.0)
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
-
-    import os
 
     dataset = args.dataset or ("mnist" if args.data_dir else "digits")
     cfg = ExperimentConfig(
@@ -92,41 +117,61 @@ def main(argv: list[str]) -> int:
         client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus,
     )
     exp = get_experiment(cfg)
-    print(f"workload: FedAvg, {dataset}, {exp.task.model_name}, {cfg.num_clients} clients, 1 local epoch, {cfg.rounds} rounds, device {cfg.device}")
-    plain_loop(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))  # warm-up (torch kernels, allocator)
-    floor_w, floor_s, floor_acc = plain_loop(cfg)
-    rows = [("(a) plain PyTorch loop", floor_s, None, floor_acc, 0.0)]
-
+    torch.set_num_threads(max(1, cfg.client_threads))
+    print(f"workload: FedAvg, {dataset}, {exp.task.model_name}, {cfg.num_clients} clients, 1 local epoch, "
+          f"{cfg.rounds} rounds, device {cfg.device}; fastest of {args.repeat} runs for (a), (b), (b2)")
     from ..backends import run_inprocess
 
-    t0 = time.perf_counter()
-    strat_b, _ = run_inprocess(cfg)
-    b_s = time.perf_counter() - t0
-    b_acc = [r["accuracy"] for r in strat_b.rounds]
-    rows.append(("(b) inprocess backend", b_s, None, b_acc, _max_diff(floor_w, _final_weights(strat_b))))
-
+    plain_loop(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))  # warm-up (torch kernels, allocator)
+    run_inprocess(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
+    message_api_inprocess(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
+    runs: dict[str, list[tuple]] = {"a": [], "b": [], "b2": []}
+    for _ in range(max(1, args.repeat)):
+        runs["a"].append(_timed(lambda: plain_loop(cfg)))
+        runs["b"].append(_timed(lambda: run_inprocess(cfg)[0]))
+        runs["b2"].append(_timed(lambda: message_api_inprocess(cfg)))
+    best = {k: (v[-1][0], min(r[1] for r in v), min(r[2] for r in v)) for k, v in runs.items()}
+    (floor_w, _, floor_acc), floor_s, floor_cpu = best["a"]
+    outcome_b, b_s, b_cpu = best["b"]
+    (final_b2, acc_b2), b2_s, b2_cpu = best["b2"]
+    rows = [
+        ("(a) plain PyTorch loop", floor_s, floor_cpu, None, floor_acc, 0.0),
+        ("(b) inprocess backend", b_s, b_cpu, None, [r["accuracy"] for r in outcome_b.rounds], _max_diff(floor_w, _final_weights(outcome_b))),
+        ("(b2) Message-API app, in-process grid", b2_s, b2_cpu, None, acc_b2, _max_diff(floor_w, final_b2)),
+    ]
+    ray_timing = None
     if not args.skip_ray:
         from ..backends import run_ray
 
-        strat_c, timing = run_ray(cfg)
-        c_acc = [r["accuracy"] for r in strat_c.rounds]
+        outcome_c, ray_timing = run_ray(cfg)
+        c_acc = [r["accuracy"] for r in outcome_c.rounds]
         # Ray starts its actors on the first message: count round 1's excess over the median of the
         # later rounds as start-up, so "rounds only" is comparable with (a) and (b).
-        walls = [r["wall_s"] for r in strat_c.rounds if r["round"] > 0]
+        walls = [r["wall_s"] for r in outcome_c.rounds if r["round"] > 0]
         steady = float(np.median(walls[1:])) if len(walls) > 1 else walls[0]
         rounds_s = steady + sum(walls[1:])
-        startup = timing["total_s"] - rounds_s
-        rows.append(("(c) ray backend, rounds only", rounds_s, startup, c_acc, _max_diff(floor_w, _final_weights(strat_c))))
+        startup = ray_timing["total_s"] - rounds_s
+        ray_timing = {**ray_timing, "steady_round_s": steady, "rounds_only_s": rounds_s, "startup_incl_actors_s": startup}
+        rows.append(("(c) ray backend (flwr run), rounds only", rounds_s, None, startup, c_acc, _max_diff(floor_w, _final_weights(outcome_c))))
 
     print()
-    print("| path | wall s | ratio to (a) | Ray start-up s | final accuracy | max abs diff of final model vs (a) |")
-    print("|---|---|---|---|---|---|")
-    for name, s, startup, acc, diff in rows:
+    print("| path | wall s | ratio to (a) | CPU s (this process) | start-up s | final accuracy | max abs diff of final model vs (a) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, s, cpu, startup, acc, diff in rows:
         st = f"{startup:.1f}" if startup is not None else "-"
-        print(f"| {name} | {s:.2f} | {s / floor_s:.2f}x | {st} | {acc[-1]:.4f} | {diff:.1e} |")
-    same = all(r[4] == 0.0 for r in rows)
-    print(f"\nsame final model on every path: {same}")
+        cpu_s = f"{cpu:.2f}" if cpu is not None else "-"
+        print(f"| {name} | {s:.2f} | {s / floor_s:.2f}x | {cpu_s} | {st} | {acc[-1]:.4f} | {diff:.1e} |")
+    per_msg = (b2_s - b_s) / (cfg.rounds * cfg.num_clients) * 1e3
+    print(f"\nFlower message objects and serialisation, (b2) - (b): {per_msg:.2f} ms per client round")
+    if ray_timing is not None:
+        print(f"Flower's runtime per round, (c) steady round - (b2) per round: "
+              f"{ray_timing['steady_round_s'] - b2_s / cfg.rounds:.2f} s; SuperLink start {ray_timing['superlink_start_s']:.1f} s, "
+              f"simulation + Ray + actor start-up {startup - ray_timing['superlink_start_s']:.1f} s")
+    same = all(r[5] == 0.0 for r in rows)
+    print(f"same final model on every path: {same}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"rows": [dict(zip(("path", "wall_s", "startup_s", "accuracy", "max_diff"), (r[0], r[1], r[2], r[3], r[4]))) for r in rows], "same_model": same}, indent=2))
+        Path(args.out).write_text(json.dumps({
+            "rows": [dict(zip(("path", "wall_s", "cpu_s", "startup_s", "accuracy", "max_diff"), r)) for r in rows],
+            "ray_timing": ray_timing, "same_model": same}, indent=2))
     return 0 if same else 1

@@ -1,45 +1,158 @@
-"""``python -m simulations bench scale``: 1,000 clients on a 2-core machine.
+"""``python -m simulations bench scale``: many clients, a stateful method, both backends.
 
-- FedAvg with 1,000 clients (10% sampled per round) on ``synthetic`` (logistic regression, one
-  natural group per client) or ``digits``, on the ``inprocess`` and ``ray`` backends: wall time
-  per round (median), and the peak resident memory of this process and of its children (Ray
-  workers), from ``getrusage``.
-- The decentralized core at 1,000 clients: memory of the server's per-client model table and the
-  mixing time per round on the ring and the paper's random-10 graph, for a given model size.
+- **Federated** (default: SCAFFOLD, 10,000 clients, 1% sampled per round, Synthetic(1,1) logistic
+  regression with one natural group per client at the 60-sample floor): each backend runs in its own
+  fresh process, so peaks do not mix. Reported: seconds per round (median of the rounds after the
+  first, and round 1 apart: it includes the clients' first-use start-up), set-up time, final
+  accuracy, and the peak resident memory of the whole process tree (the driver, and for ``ray`` the
+  SuperLink, the ``flwr-simulation`` process and every Ray worker), sampled every 0.2 s. SCAFFOLD's
+  client control variates live in each client's ``context.state`` (Flower's per-node state: one
+  Context per node in the simulation runtime, :class:`~..driver.PartitionContexts` in process),
+  not in a server-side dict; the in-process run also reports how many contexts hold state and
+  their bytes.
+- **Decentralized** (``--decentralized``): the peer-graph mixing step at ``--clients`` peers: memory
+  of the per-client model table and mixing time on the ring and the paper's random-10 graph.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..experiment import ExperimentConfig
-from ..runner import run_experiment
+
+DEFAULTS = {"method": "scaffold", "dataset": "synthetic", "clients": 10_000, "fraction": 0.01, "rounds": 4}
 
 
 def _rss_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0
 
 
-def federated(dataset: str, backend: str, clients: int, rounds: int, client_cpus: float) -> dict:
-    cfg = ExperimentConfig(
-        method="fedavg", dataset=dataset, num_clients=clients, rounds=rounds, fraction_fit=0.1,
-        local_epochs=1, batch_size=32, lr=0.1, backend=backend, client_cpus=client_cpus, progress=False,
+def _proc_rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class TreeMemory:
+    """Peak resident memory of this process and all its descendants, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.peak_total_mb = 0.0
+        self.peak_single_mb = 0.0
+        self.peak_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        from ..deployment import _descendants
+
+        pids = _descendants({os.getpid()})
+        sizes = [_proc_rss_kb(p) / 1024.0 for p in pids]
+        self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
+        self.peak_single_mb = max(self.peak_single_mb, max(sizes, default=0.0))
+        self.peak_processes = max(self.peak_processes, len(pids))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "TreeMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+def scale_config(args: argparse.Namespace, backend: str) -> ExperimentConfig:
+    return ExperimentConfig(
+        method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
+        fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
+        client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
+        client_timeout=None if backend == "ray" else 3600.0,
     )
-    t0 = time.perf_counter()
-    res = run_experiment(cfg)
-    walls = [r["wall_s"] for r in res["rounds"] if r["round"] > 0]
+
+
+def run_one(args: argparse.Namespace, backend: str) -> dict:
+    """One backend's figures (run in this process)."""
+    from ..backends import run_inprocess, run_ray
+    from ..experiment import get_experiment
+
+    cfg = scale_config(args, backend)
+    with TreeMemory() as mem:
+        t0 = time.perf_counter()
+        if backend == "inprocess":
+            get_experiment(cfg)
+            built = time.perf_counter() - t0
+            outcome, _ = run_inprocess(cfg)
+            state_bytes, with_state = _inprocess_state(outcome)
+        else:
+            built = None
+            outcome, timing = run_ray(cfg)
+            state_bytes, with_state = None, None
+        total = time.perf_counter() - t0
+    rounds = outcome.rounds
+    walls = [r["wall_s"] for r in rounds if r["round"] > 0]
     return {
-        "backend": backend, "dataset": dataset, "clients": clients, "sampled_per_round": res["rounds"][1]["clients"],
-        "rounds": rounds, "median_round_s": float(np.median(walls)), "total_s": time.perf_counter() - t0,
-        "final_accuracy": res["summary"]["final_accuracy"],
-        "peak_rss_self_mb": _rss_mb(resource.RUSAGE_SELF), "peak_rss_children_mb": _rss_mb(resource.RUSAGE_CHILDREN),
+        "backend": backend, "method": cfg.method, "clients": cfg.num_clients,
+        "sampled_per_round": rounds[1]["clients"], "rounds": cfg.rounds,
+        "round1_s": walls[0], "median_round_s": float(np.median(walls[1:] if len(walls) > 1 else walls)),
+        "total_s": total, "experiment_build_s": built,
+        "startup_s": None if backend == "inprocess" else timing["startup_s"],
+        "final_accuracy": rounds[-1].get("accuracy"), "failures": sum(r.get("failures", 0) for r in rounds),
+        "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
+        "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
+        "path": outcome.path,
     }
+
+
+def _inprocess_state(outcome) -> tuple[float | None, int | None]:
+    contexts = getattr(outcome, "contexts", None)
+    if contexts is None:
+        return None, None
+    total, n = 0, 0
+    for ctx in contexts:
+        if len(ctx.state):
+            n += 1
+            for rec in ctx.state.array_records.values():
+                total += rec.count_bytes()
+    return total / 2**20, n
+
+
+def federated(args: argparse.Namespace, backend: str) -> dict:
+    """Run one backend in a fresh subprocess and return its figures."""
+    cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "scale", "--_one", backend,
+           "--method", args.method, "--dataset", args.dataset, "--clients", str(args.clients),
+           "--fraction", str(args.fraction), "--rounds", str(args.rounds), "--client-cpus", str(args.client_cpus),
+           "--mean-samples", str(args.mean_samples)]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    marker = "SCALE-RESULT "
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(marker)]
+    if res.returncode != 0 or not lines:
+        raise RuntimeError(f"bench scale ({backend}) failed with code {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+    return json.loads(lines[-1][len(marker):])
 
 
 def decentralized(clients: int, params: int, topologies: list[str]) -> list[dict]:
@@ -64,31 +177,53 @@ def decentralized(clients: int, params: int, topologies: list[str]) -> list[dict
     return rows
 
 
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m simulations bench scale", description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default="synthetic", choices=("synthetic", "digits"))
-    p.add_argument("--clients", type=int, default=1000)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--method", default=DEFAULTS["method"], help="a stateful method (default: scaffold)")
+    p.add_argument("--dataset", default=DEFAULTS["dataset"], choices=("synthetic", "digits"))
+    p.add_argument("--clients", type=int, default=DEFAULTS["clients"])
+    p.add_argument("--fraction", type=float, default=DEFAULTS["fraction"], help="fraction sampled per round")
+    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
     p.add_argument("--backends", default="inprocess,ray")
-    p.add_argument("--client-cpus", type=float, default=2.0, help="Ray CPUs per client")
-    p.add_argument("--params", type=int, default=101_770, help="model size for the decentralized check (default: MLP 784-128-10)")
+    p.add_argument("--client-cpus", type=float, default=1.0, help="Ray CPUs per client")
+    p.add_argument("--mean-samples", type=float, default=0.0,
+                   help="log-normal mean of Synthetic's client sizes (0: about 60 samples per client)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per backend run")
+    p.add_argument("--decentralized", action="store_true", help="also time the peer-graph mixing step")
+    p.add_argument("--params", type=int, default=101_770, help="model size for --decentralized (MLP 784-128-10)")
     p.add_argument("--topologies", default="ring,random")
     p.add_argument("--out")
+    p.add_argument("--_one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args._one:
+        import torch
+
+        torch.set_num_threads(1)
+        print("SCALE-RESULT " + json.dumps(run_one(args, args._one)), flush=True)
+        return 0
     out = {"federated": [], "decentralized": []}
     for backend in [b for b in args.backends.split(",") if b]:
-        row = federated(args.dataset, backend, args.clients, args.rounds, args.client_cpus)
-        out["federated"].append(row)
-    print("| backend | dataset | clients (sampled/round) | median s/round | total s | final acc | peak RSS self MB | peak RSS children MB |")
-    print("|---|---|---|---|---|---|---|---|")
+        out["federated"].append(federated(args, backend))
+    print(f"{args.method}, {args.dataset}, {args.clients} clients, {args.fraction:.0%} sampled per round, {args.rounds} rounds")
+    print("| backend | sampled/round | round 1 s | median s/round (later rounds) | total s | final acc | failures "
+          "| peak RSS, process tree MB | largest process MB | clients with state (MB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in out["federated"]:
-        print(f"| {r['backend']} | {r['dataset']} | {r['clients']} ({r['sampled_per_round']}) | {r['median_round_s']:.2f} | {r['total_s']:.1f} | {r['final_accuracy']:.3f} | {r['peak_rss_self_mb']:.0f} | {r['peak_rss_children_mb']:.0f} |")
-    out["decentralized"] = decentralized(args.clients, args.params, args.topologies.split(","))
-    print()
-    print("| clients | params | topology | nnz(W) | model table MB | mixing ms/round |")
-    print("|---|---|---|---|---|---|")
-    for r in out["decentralized"]:
-        print(f"| {r['clients']} | {r['params']} | {r['topology']} | {r['nnz_W']} | {r['table_mb']:.0f} | {r['mix_ms']:.1f} |")
+        state = "-" if r["contexts_with_state"] is None else f"{r['contexts_with_state']} ({r['client_state_mb']:.1f})"
+        print(f"| {r['backend']} | {r['sampled_per_round']} | {r['round1_s']:.2f} | {r['median_round_s']:.2f} | "
+              f"{r['total_s']:.1f} | {_fmt(r['final_accuracy'], '.3f')} | {r['failures']} | {r['peak_rss_tree_mb']:.0f} | "
+              f"{r['peak_rss_largest_process_mb']:.0f} | {state} |")
+    if args.decentralized:
+        out["decentralized"] = decentralized(args.clients, args.params, args.topologies.split(","))
+        print()
+        print("| clients | params | topology | nnz(W) | model table MB | mixing ms/round |")
+        print("|---|---|---|---|---|---|")
+        for r in out["decentralized"]:
+            print(f"| {r['clients']} | {r['params']} | {r['topology']} | {r['nnz_W']} | {r['table_mb']:.0f} | {r['mix_ms']:.1f} |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2))

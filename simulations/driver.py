@@ -1,0 +1,228 @@
+"""The in-process driver: a method's :class:`~flwr_strategies.core.server.ServerCore` and its clients
+called directly, in one process, with no Flower messages in between.
+
+The core is framework-neutral, so nothing needs Flower's transport when server and clients live in
+the same process. :class:`CoreDriver` makes exactly the calls the two Flower adapters make
+(:class:`~flwr_strategies.adapters.legacy.LegacyStrategy`,
+:class:`~flwr_strategies.adapters.message.MessageStrategy`): ``select``, ``configure_train``, one
+client ``fit`` per instruction, ``train_round`` (shared reply validation, then the core's atomic
+aggregation), ``evaluate``. Clients get the same arrays (fresh copies, as deserialisation gives
+them) and the same config (``partition-id`` added) as on those paths, so the per-round numbers are
+bit-identical; ``tests/test_inprocess_driver.py`` checks this against both adapters.
+
+What is skipped is Flower's: ``.npy`` serialisation of every array in both directions, ``Message``/
+``FitIns`` construction, Flower's ``Server`` thread pool and client manager. Per-client state lives
+in one Flower ``Context`` per partition (``context.state``), created when the partition is first
+sampled, exactly as Flower's simulation runtime keeps it.
+
+Every client call is bounded by ``client_timeout`` (:class:`~.timeouts.BoundedCaller`): a client
+that raises or does not return in time is a failed client for that round, logged and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.common import Context, RecordDict, log
+
+from flwr_strategies.adapters.recorder import RoundRecorder, arrays_nbytes, bytes_entries
+from flwr_strategies.core.messages import Reply
+from flwr_strategies.core.server import ServerCore
+from flwr_strategies.core.validation import Rejection, ReplyError, check_policy
+
+from .timeouts import BoundedCaller
+
+__all__ = ["CoreDriver", "PartitionContexts", "ClientFit", "EvalFn"]
+
+PARTITION_KEY = "partition-id"
+
+#: ``(context, arrays, config) -> (arrays, num_examples, metrics)``: one client's ``fit``.
+ClientFit = Callable[[Context, list[np.ndarray], dict[str, Any]], tuple[list[np.ndarray], int, dict[str, Any]]]
+#: Flower's legacy ``evaluate_fn(server_round, arrays, config) -> (loss, metrics) | None``.
+EvalFn = Callable[[int, list[np.ndarray], dict[str, Any]], "tuple[float, dict[str, Any]] | None"]
+
+
+class PartitionContexts:
+    """One Flower ``Context`` per partition, created on first use and kept for the whole run.
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of partitions (``node_config["num-partitions"]``), >= 1.
+    run_config : dict | None
+        The ``run_config`` every context carries. Defaults to empty.
+    """
+
+    def __init__(self, num_partitions: int, run_config: dict | None = None) -> None:
+        if int(num_partitions) < 1:
+            raise ValueError(f"num_partitions must be >= 1, got {num_partitions!r}")
+        self.num_partitions = int(num_partitions)
+        self.run_config = dict(run_config or {})
+        self._contexts: dict[int, Context] = {}
+
+    def __getitem__(self, partition_id: int) -> Context:
+        ctx = self._contexts.get(partition_id)
+        if ctx is None:
+            if not 0 <= partition_id < self.num_partitions:
+                raise KeyError(f"partition id {partition_id} outside 0..{self.num_partitions - 1}")
+            ctx = Context(
+                run_id=0,
+                node_id=partition_id,
+                node_config={PARTITION_KEY: partition_id, "num-partitions": self.num_partitions},
+                state=RecordDict(),
+                run_config=dict(self.run_config),
+            )
+            self._contexts[partition_id] = ctx
+        return ctx
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+    def values(self) -> list[Context]:
+        """The contexts created so far (partitions that have been sampled)."""
+        return list(self._contexts.values())
+
+
+def _nonfinite(rejections: list[Rejection]) -> int:
+    return sum(1 for r in rejections if "NaN or infinite" in r.reason)
+
+
+class CoreDriver:
+    """Run a :class:`ServerCore` round by round against in-process clients.
+
+    Parameters
+    ----------
+    core : ServerCore
+        The method's server core (sampling, configuration, aggregation, state).
+    client_fit : ClientFit
+        Runs one client's local round: ``(context, arrays, config) -> (arrays, n, metrics)``.
+    contexts : PartitionContexts
+        The clients' contexts (their ``context.state`` survives rounds).
+    evaluate_fn : EvalFn | None (default: None)
+        Central evaluation, called through :meth:`ServerCore.evaluate` at the starting round and
+        after every round the core evaluates (as the Flower adapters do).
+    client_timeout : float | None (default: None)
+        Seconds one client may take for one round's ``fit``, > 0; None: no limit.
+    on_bad_reply : str (default: "drop")
+        The shared reply policy (:mod:`flwr_strategies.core.validation`).
+    on_round_end : callable | None (default: None)
+        Called with every finished round record.
+    """
+
+    def __init__(
+        self,
+        core: ServerCore,
+        client_fit: ClientFit,
+        contexts: PartitionContexts,
+        *,
+        evaluate_fn: EvalFn | None = None,
+        client_timeout: float | None = None,
+        on_bad_reply: str = "drop",
+        on_round_end: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if not isinstance(core, ServerCore):
+            raise TypeError(f"core must be a ServerCore, got {type(core).__name__}")
+        self.core = core
+        self.client_fit = client_fit
+        self.contexts = contexts
+        self.evaluate_fn = evaluate_fn
+        self.on_bad_reply = check_policy(on_bad_reply)
+        self.call = BoundedCaller(client_timeout)
+        self.history = RoundRecorder(on_round_end)
+        self.partitions = list(range(contexts.num_partitions))
+
+    @property
+    def rounds(self) -> list[dict[str, Any]]:
+        return self.history.rounds
+
+    @property
+    def failure_log(self) -> list[dict[str, Any]]:
+        return self.history.failure_log
+
+    # ------------------------------------------------------------------ one round
+    def _fit(self, rnd: int, pid: int, arrays: list[np.ndarray], config: dict[str, Any]):
+        ctx = self.contexts[pid]
+        sent = [np.array(a, copy=True) for a in arrays]  # what deserialisation would give the client
+        return self.call(lambda: self.client_fit(ctx, sent, config), what=f"partition {pid} fit in round {rnd}")
+
+    def train(self, rnd: int) -> None:
+        """Round ``rnd``: sample, configure, call the clients, validate, aggregate."""
+        core = self.core
+        rec = self.history.record(rnd)
+        instructions = core.configure_train(rnd, core.select(rnd, self.partitions))
+        sampled = [ins.partition_id for ins in instructions]
+        replies: list[Reply] = []
+        rejected: list[Rejection] = []
+        failed: list[int] = []
+        for ins in instructions:
+            pid = int(ins.partition_id)
+            config = {**ins.config, PARTITION_KEY: pid}
+            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
+            try:
+                arrays, num_examples, metrics = self._fit(rnd, pid, ins.arrays, config)
+            except Exception as err:  # a raising or hung client is a failed client
+                failed.append(pid)
+                self.history.log_failure(rnd, "fit", f"partition {pid}: {type(err).__name__}: {err}")
+                log(WARNING, "Round %s: partition %s failed: %s: %s", rnd, pid, type(err).__name__, err)
+                continue
+            metrics = dict(metrics or {})
+            claimed = metrics.get(PARTITION_KEY)
+            if claimed is not None and (not isinstance(claimed, (int, np.integer)) or int(claimed) != pid):
+                rejected.append(Rejection(pid, f"reply claims partition {claimed!r}"))
+                continue
+            arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+            rec["bytes_up"] += arrays_nbytes(arrays) + bytes_entries(metrics)
+            replies.append(Reply(pid, arrays, num_examples, metrics))
+        rec["clients"] = len(instructions)
+        if rejected and self.on_bad_reply == "raise":
+            raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
+        result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply)
+        rejections = rejected + list(result.rejections)
+        for r in rejections:
+            log(WARNING, "Round %s: rejected reply from %s", rnd, r)
+            self.history.log_failure(rnd, "rejected", str(r))
+        metrics = dict(result)
+        metrics["rejected"] = len(rejections)
+        rec["failures"] = int(metrics.get("failures", 0))
+        rec["rejected"] = len(rejections)
+        rec["nonfinite"] = _nonfinite(rejections)
+        for key, value in metrics.items():
+            rec[f"fit_{key}"] = value
+
+    def evaluate(self, rnd: int) -> None:
+        """Central evaluation of the core's model after round ``rnd`` (when the core evaluates)."""
+        if self.evaluate_fn is None or not self.core.should_evaluate(rnd):
+            return
+        rec = self.history.record(rnd)
+        res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
+        if res is None:
+            return
+        loss, metrics = res
+        rec["loss"] = float(loss)
+        for key, value in (metrics or {}).items():
+            rec[key] = value
+
+    # ------------------------------------------------------------------ the run
+    def run(self, num_rounds: int, *, state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Rounds ``1..num_rounds`` (or, with ``state`` from ``core.state_dict()``, the rounds after
+        it), with central evaluation at the starting round; returns the round records."""
+        if int(num_rounds) != num_rounds or num_rounds < 0:
+            raise ValueError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
+        if state is not None:
+            self.core.load_state_dict(state)
+        first = self.core.server_round + 1
+        try:
+            self.evaluate(first - 1)
+            for rnd in range(first, int(num_rounds) + 1):
+                self.train(rnd)
+                self.evaluate(rnd)
+            return self.history.finalize()
+        finally:
+            self.call.close()
+
+    def global_arrays(self) -> list[np.ndarray]:
+        """The core's current global model."""
+        return self.core.global_arrays()
