@@ -32,7 +32,9 @@ def _core(exp):
 
 
 def _setup(method: str):
-    cfg = ExperimentConfig(method=method, num_clients=NUM_CLIENTS, rounds=2, seed=0, progress=False)
+    # client_seed: the DO-ADP family's clients draw their noise and activation coins from their own
+    # secret; a fixed one keeps this test's replies the same on every run
+    cfg = ExperimentConfig(method=method, num_clients=NUM_CLIENTS, rounds=2, seed=0, progress=False, client_seed=7)
     exp = get_experiment(cfg)
     core, sampled, instructions = _core(exp)
     replies = []
@@ -44,6 +46,9 @@ def _setup(method: str):
         arrays, n, metrics = client.fit([np.array(a, copy=True) for a in ins.arrays],
                                         {**ins.config, "partition-id": ins.partition_id})
         replies.append(Reply(ins.partition_id, [np.asarray(a) for a in arrays], n, dict(metrics)))
+    # the tampered reply goes last; it must carry a float array (an inactive DO-ADP agent sends none)
+    j = max(i for i, r in enumerate(replies) if any(a.dtype.kind == "f" and a.size for a in r.arrays))
+    replies.append(replies.pop(j))
     return (lambda: _core(exp)[0]), sampled, replies
 
 

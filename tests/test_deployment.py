@@ -43,6 +43,8 @@ def common_run_config(out_dir: Path) -> dict:
         "num-server-rounds": ROUNDS,
         "seed": 0,
         "partition": "iid",
+        # every SuperNode trains every round (FedMUD's paper default samples a tenth of the clients)
+        "fraction-fit": 1.0,
         "out-dir": str(out_dir),
     }
 

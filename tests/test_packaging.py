@@ -16,6 +16,7 @@ import ast
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import tomllib
 from pathlib import Path
@@ -130,8 +131,14 @@ def test_wheel_in_clean_venv_runs_every_method(tmp_path):
                     "-w", str(dist)], check=True, cwd=tmp_path, timeout=300)
     wheel = next(dist.glob("flwr_strategies-*.whl"))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    # reuse the installed dependencies by path only: their folder's .pth hooks (among them this
+    # checkout's editable install, which would shadow the wheel) do not run in the clean venv
+    venv_site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    here = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    (Path(venv_site) / "reuse_installed_dependencies.pth").write_text("\n".join(sorted(here)) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
     user = tmp_path / "userproj"
     for pkg in ("clients", "simulations"):

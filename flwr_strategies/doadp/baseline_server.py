@@ -302,6 +302,18 @@ class CPGTServer(_BaselineServer):
         self._messages(server_round, reply)
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        if replies:  # a round with no valid reply leaves every table as it was
+            self._absorb(server_round, replies)
+        metrics: dict[str, Any] = {"broadcasts": len(replies),
+                                   "p2p_bytes": int(sum(self.degrees[r.partition_id] for r in replies)) * 2 * self.k * 16,
+                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1)}
+        if self.should_evaluate(server_round):
+            r = int(server_round)
+            metrics.update(epsilon_heuristic=2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], self.rate),
+                           dp_certified=0)
+        return metrics
+
+    def _absorb(self, server_round: int, replies: list[Reply]) -> None:
         Q = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
         for r in replies:
             (ix, vx), (iy, vy) = self._messages(server_round, r)
@@ -315,14 +327,6 @@ class CPGTServer(_BaselineServer):
         self.completion = [new["x"][0], new["x"][1], new["y"][0], new["y"][1]]
         self.H = {v: new[v][2] for v in ("x", "y")}
         self.commit_reports(server_round, replies)
-        metrics: dict[str, Any] = {"broadcasts": len(replies),
-                                   "p2p_bytes": int(sum(self.degrees[r.partition_id] for r in replies)) * 2 * self.k * 16,
-                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1)}
-        if self.should_evaluate(server_round):
-            r = int(server_round)
-            metrics.update(epsilon_heuristic=2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], self.rate),
-                           dp_certified=0)
-        return metrics
 
     def global_arrays(self) -> list[np.ndarray]:
         if self.server_round == 0:
