@@ -20,6 +20,7 @@ State kept by the server (all of it in :meth:`FedMUDServer.state_dict`):
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any, Sequence
 
 import numpy as np
@@ -97,6 +98,11 @@ class FedMUDServer(ServerCore):
                 self.full[lp.name] = w.numpy().astype(np.float32).copy()
         self.dm = build_decomposed(plain, cfg, seed=self.factor_seed, plan=plan, copy_model=False)
         init_base(self.dm, cfg, self.base_seed)
+        if cfg.base_init != "given" and plan.layers:
+            logging.getLogger("flwr_strategies").warning(
+                "FedMUD: the initial weights of the %d compressed layers (%s) are redrawn from the shared seed "
+                "(base_init=%r, so they never travel); base_init='given' keeps the initial arrays you passed",
+                len(plan.layers), ", ".join(lp.name for lp in plan.layers), cfg.base_init)
         self.payload_keys = self.dm.payload_keys()
         self._factor_idx = [self.payload_keys.index(k) for k in factor_keys(self.dm)]
         self.payload_spec = tuple(ArraySpec.like(a) for a in self.dm.get_payload())
