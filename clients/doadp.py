@@ -315,7 +315,8 @@ class DOADPAgent:
     state : RecordDict | None
         ``context.state`` (the agent's x, m, xhat persist under ``"doadp"``).
     client_seed : int | None (default: None)
-        Client-side seed (None: OS entropy).
+        Client-side seed. None: the per-node secret in ``state`` (:func:`set_client_seed`) if there
+        is one, else OS entropy.
     require_private : bool (default: True)
         Refuse rounds without noise or clipping (False only for the non-private D-mSGD).
     """
@@ -334,6 +335,8 @@ class DOADPAgent:
         self.cons = np.asarray(arrays[0], dtype=np.float64).reshape(-1)
         self.t = int(config["t"])
         self.report = bool(int(config.get("report_model", 0)))
+        if client_seed is None:
+            client_seed = client_seed_of(state)
         self.client_seed = check_client_seed(client_seed)
         if state is not None and STATE_KEY in state:
             current = AgentState.from_arrays(state[STATE_KEY].to_numpy_ndarrays())
