@@ -37,6 +37,8 @@ from .config import FedMUDConfig
 from .protocol import WIRE_KEY, build_decomposed, draw_base, factor_keys, init_base, plan_for_config, round_seed
 from .schedule import is_push_round
 
+log = logging.getLogger(__name__)
+
 __all__ = ["FedMUDServer"]
 
 
@@ -99,7 +101,7 @@ class FedMUDServer(ServerCore):
         self.dm = build_decomposed(plain, cfg, seed=self.factor_seed, plan=plan, copy_model=False)
         init_base(self.dm, cfg, self.base_seed)
         if cfg.base_init != "given" and plan.layers:
-            logging.getLogger("flwr_strategies").warning(
+            log.warning(
                 "FedMUD: the initial weights of the %d compressed layers (%s) are redrawn from the shared seed "
                 "(base_init=%r, so they never travel); base_init='given' keeps the initial arrays you passed",
                 len(plan.layers), ", ".join(lp.name for lp in plan.layers), cfg.base_init)
