@@ -13,7 +13,6 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.serverapp.strategy import FedAvg
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -115,7 +114,6 @@ def client_app(method: str) -> ClientApp:
 
 def strategy(method: str, rounds: int):
     return {
-        "fedavg": lambda: FedAvg(fraction_evaluate=0.0),
         "dfedcata": lambda: fs.DFedCata(fraction_evaluate=0.0, beta=0.9, topology="ring"),
         "fedli-ls": lambda: fs.FedLiLS(fraction_evaluate=0.0),
         "fedmud": lambda: fs.FedMUD(model=Classifier(), fraction_evaluate=0.0, fraction_train=1.0, target_ratio=0.5),
@@ -144,10 +142,9 @@ def run(method: str, rounds: int = 6):
 
 @pytest.mark.parametrize("method", ["dfedcata", "fedli-ls", "fedmud"])
 def test_users_own_app_learns_with_the_method(method):
-    accs, result, strat = run(method)
-    base, _, _ = run("fedavg")
+    accs, _, strat = run(method)
     assert accs[0] < 0.4, accs
-    assert accs[6] >= 0.85, (method, accs, base)
+    assert accs[6] >= 0.85, (method, accs)
     # the strategy's own record: every node trained every round, nothing was rejected
     rounds = [r for r in strat.history.rounds if r["round"] > 0]
     assert all(r["failures"] == 0 and r["rejected"] == 0 for r in rounds), rounds
@@ -169,4 +166,4 @@ def test_users_own_app_runs_doadp_privately():
 def test_users_own_app_repeats_bit_for_bit(method):
     a = run(method, rounds=2)[1].arrays.to_numpy_ndarrays()
     b = run(method, rounds=2)[1].arrays.to_numpy_ndarrays()
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
