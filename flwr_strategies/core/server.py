@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
-from .validation import Rejection, check_policy, screen_replies
+from .validation import Rejection, ReplyError, all_finite, check_policy, screen_replies
 
 __all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn"]
 
@@ -186,20 +186,51 @@ class ServerCore(ABC):
 
         A rejected reply counts as a failed client (policy ``"drop"``) or raises
         :class:`~flwr_strategies.core.validation.ReplyError` with nothing changed (``"raise"``).
-        Returns the core's metrics plus ``failures`` and ``rejected``.
+
+        A core checks what it computed before it commits it
+        (:func:`~flwr_strategies.core.validation.require_finite`). When the aggregate of valid
+        replies is not finite (a ``FloatingPointError``, such as
+        :class:`~flwr_strategies.core.validation.NonFiniteResult`, from :meth:`aggregate_train`),
+        the whole round is rejected: the state stays as it was, every valid reply is counted as
+        rejected and the round's ``round_rejected`` metric is 1 (``"raise"``: ``ReplyError``).
+        After a commit, the global model is checked once more; a core that committed a non-finite
+        model raises ``RuntimeError`` (the run must stop: its state can no longer be trusted).
+
+        Returns the core's metrics plus ``failures``, ``rejected`` and ``round_rejected``.
         """
         check_policy(on_bad_reply)
         sampled = sorted({int(p) for p in sampled})
         valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
         ok = {r.partition_id for r in valid}
         failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
-        metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
+        round_rejected = 0
+        try:
+            metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
+        except FloatingPointError as err:
+            reason = f"the round's aggregate is not finite ({err}); round {server_round} rejected, state kept"
+            if on_bad_reply == "raise":
+                raise ReplyError(f"{type(self).__name__} round {server_round}: {reason}") from err
+            self._check_committed(server_round, "after rejecting the round")
+            rejected = rejected + [Rejection(r.partition_id, reason) for r in valid]
+            failed_ids = sorted(set(failed_ids) | ok)
+            metrics, round_rejected = {}, 1
+        else:
+            self._check_committed(server_round, "after the round")
         self.server_round = int(server_round)
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
+        metrics["round_rejected"] = round_rejected
         out = RoundResult(metrics)
         out.rejections = rejected
         return out
+
+    def _check_committed(self, server_round: int, when: str) -> None:
+        problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
+        if problem is not None:
+            raise RuntimeError(
+                f"{type(self).__name__} holds a non-finite global model (array {problem}) {when} {server_round}: the "
+                "core committed a result it had not checked, so the run cannot go on"
+            )
 
     # ------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
