@@ -95,7 +95,8 @@ class FedProxServer(FedAvgServer):
 
 class FedAdamServer(FedAvgServer):
     """FedAdam (Reddi et al., ICLR 2021): Adam on the server over ``Delta_t = avg - w_t``
-    (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``)."""
+    (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``). The new model is
+    cast back to the model's dtype (Flower's returns float64 for a float32 model under NumPy 2)."""
 
     def __init__(self, initial_arrays, *, config: FedAdamConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -111,7 +112,10 @@ class FedAdamServer(FedAvgServer):
         m_t = [np.multiply(c.beta_1, x) + (1 - c.beta_1) * y for x, y in zip(m_prev, delta)]
         v_t = [c.beta_2 * x + (1 - c.beta_2) * np.multiply(y, y) for x, y in zip(v_prev, delta)]
         eta_norm = c.eta * np.sqrt(1 - np.power(c.beta_2, server_round + 1.0)) / (1 - np.power(c.beta_1, server_round + 1.0))
-        new = [x + eta_norm * y / (np.sqrt(z) + c.tau) for x, y, z in zip(self.current, m_t, v_t)]
+        # in the model's dtype: NumPy 2 promotes a float32 model to float64 here (``eta_norm`` is a
+        # NumPy float64), which Flower's legacy FedAdam returns as the new model
+        new = [(x + eta_norm * y / (np.sqrt(z) + c.tau)).astype(x.dtype, copy=False)
+               for x, y, z in zip(self.current, m_t, v_t)]
         require_finite("FedAdam's new global model", new)
         require_finite("FedAdam's moments", {"m_t": m_t, "v_t": v_t})
         self.m_t, self.v_t = m_t, v_t

@@ -199,6 +199,7 @@ class ServerCore(ABC):
         Returns the core's metrics plus ``failures``, ``rejected`` and ``round_rejected``.
         """
         check_policy(on_bad_reply)
+        self._layout()  # the checkpoint layout as built, before the first round changes any state
         sampled = sorted({int(p) for p in sampled})
         valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
         ok = {r.partition_id for r in valid}
@@ -255,11 +256,69 @@ class ServerCore(ABC):
             }
         )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (from a core of the same class and configuration)."""
-        if state.get("core") != type(self).__name__:
-            raise ValueError(f"checkpoint is from {state.get('core')!r}, not {type(self).__name__}")
+    def load_state_dict(self, state: dict[str, Any], *, num_rounds: int | None = None) -> None:
+        """Restore a :meth:`state_dict` (from a core of the same class and configuration).
+
+        The checkpoint is validated like a reply before anything changes: it must name this core's
+        class; its round must be an integer in ``0..num_rounds`` (``num_rounds``: the run it resumes,
+        when the caller knows it; the core's own horizon otherwise, where it has one); its
+        sampler state must be this core's bit generator; and its method state must have the layout
+        of this core's own (:meth:`extra_state` as built): the same keys, the same number of
+        arrays, every array with this core's shape and exact dtype, every number finite. Lists
+        that start empty (logs that grow during a run) may have any length; keys this core adds
+        later in a run (optimizer moments) may be present. A bad checkpoint raises ``ValueError``
+        naming the entry and the value, with the core unchanged.
+        """
+        from .state import check_state_layout
+
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise ValueError(f"a checkpoint is a dict from state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("core", "server_round", "sampler", "method") if k not in state]
+        if missing:
+            raise ValueError(f"checkpoint lacks {', '.join(repr(k) for k in missing)} (not a {name}.state_dict())")
+        if state["core"] != name:
+            raise ValueError(f"checkpoint is from {state['core']!r}, not {name}")
+        rnd = state["server_round"]
+        horizon = num_rounds if num_rounds is not None else self.horizon()
+        if not isinstance(rnd, (int, np.integer)) or isinstance(rnd, (bool, np.bool_)) or rnd < 0 or (
+                horizon is not None and rnd > horizon):
+            upper = f"..{int(horizon)}" if horizon is not None else " or more"
+            raise ValueError(f"checkpoint server_round = {rnd!r}: must be an integer in 0{upper}")
+        sampler = state["sampler"]
+        own_sampler = self._rng.bit_generator.state
+        if not isinstance(sampler, dict) or sampler.get("bit_generator") != own_sampler["bit_generator"] or set(
+                sampler) != set(own_sampler):
+            raise ValueError(f"checkpoint sampler state is not a {own_sampler['bit_generator']} state: {sampler!r:.200}")
+        check_state_layout(state["method"], self._layout(), where="method")
+        before = self.state_dict()
         state = copy.deepcopy(state)
-        self.load_extra_state(state["method"])
-        self._rng.bit_generator.state = state["sampler"]
-        self.server_round = int(state["server_round"])
+        try:
+            self.load_extra_state(state["method"])
+            self._rng.bit_generator.state = state["sampler"]
+            self.server_round = int(rnd)
+            problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
+            if problem is not None:
+                raise ValueError(f"its global model array {problem} is not finite")
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            self.load_extra_state(copy.deepcopy(before["method"]))
+            self._rng.bit_generator.state = before["sampler"]
+            self.server_round = before["server_round"]
+            what = f"missing entry {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"checkpoint does not fit this {name}: {what}") from None
+
+    def horizon(self) -> int | None:
+        """The last round this core can run, when it knows it (None: any number of rounds)."""
+        for attr in ("num_rounds", "final_round"):
+            value = getattr(self, attr, None)
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                return int(value)
+        return None
+
+    def _layout(self):
+        """The layout of :meth:`extra_state` when the core was first used (before any round)."""
+        if getattr(self, "_state_layout", None) is None:
+            from .state import state_layout
+
+            self._state_layout = state_layout(self.extra_state())
+        return self._state_layout
