@@ -205,7 +205,7 @@ TAMPERED = [
     ("whole model instead of adapters", "params", "uniform",
      lambda c: _arrays(c, lambda a: list(_model().values())), "expected 2 arrays, got 4"),
     ("integer dtype", "params", "uniform", lambda c: _arrays(c, lambda a: [a[0].astype(np.int32), a[1]]),
-     "array 0 has dtype int32, expected kind 'f'"),
+     "array 0 has dtype int32, expected float32"),
     ("partition -1", "params", "uniform", lambda c: _with(_good(c, 1), partition_id=-1), "partition id -1 is outside 0..2"),
     ("unsampled partition", "params", "uniform", lambda c: _with(_good(c, 1), partition_id=2),
      "partition 2 was not sampled this round"),
