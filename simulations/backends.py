@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -294,8 +295,12 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     from .deployment import LocalSimulation, flower_cli_available
 
     if not flower_cli_available():
+        from .deployment import interpreter_scripts
+
         raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
-                           "CLI (flwr, flower-superlink) is not on PATH; install flwr[simulation] in this environment")
+                           f"CLI (flwr, flower-superlink) is neither beside {sys.executable} "
+                           f"({', '.join(interpreter_scripts())}) nor on PATH; install flwr[simulation] in this "
+                           "environment")
     _quiet_flower(verbose)
     cfg = cfg.validate()  # resolved: the ServerApp and the clients rebuild exactly this
     t0 = time.perf_counter()
