@@ -196,7 +196,9 @@ class ServerCore(ABC):
         After a commit, the global model is checked once more; a core that committed a non-finite
         model raises ``RuntimeError`` (the run must stop: its state can no longer be trusted).
 
-        Returns the core's metrics plus ``failures``, ``rejected`` and ``round_rejected``.
+        Returns the core's metrics plus ``failures``, ``rejected``, ``round_rejected`` and the
+        lists ``sampled_partitions`` and ``failed_partitions`` (every sampled partition whose reply
+        was not aggregated: failed, rejected, or part of a rejected round).
         """
         check_policy(on_bad_reply)
         self._layout()  # the checkpoint layout as built, before the first round changes any state
@@ -221,6 +223,9 @@ class ServerCore(ABC):
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
         metrics["round_rejected"] = round_rejected
+        # who was asked and who did not contribute: the run's status is computed from these
+        metrics["sampled_partitions"] = list(sampled)
+        metrics["failed_partitions"] = failed_ids
         out = RoundResult(metrics)
         out.rejections = rejected
         return out
