@@ -131,7 +131,7 @@ def test_lm_settings_rejected_before_training():
                                 ("max_len", 2, "max_len must be an integer >= 8, got 2"),
                                 ("test_fraction", 1.0, "test_fraction must be a finite number in (0.0, 1.0), got 1.0"),
                                 ("lora_targets", " , ", "lora_targets must name at least one module"),
-                                ("model_dir", "/nonexistent/llama", "--model-dir /nonexistent/llama does not exist")]:
+                                ("model_dir", "/nonexistent/llama", "model folder /nonexistent/llama does not exist")]:
         with pytest.raises((ValueError, FileNotFoundError)) as err:
             LMSettings.from_params({**base, key: value})
         assert message in str(err.value), key
