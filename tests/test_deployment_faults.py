@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from flwr_strategies.simulations.deployment import LocalDeployment, _descendants, pid_alive
+from flwr_strategies.simulations.experiment import ExperimentConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SUPERNODES = 3
@@ -52,9 +53,10 @@ def _kill_supernode(dep: LocalDeployment, i: int) -> None:
 
 def _run_and_kill(method: str, tmp_path: Path) -> tuple[str, dict, str]:
     out = tmp_path / "out"
-    run_config = {"method": method, "dataset": "digits", "num-clients": NUM_SUPERNODES, "num-server-rounds": ROUNDS,
-                  "seed": 0, "partition": "iid", "fraction-fit": 1.0, "local-steps": 2, "client-timeout": 10,
-                  "out-dir": str(out)}
+    # the whole experiment as JSON (the app's `experiment` key) for the settings pyproject.toml does not list
+    experiment = ExperimentConfig(method=method, dataset="digits", num_clients=NUM_SUPERNODES, rounds=ROUNDS, seed=0,
+                                  partition="iid", fraction_fit=1.0, local_steps=2, client_timeout=60.0, progress=False)
+    run_config = {"experiment": json.dumps(experiment.to_dict()), "out-dir": str(out)}
     dep = LocalDeployment(num_supernodes=NUM_SUPERNODES, workdir=tmp_path / "deployment")
     try:
         dep.start()
@@ -87,6 +89,8 @@ def _run_and_kill(method: str, tmp_path: Path) -> tuple[str, dict, str]:
 def test_killed_supernode_is_recorded_and_the_run_does_not_end_as_a_success(method, tmp_path):
     status, results, detail = _run_and_kill(method, tmp_path)
     assert results, detail
+    print(f"{method}: Flower {status}, ServerApp {results['status']!r}, failures per round "
+          f"{[r['failures'] for r in results['rounds']]}")
     rounds = {r["round"]: r for r in results["rounds"]}
     # the node was there until round 2
     assert all(rounds[r]["failures"] == 0 and rounds[r]["clients"] == NUM_SUPERNODES for r in (1, 2)), detail
