@@ -201,7 +201,6 @@ class ServerCore(ABC):
         was not aggregated: failed, rejected, or part of a rejected round).
         """
         check_policy(on_bad_reply)
-        self._layout()  # the checkpoint layout as built, before the first round changes any state
         sampled = sorted({int(p) for p in sampled})
         valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
         ok = {r.partition_id for r in valid}
@@ -268,7 +267,8 @@ class ServerCore(ABC):
         class; its round must be an integer in ``0..num_rounds`` (``num_rounds``: the run it resumes,
         when the caller knows it; the core's own horizon otherwise, where it has one); its
         sampler state must be this core's bit generator; and its method state must have the layout
-        of this core's own (:meth:`extra_state` as built): the same keys, the same number of
+        of this core's own (:meth:`extra_state` when a checkpoint is first loaded: load into a
+        freshly built core, as every resume does): the same keys, the same number of
         arrays, every array with this core's shape and exact dtype, every number finite. Lists
         that start empty (logs that grow during a run) may have any length; keys this core adds
         later in a run (optimizer moments) may be present. A bad checkpoint raises ``ValueError``
@@ -321,7 +321,7 @@ class ServerCore(ABC):
         return None
 
     def _layout(self):
-        """The layout of :meth:`extra_state` when the core was first used (before any round)."""
+        """The layout of :meth:`extra_state` when a checkpoint was first loaded into this core."""
         if getattr(self, "_state_layout", None) is None:
             from .state import state_layout
 
