@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
+from .state import check_state_layout, state_layout
 from .validation import Rejection, ReplyError, all_finite, check_policy, screen_replies
 
 __all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn"]
@@ -105,6 +106,7 @@ class ServerCore(ABC):
         self.model_spec = tuple(ArraySpec.like(a) for a in self.initial_arrays)
         self.server_round = 0  # last completed training round
         self._rng = np.random.default_rng(self.seed)
+        self._state_layout: Any = None  # extra_state()'s layout, taken when a checkpoint is first loaded
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_partitions={self.num_partitions}, fraction_train={self.fraction_train})"
@@ -274,8 +276,6 @@ class ServerCore(ABC):
         later in a run (optimizer moments) may be present. A bad checkpoint raises ``ValueError``
         naming the entry and the value, with the core unchanged.
         """
-        from .state import check_state_layout
-
         name = type(self).__name__
         if not isinstance(state, dict):
             raise ValueError(f"a checkpoint is a dict from state_dict(), got {type(state).__name__}")
@@ -322,8 +322,6 @@ class ServerCore(ABC):
 
     def _layout(self):
         """The layout of :meth:`extra_state` when a checkpoint was first loaded into this core."""
-        if getattr(self, "_state_layout", None) is None:
-            from .state import state_layout
-
+        if self._state_layout is None:
             self._state_layout = state_layout(self.extra_state())
         return self._state_layout
