@@ -331,7 +331,7 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     if not flower_cli_available():
         from .deployment import interpreter_scripts
 
-        raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
+        raise FileNotFoundError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
                            f"CLI (flwr, flower-superlink) is neither beside {sys.executable} "
                            f"({', '.join(interpreter_scripts())}) nor on PATH; install flwr[simulation] in this "
                            "environment")
