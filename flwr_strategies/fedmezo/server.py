@@ -155,6 +155,7 @@ class LoRAServer(ServerCore):
         pids = [r.partition_id for r in replies]
         losses = {p: float(r.metrics["train_loss"]) for p, r in zip(pids, replies) if "train_loss" in r.metrics}
         diffs = {p: model_diff_signal(a, new) for p, a in zip(pids, arrays)}
+        require_finite("the clients' model-difference signals", list(diffs.values()))
         metrics = self.round_metrics(replies, losses)
         self.commit(server_round, new, losses, diffs)
         return metrics
