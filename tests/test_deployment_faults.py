@@ -89,8 +89,8 @@ def _run_and_kill(method: str, tmp_path: Path) -> tuple[str, dict, str]:
 def test_killed_supernode_is_recorded_and_the_run_does_not_end_as_a_success(method, tmp_path):
     status, results, detail = _run_and_kill(method, tmp_path)
     assert results, detail
-    print(f"{method}: Flower {status}, ServerApp {results['status']!r}, failures per round "
-          f"{[r['failures'] for r in results['rounds']]}")
+    print(f"{method}: Flower {status}, ServerApp {results['status']!r} {results.get('error', '')!r}, failures per "
+          f"round {[r['failures'] for r in results['rounds']]}")
     rounds = {r["round"]: r for r in results["rounds"]}
     # the node was there until round 2
     assert all(rounds[r]["failures"] == 0 and rounds[r]["clients"] == NUM_SUPERNODES for r in (1, 2)), detail
