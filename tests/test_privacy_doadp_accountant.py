@@ -178,3 +178,27 @@ def test_accountant_noise_is_smaller_than_theorem1():
     acc = calibrate_sigma(1.0, 1e-5, 2000, 1.0, 32, 3000, "poisson")
     assert acc < thm / 2
     assert math.isfinite(acc) and acc > 0
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "poisson"])
+def test_composed_mechanisms_are_certified_as_tightly(sampling):
+    from flwr_strategies.privacy import composed_certified_epsilon
+
+    a, b = GaussianSteps(3.0, 1.0, 8, 400, sampling), GaussianSteps(5.0, 1.0, 8, 300, sampling)
+    # one mechanism, in pieces: exactly certified_epsilon
+    assert composed_certified_epsilon([(a, 30), (a, 70)], 1e-5) == a.epsilon(100, 1e-5)
+    assert composed_certified_epsilon([(a, 0)], 1e-5) == 0.0
+    eps = composed_certified_epsilon([(a, 60), (b, 40)], 1e-5)
+    # dp_accounting on the same composed event, straight from its API
+    event = dp_accounting.ComposedDpEvent([a.event(60), b.event(40)])
+    if sampling == "uniform":
+        ref = tightest_rdp(event, 1e-5)
+    else:
+        acc = pld.PLDAccountant(neighboring_relation=REL, value_discretization_interval=1e-5)
+        acc.compose(event)
+        ref = acc.get_epsilon(1e-5)
+    assert ref * (1 - BELOW) <= eps <= ref * TIGHT
+    assert a.epsilon(60, 1e-5) < eps < a.epsilon(60, 1e-5) + b.epsilon(40, 1e-5)  # composition, not the sum
+    with pytest.raises(ValueError, match="different accountants"):
+        composed_certified_epsilon([(a, 1), (GaussianSteps(3.0, 1.0, 8, 400, "uniform" if sampling == "poisson"
+                                                          else "poisson"), 1)], 1e-5)

@@ -52,6 +52,7 @@ bound, never below what it certifies:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -63,6 +64,7 @@ __all__ = [
     "GaussianSteps",
     "accountant_for",
     "certified_epsilon",
+    "composed_certified_epsilon",
     "calibrate_sigma",
 ]
 
@@ -246,6 +248,38 @@ def _certified(mechanism: GaussianSteps, steps: int, delta: float) -> float:
     if mechanism.accountant == "rdp":
         return _rdp_epsilon(event, delta)
     return _pld_epsilon(event, delta)
+
+
+def composed_certified_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta: float) -> float:
+    """Epsilon that dp_accounting certifies at ``delta`` for ``steps`` compositions of each mechanism of
+    ``parts`` (``[(mechanism, steps), ...]``, e.g. the rounds run before and after a change of noise or
+    of record count), with the same tightness as :func:`certified_epsilon` (which it equals for one
+    mechanism). Every mechanism must use the same accountant (same sampling scheme).
+    """
+    delta = check_delta(delta, name="delta")
+    merged: list[list] = []
+    for mech, steps in parts:
+        if not isinstance(mech, GaussianSteps):
+            raise TypeError(f"parts must hold (GaussianSteps, steps) pairs, got {type(mech).__name__}")
+        steps = check_positive_int(steps, "steps") if int(steps) else 0
+        if not steps:
+            continue
+        if merged and merged[-1][0] == mech:
+            merged[-1][1] += steps
+        else:
+            merged.append([mech, steps])
+    if not merged:
+        return 0.0
+    if len(merged) == 1:
+        return _certified(merged[0][0], merged[0][1], float(delta))
+    kinds = {m.accountant for m, _ in merged}
+    if len(kinds) != 1:
+        raise ValueError(f"cannot compose mechanisms of different accountants {sorted(kinds)} (sampling schemes "
+                         f"{sorted({m.sampling for m, _ in merged})})")
+    import dp_accounting
+
+    event = dp_accounting.ComposedDpEvent([m.event(steps) for m, steps in merged])
+    return _rdp_epsilon(event, float(delta)) if kinds == {"rdp"} else _pld_epsilon(event, float(delta))
 
 
 def calibrate_sigma(
