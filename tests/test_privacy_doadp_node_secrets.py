@@ -214,3 +214,20 @@ def test_inprocess_simulation_consents_for_its_own_nodes():
     res = run_experiment(cfg)
     assert all(r["failures"] == 0 and "private_xbar_accuracy" in r for r in res["rounds"][1:])
     assert simulated_nodes_env(cfg)[SIMULATED_NODES_ENV] == json.dumps({"client_seed": 2, "allow_private_eval": True})
+
+
+def test_agent_in_your_own_client_app_takes_the_nodes_settings():
+    # the drop-in route: DOADPAgent(arrays, config, context.state, node_config=context.node_config)
+    from flwr_strategies.clients.doadp import DOADPAgent
+
+    setup = _setup(RecordDict())
+    x0 = flat_parameters(setup.model)
+    outs = []
+    for kwargs in ({"node_config": {"doadp-client-seed": 5, "doadp-allow-private-eval": "true"}},
+                   {"client_seed": 5, "allow_private_eval": True}, {}):
+        agent = DOADPAgent([np.zeros_like(x0), x0], _config(report_model=1), RecordDict(), **kwargs)
+        outs.append(agent.train(setup.model, setup.train_data, torch.nn.functional.cross_entropy))
+    (a, ma), (b, mb), (c, mc) = outs
+    assert ma["doadp_client_seeded"] == mb["doadp_client_seeded"] == 1 and mc["doadp_client_seeded"] == 0
+    assert len(a) == len(b) == 3 and len(c) == 2  # the private model only with consent
+    assert all(np.array_equal(u, v) for u, v in zip(a, b))  # the node-config seed is the seed
