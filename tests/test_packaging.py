@@ -146,6 +146,34 @@ def test_nothing_imports_the_repository_folders_as_top_level_packages():
     assert not offenders, "\n".join(offenders)
 
 
+def _in_example_app(path: Path) -> bool:
+    """A Flower app of its own (its own pyproject.toml): the user's app, in Flower's examples' shape."""
+    return any((parent / "pyproject.toml").is_file() for parent in path.parents if parent != ROOT and ROOT in parent.parents)
+
+
+def test_legacy_names_come_from_flwr_compat():
+    """Flower moves its legacy API under ``flwr.compat``: a name the installed Flower exports there
+    (``flwr.compat.server.ServerAppComponents`` in 1.41 to 1.43) is imported from there."""
+    import importlib
+
+    moved = {}
+    for sub in ("client", "common", "server", "simulation"):
+        module = importlib.import_module(f"flwr.compat.{sub}")
+        moved.update({(f"flwr.{sub}", name): f"flwr.compat.{sub}" for name in getattr(module, "__all__", [])})
+    assert moved, "flwr.compat exports nothing: check which legacy names this Flower moved"
+    offenders = []
+    for path in _repository_python_files():
+        if _in_example_app(path):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                for alias in node.names:
+                    if (node.module, alias.name) in moved:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from "
+                                         f"{node.module}, not {moved[(node.module, alias.name)]}")
+    assert not offenders, "\n".join(offenders)
+
+
 def test_project_app_ships_no_code():
     """``flwr run .`` builds the project's app into a FAB that Flower puts first on the app
     processes' ``sys.path``: it holds the settings only, so the ServerApp and ClientApps import the
