@@ -174,6 +174,24 @@ def test_legacy_names_come_from_flwr_compat():
     assert not offenders, "\n".join(offenders)
 
 
+def test_installed_flower_lies_in_the_declared_range():
+    """pyproject's flwr range is the tested range: the suite runs on a Flower inside it (or on
+    Flower's nightly, ``flwr-nightly``, a preview of the next release that the range leaves out)."""
+    import flwr
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = next(Requirement(d) for d in deps if Requirement(d).name == "flwr")
+    assert "simulation" in declared.extras
+    assert declared.specifier.contains("1.41.0") and declared.specifier.contains("1.42.9")
+    installed = Version(flwr.__version__)
+    if installed.is_devrelease:  # flwr-nightly
+        assert not declared.specifier.contains(installed, prereleases=True), installed
+    else:
+        assert declared.specifier.contains(installed), installed
+
+
 def test_project_app_ships_no_code():
     """``flwr run .`` builds the project's app into a FAB that Flower puts first on the app
     processes' ``sys.path``: it holds the settings only, so the ServerApp and ClientApps import the
