@@ -207,6 +207,7 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
 
 def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
     """Alternate the two (order flipped every run); then one traced run of each for the peak."""
+    logging.getLogger("flwr").setLevel(logging.ERROR)  # Flower's per-call INFO lines would swamp the tables
     times: dict[str, list[tuple[float, float]]] = {"ours": [], "flower": []}
     for i in range(repeats):
         order = (("ours", prepare_ours), ("flower", prepare_flower))
@@ -309,34 +310,34 @@ def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
     from flwr.app import ArrayRecord
 
+    from flwr_strategies import DFedCata as LegacyDFedCata
+    from flwr_strategies.serverapp import DFedCata as MessageDFedCata
+    from flwr_strategies.simulations.inprocess_grid import InProcessGrid
+
+    if api not in ("legacy", "message"):
+        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
+    logging.getLogger("flwr").setLevel(logging.ERROR)
     x0 = np.random.default_rng(seed).standard_normal(params, dtype=np.float32)
     table = peers * params * 4
     gc.collect()
-    base_kib = _rss_kib()
+    base_kib = _rss_kib()  # everything imported, the initial model built: the strategy's memory from here
     tracemalloc.start()
     walls = []
     if api == "legacy":
-        from flwr_strategies import DFedCata
-
         manager = _client_manager(peers)
-        strategy = DFedCata(num_clients=peers, initial_parameters=[x0], seed=seed)
+        strategy = LegacyDFedCata(num_clients=peers, initial_parameters=[x0], seed=seed)
         for r in range(1, rounds + 1):
             w0 = time.perf_counter()
             _dfedcata_legacy_round(strategy, manager, r, peers)
             walls.append(time.perf_counter() - w0)
-    elif api == "message":
-        from flwr_strategies.serverapp import DFedCata
-        from flwr_strategies.simulations.inprocess_grid import InProcessGrid
-
+    else:
         grid = InProcessGrid(_client_app({}), peers)
         initial = ArrayRecord([x0])
-        strategy = DFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
+        strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
         for r in range(1, rounds + 1):
             w0 = time.perf_counter()
             _dfedcata_message_round(strategy, grid, initial, r, peers)
             walls.append(time.perf_counter() - w0)
-    else:
-        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
     traced_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -396,7 +397,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["fedavg", *argv]
     args = _parser().parse_args(argv)
-    logging.getLogger("flwr").setLevel(logging.ERROR)  # Flower's per-call INFO lines would swamp the tables
     if args.what == "dfedcata":
         res = _dfedcata_cmd(args)
     else:
