@@ -308,6 +308,7 @@ def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int) -> None
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
                      seed: int = 0) -> dict[str, Any]:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
+    import torch  # noqa: F401 (the mixing step imports it on first use: not the strategy's memory)
     from flwr.app import ArrayRecord
 
     from flwr_strategies import DFedCata as LegacyDFedCata
