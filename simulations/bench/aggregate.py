@@ -32,6 +32,7 @@ Both set ``OMP_NUM_THREADS=1`` when unset.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -52,6 +53,18 @@ import numpy as np  # noqa: E402
 __all__ = ["measure_fedavg", "measure_dfedcata", "main"]
 
 MB = 2**20
+
+
+@contextlib.contextmanager
+def _quiet_flower():
+    """Flower's per-call INFO/WARNING lines would swamp the tables: silence them while measuring."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _layout(params: int, arrays: int) -> list[int]:
@@ -207,7 +220,6 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
 
 def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
     """Alternate the two (order flipped every run); then one traced run of each for the peak."""
-    logging.getLogger("flwr").setLevel(logging.ERROR)  # Flower's per-call INFO lines would swamp the tables
     times: dict[str, list[tuple[float, float]]] = {"ours": [], "flower": []}
     for i in range(repeats):
         order = (("ours", prepare_ours), ("flower", prepare_flower))
@@ -226,9 +238,10 @@ def measure_fedavg(replies: int = 100, params: int = 1_000_000, arrays: int = 10
     """Both APIs, this library's FedAvg against Flower's, in this process."""
     res = {"replies": replies, "params": params, "arrays": arrays, "repeats": repeats,
            "model_bytes": params * 4}
-    res["legacy"] = _legacy_fedavg(replies, params, arrays, repeats, seed)
-    gc.collect()
-    res["message"] = _message_fedavg(replies, params, arrays, repeats, seed)
+    with _quiet_flower():
+        res["legacy"] = _legacy_fedavg(replies, params, arrays, repeats, seed)
+        gc.collect()
+        res["message"] = _message_fedavg(replies, params, arrays, repeats, seed)
     return res
 
 
@@ -309,15 +322,20 @@ def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds:
                      seed: int = 0) -> dict[str, Any]:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
     import torch  # noqa: F401 (the mixing step imports it on first use: not the strategy's memory)
+
+    if api not in ("legacy", "message"):
+        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
+    with _quiet_flower():
+        return _measure_dfedcata(api, peers, params, rounds, seed)
+
+
+def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int) -> dict[str, Any]:
     from flwr.app import ArrayRecord
 
     from flwr_strategies import DFedCata as LegacyDFedCata
     from flwr_strategies.serverapp import DFedCata as MessageDFedCata
     from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
-    if api not in ("legacy", "message"):
-        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
-    logging.getLogger("flwr").setLevel(logging.ERROR)
     x0 = np.random.default_rng(seed).standard_normal(params, dtype=np.float32)
     table = peers * params * 4
     gc.collect()
