@@ -27,7 +27,6 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import tomllib
 import zipfile
@@ -290,10 +289,10 @@ def wheel_python(tmp_path_factory) -> Path:
     # checkout's editable install, which would shadow the wheel) do not run in the clean venv
     venv_site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip()
-    # (every site folder this interpreter reads: a venv made with --system-site-packages has its
-    # dependencies in the base interpreter's)
-    here = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
-    here += [sysconfig.get_paths()[k] for k in ("purelib", "platlib") if sysconfig.get_paths()[k] not in here]
+    # (every folder this interpreter imports from, except the checkout: a venv made with
+    # --system-site-packages has its dependencies in the base interpreter's site-packages, another
+    # may add folders with .pth lines)
+    here = [p for p in sys.path if p and Path(p).is_dir() and not Path(p).resolve().is_relative_to(ROOT)]
     (Path(venv_site) / "reuse_installed_dependencies.pth").write_text("\n".join(here) + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
     return py
