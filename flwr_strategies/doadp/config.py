@@ -144,13 +144,16 @@ class DOADPConfig:
         epsilon at ``delta`` is then reported (and must not exceed ``epsilon``).
     public_copy : str (default: "zero", paper)
         Initial public copies: ``"zero"`` (paper) or ``"x0"`` (x0 is public anyway).
-    eval_every : int (default: 10, [spec])
-        Central evaluation every this many rounds, and always after the last round, >= 1.
+    eval_every : int (default: 1, as Flower's strategies)
+        Central evaluation every this many rounds (round 0, the initial model, and the last round
+        are always evaluated), >= 1. Long runs such as the paper's 2,000 iterations may set 10.
     evaluate_private : bool (default: False)
-        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the clients also send
-        their private models x_i and the server evaluates their average (the paper's xbar). By
-        default the server evaluates the average of the public copies, a post-processing of the
-        private messages (inside the guarantee).
+        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the server asks the
+        clients for their private models x_i (config ``report_model = 1``) and evaluates the
+        average of those it receives (the paper's xbar). A client sends its model only when its
+        own node config consents; the server's request alone releases nothing. By default the
+        server evaluates the average of the public copies, a post-processing of the private
+        messages (inside the guarantee).
     msg_dtype : str (default: "float32")
         dtype of the transmitted values; both ends apply the same rounded values.
     allow_low_p : bool (default: False)
@@ -170,7 +173,7 @@ class DOADPConfig:
     delta0: float = 1e-5
     sigma: float | None = None
     public_copy: str = "zero"
-    eval_every: int = 10
+    eval_every: int = 1
     evaluate_private: bool = False
     msg_dtype: str = "float32"
     allow_low_p: bool = False
@@ -219,15 +222,15 @@ class DMSGDConfig:
         Consensus step size, > 0.
     beta : float (default: 0.15)
         Momentum factor, in [0, 1).
-    eval_every : int (default: 10)
-        Central evaluation period (and always after the last round), >= 1.
+    eval_every : int (default: 1)
+        Central evaluation period (and always after round 0 and the last round), >= 1.
     msg_dtype : str (default: "float64")
         dtype of the transmitted model.
     """
 
     gamma: float = 0.05
     beta: float = 0.15
-    eval_every: int = 10
+    eval_every: int = 1
     msg_dtype: str = "float64"
 
     def __post_init__(self) -> None:
@@ -244,7 +247,7 @@ class DMSGDConfig:
 class _BaselinePrivacy:
     epsilon: float = 1.0
     clip: float = 1.0
-    eval_every: int = 10
+    eval_every: int = 1
     evaluate_private: bool = False
 
     def _check_common(self) -> None:
