@@ -238,3 +238,38 @@ def test_private_model_is_sent_only_by_consenting_agents():
     _, metrics = core.evaluate(1, lambda r, arrays: seen.append(arrays[0].ravel()) or (0.0, {"accuracy": 0.5}))
     np.testing.assert_array_equal(seen[1], np.full(D, 2.5))  # the mean of the two private models received
     assert metrics["private_models_reported"] == 2 and metrics["private_models_outside_guarantee"] == 1
+
+
+# ----------------------------------------------------------------------------------- through Flower
+def test_node_gone_mid_run_is_counted_every_round_through_the_message_api():
+    """The issue's deployment: a SuperNode killed after round 3 of DFedCata; Flower then lists 2 of 3
+    nodes. Every later round records the failure (and the run's records say so)."""
+    from apiharness import message_run
+
+    from flwr_strategies.clients.app import numpy_client_app
+    from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
+    from flwr_strategies.simulations.inprocess_grid import InProcessGrid
+
+    class KilledNodeGrid(InProcessGrid):
+        trains = 0
+
+        def push_messages(self, messages):
+            messages = list(messages)
+            if messages and messages[0].metadata.message_type == "train":
+                self.trains += 1
+            return super().push_messages(messages)
+
+        def get_node_ids(self):
+            nodes = list(self.contexts)
+            return [n for n in nodes if n != 1001] if self.trains >= 3 else nodes
+
+    cfg = ExperimentConfig(method="dfedcata", dataset="digits", num_clients=3, rounds=6, model="logreg", lr=0.1,
+                           local_epochs=1, batch_size=32, seed=0, progress=False,
+                           params={"beta": 0.9, "neighbours": 3})
+    exp = get_experiment(cfg.resolve())
+    grid = KilledNodeGrid(numpy_client_app(lambda context: exp.build_client(context, exp.model_fn())), 3)
+    _, strategy, _ = message_run(cfg, clients=grid)
+    rounds = {r["round"]: r for r in strategy.history.rounds if r["round"] > 0}
+    assert [rounds[r]["failures"] for r in range(1, 7)] == [0, 0, 0, 1, 1, 1]
+    assert [rounds[r]["fit_absent"] for r in range(1, 7)] == [0, 0, 0, 1, 1, 1]
+    assert rounds[6]["clients"] == 2

@@ -39,7 +39,7 @@ class GraphConfig:
     Parameters
     ----------
     topology : str (default: "random")
-        ``random`` (DFedCata paper, Sec. 5.1: every round each peer picks ``neighbours - 1`` others,
+        ``random`` (DFedCata paper, Sec. V-A: every round each peer picks ``neighbours - 1`` others,
         redrawn each round), ``random_code`` (the same recipe drawn with the official code's legacy
         NumPy seeding, so the graphs are the official code's), ``circulant`` (DO-ADP paper, Sec. V:
         ``i`` linked to ``i +- 1..(neighbours - 1)/2``), ``ring``, ``grid``, ``exponential``,

@@ -276,7 +276,7 @@ class GossipCore(DecentralizedCore):
     Metrics (training): ``consensus_distance`` (``mean_i ||x_i - x_bar||^2``), ``links``,
     ``p2p_bytes``, ``connected``, ``spectral_gap`` (for m <= 256), ``train_loss`` (mean of the
     peers'). Evaluation: the network-average model ``x_bar`` (what the DFedCata paper evaluates,
-    Sec. 5) on the central test set, ``consensus_distance`` and, every ``client_eval_every`` rounds,
+    Algorithm 1's output) on the central test set, ``consensus_distance`` and, every ``client_eval_every`` rounds,
     ``client_accuracy_mean``/``client_accuracy_min`` of the peers' own models.
 
     Parameters
