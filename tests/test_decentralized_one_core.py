@@ -152,6 +152,17 @@ def test_failure_policy_stop_stops_with_the_state_unchanged(cls):
             np.testing.assert_array_equal(value, after["method"][key])
 
 
+def test_sequential_mode_expects_only_the_peer_whose_turn_it_is():
+    core = DFedCataServer([a.copy() for a in INIT], num_partitions=M, seed=0, on_train_config=lambda r: {"lr": 0.1},
+                          graph=GraphConfig(neighbours=4, client_eval_every=0),
+                          config=DFedCataConfig(beta=0.9, sequential_inplace=True))
+    assert one_round(core, 1, [1, 2, 3, 4, 5])["failures"] == 1  # peer 0's turn, its node is gone
+    assert one_round(core, 2, [0, 2, 3, 4, 5])["failures"] == 1  # peer 1's turn
+    out = one_round(core, 3, [0, 1, 3, 4, 5])  # peer 2's turn, its node is gone
+    assert (out["failures"], out["absent"]) == (1, 1)
+    assert one_round(core, 4, [0, 1, 2, 3, 5])["failures"] == 0  # peer 3's turn, peer 4 is gone
+
+
 def test_gossip_absent_peer_is_the_round_in_which_it_failed():
     # the dead peer keeps its model, its neighbours mix over the live peers (rows renormalised)
     a, b = gossip(DFedAvgServer), gossip(DFedAvgServer)
