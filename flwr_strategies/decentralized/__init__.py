@@ -40,7 +40,6 @@ from .mixing import (
     mix,
     mix_row,
     mixing_matrix,
-    num_edges,
     restrict_to_alive,
     second_eigenvalue_modulus,
     spectral_gap,
@@ -48,12 +47,12 @@ from .mixing import (
 )
 from .config import GraphConfig
 from .table import ModelLayout, ModelTable
-from .topology import TOPOLOGIES, Topology, canonical_topology, make_topology, round_rng
+from .topology import TOPOLOGIES, Topology, canonical_topology, round_rng
 
 __all__ = [
-    "Topology", "make_topology", "canonical_topology", "TOPOLOGIES", "round_rng",
+    "Topology", "canonical_topology", "TOPOLOGIES", "round_rng",
     "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
-    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive", "num_edges",
+    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive",
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
     "DecentralizedCore", "GossipCore", "PeerFailure", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
 ]

@@ -9,7 +9,7 @@ exponential graph is directed (``A[i, j] = 1`` means *i receives from j*).
 redrawn every round (``time_varying``). ``Topology.graph(t)`` is a pure function
 of ``(seed, t)``, so every backend sees the same graphs.
 
-Names accepted by :func:`make_topology` (m = number of clients):
+Names accepted by :class:`Topology` (m = number of clients):
 
 ========================  ================================================================
 ``ring``                  ``j = i +- 1 mod m`` (2 neighbours)
@@ -54,7 +54,6 @@ import scipy.sparse as sp
 
 __all__ = [
     "Topology",
-    "make_topology",
     "TOPOLOGIES",
     "ring",
     "grid",
@@ -363,8 +362,3 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, num_nodes={self.num_nodes}, seed={self.seed}, params={self.params})"
-
-
-def make_topology(name: str, num_nodes: int, seed: int = 0, **params: Any) -> Topology:
-    """Shortcut for :class:`Topology`."""
-    return Topology(name, num_nodes, seed=seed, **params)

@@ -12,7 +12,6 @@ their Laplace calibration, which a resumed core must share).
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import numpy as np
