@@ -230,11 +230,14 @@ class PublicTableCore(DecentralizedCore):
         return [] if self.started[pid] else [self.x0]
 
     # ------------------------------------------------------------------ replies
-    def split_report(self, server_round: int, reply: Reply, message_arrays: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def split_report(self, server_round: int, reply: Reply, message_arrays: int | tuple[int, ...]
+                     ) -> tuple[list[np.ndarray], np.ndarray | None]:
         """``(message arrays, private model or None)``. In a report round an agent that consents sends
-        its private model after its ``message_arrays`` message arrays; its shape is checked."""
+        its private model after its message (``message_arrays`` arrays: one count, or the counts a
+        message may have); its shape is checked."""
         arrays = list(reply.arrays)
-        if not self.report_round(server_round) or len(arrays) != message_arrays + 1:
+        counts = (message_arrays,) if isinstance(message_arrays, int) else tuple(message_arrays)
+        if not self.report_round(server_round) or len(arrays) - 1 not in counts:
             return arrays, None
         x = arrays[-1]
         if x.dtype.kind != "f" or x.shape != (self.d,):
@@ -272,7 +275,7 @@ class PublicTableCore(DecentralizedCore):
                     name, low.partition_id, q, self.q, q)
         return q
 
-    def commit_reports(self, server_round: int, replies: list[Reply], message_arrays: int) -> None:
+    def commit_reports(self, server_round: int, replies: list[Reply], message_arrays: int | tuple[int, ...]) -> None:
         """Mark the agents as started and store the private models of a report round (commit phase)."""
         report = self.report_round(server_round)
         if report:

@@ -238,7 +238,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         cached = self._parsed.get((server_round, reply.partition_id))
         if cached is not None and cached[0] is reply:
             return cached[1]
-        arrays, _ = self.split_report(server_round, reply, 2)
+        arrays, _ = self.split_report(server_round, reply, (0, 2))
         if len(arrays) not in (0, 2):
             raise ReplyError(
                 f"partition {reply.partition_id}: expected a Top-k message [indices, values] or no message, "
@@ -286,7 +286,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             self.accepted[pid] += 1
             self.active_steps[pid] += 1
         self.q_ran = q
-        self.commit_reports(server_round, replies, 2)
+        self.commit_reports(server_round, replies, (0, 2))
         self._parsed = {}
         self.seeded_replies += seeded
         self.entropy_replies += len(replies) - seeded
