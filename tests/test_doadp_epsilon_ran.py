@@ -1,7 +1,8 @@
 """Issue 18, "epsilon is computed from what ran": DO-ADP's reported epsilon uses the record counts the
 agents report (a declared local_dataset_size that is too large is refused with the epsilon that ran),
 and the steps that ran across resumes (a checkpoint carries the accountant; a core calibrated
-differently composes its steps with the checkpoint's). The oracle is dp_accounting itself."""
+differently composes its steps with the checkpoint's). The oracle is dp_accounting: the privacy
+module's wrapper on mechanisms the test builds, and dp_accounting straight over a dense order grid."""
 
 from __future__ import annotations
 
@@ -24,20 +25,26 @@ from flwr_strategies.doadp.baseline_server import DPDDAServer, DPDOServer
 from flwr_strategies.doadp.config import DOADPConfig, DPDDAConfig, DPDOConfig
 from flwr_strategies.doadp.peer import DatasetSizeError
 from flwr_strategies.doadp.server import DOADPServer
-from flwr_strategies.privacy.accountant import RDP_ORDERS
+from flwr_strategies.privacy.accountant import GaussianSteps, composed_certified_epsilon
 from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
 N, B, DELTA = 4, 8, 1e-5
 
 
+def epsilon_of(segments, q, clip=1.0):
+    """The certified epsilon at DELTA of ``[(sigma, steps), ...]`` uniform-batch Gaussian steps on q
+    records, composed: the privacy module's dp_accounting wrapper, on mechanisms built here."""
+    return composed_certified_epsilon([(GaussianSteps(sigma, clip, B, q), steps) for sigma, steps in segments], DELTA)
+
+
 def dp_accounting_epsilon(segments, q, clip=1.0):
-    """dp_accounting's epsilon at DELTA for ``[(sigma, steps), ...]`` of the uniform-batch Gaussian step
-    (replace-one; noise multiplier sigma / (2 clip / b)), composed in one RDP accountant."""
-    acc = rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    """The same straight from dp_accounting: replace-one RDP accountant over a dense order grid, the
+    step being SampledWithoutReplacement(q, b, Gaussian(sigma / (2 clip / b)))."""
+    orders = np.unique(np.concatenate([np.linspace(1.1, 12, 60), np.geomspace(12, 4096, 90)]))
+    acc = rdp.RdpAccountant(orders=list(orders), neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     for sigma, steps in segments:
-        z = sigma * B / (2.0 * clip)
-        one = dp_accounting.SampledWithoutReplacementDpEvent(q, B, dp_accounting.GaussianDpEvent(z))
+        one = dp_accounting.SampledWithoutReplacementDpEvent(q, B, dp_accounting.GaussianDpEvent(sigma * B / (2 * clip)))
         acc.compose(dp_accounting.SelfComposedDpEvent(one, steps))
     return acc.get_epsilon(DELTA)
 
@@ -68,12 +75,13 @@ def test_declared_dataset_size_larger_than_what_ran_is_refused_with_the_epsilon_
         strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
                        num_rounds=20)
     core = strategy.core
-    ran = dp_accounting_epsilon([(core.sigma, 1)], real_q)  # round 1 ran on real_q records
-    planned = dp_accounting_epsilon([(core.sigma, 20)], real_q)
+    ran = epsilon_of([(core.sigma, 1)], real_q)  # round 1 ran on real_q records
+    planned = epsilon_of([(core.sigma, 20)], real_q)
     text = str(err.value)
     assert f"local_dataset_size={10 * real_q}" in text and f"samples from {real_q} records" in text
     assert f"epsilon={ran:.4g}" in text and f"epsilon={planned:.4g} over 20 rounds" in text
     assert planned > 1.0 >= core.epsilon_at(20, 10 * real_q)  # the declaration looked fine, what ran is not
+    assert planned == pytest.approx(dp_accounting_epsilon([(core.sigma, 20)], real_q), rel=0.03)
     assert core.server_round == 0 and not core.XHAT.any()  # the round was not applied
 
 
@@ -100,12 +108,12 @@ def test_smaller_count_within_the_target_is_accounted_with_what_ran():
     core = _core(sigma=2.0, epsilon=50.0)  # plenty of noise: the smaller count still certifies the target
     out = [_round(core, r, n=60 if r == 2 else 100) for r in (1, 2, 3)]
     assert out[0]["dp_dataset_size"] == 100 and out[2]["dp_dataset_size"] == 60
-    assert out[0]["dp_epsilon"] == pytest.approx(dp_accounting_epsilon([(2.0, 1)], 100), rel=1e-12)
+    assert out[0]["dp_epsilon"] == pytest.approx(epsilon_of([(2.0, 1)], 100), rel=1e-12)
     # every step that ran is accounted on the smallest count any agent reported
-    assert out[2]["dp_epsilon"] == pytest.approx(dp_accounting_epsilon([(2.0, 3)], 60), rel=1e-12)
+    assert out[2]["dp_epsilon"] == pytest.approx(epsilon_of([(2.0, 3)], 60), rel=1e-12)
     # a larger count than declared keeps the declared (conservative) one
     more = _core(sigma=2.0, epsilon=50.0)
-    assert _round(more, 1, n=400)["dp_epsilon"] == pytest.approx(dp_accounting_epsilon([(2.0, 1)], 100), rel=1e-12)
+    assert _round(more, 1, n=400)["dp_epsilon"] == pytest.approx(epsilon_of([(2.0, 1)], 100), rel=1e-12)
 
 
 @pytest.mark.parametrize("cls", [DPDDAServer, DPDOServer])
@@ -126,7 +134,7 @@ def test_resume_with_the_same_calibration_reports_what_a_straight_run_does(tmp_p
     second = _core(calibration="accountant", epsilon=2.0)
     second.load_state_dict(load_state(save_state(tmp_path / "ck.npz", first.state_dict())))
     assert [_round(second, r)["dp_epsilon"] for r in (4, 5, 6)] == eps[3:]
-    assert eps[-1] == pytest.approx(dp_accounting_epsilon([(straight.sigma, 6)], 100), rel=1e-12)
+    assert eps[-1] == pytest.approx(epsilon_of([(straight.sigma, 6)], 100), rel=1e-12)
 
 
 def test_resume_into_a_core_calibrated_differently_reports_every_step_that_ran(tmp_path):
@@ -139,10 +147,12 @@ def test_resume_into_a_core_calibrated_differently_reports_every_step_that_ran(t
     assert tight.sigma > loose.sigma
     tight.load_state_dict(state)
     # before it trains: the epsilon of the 3 steps that ran, not the new core's calibration
-    assert tight.guarantee(3)["dp_epsilon"] == pytest.approx(dp_accounting_epsilon([(loose.sigma, 3)], 100), rel=1e-12)
+    assert tight.guarantee(3)["dp_epsilon"] == pytest.approx(epsilon_of([(loose.sigma, 3)], 100), rel=1e-12)
     assert tight.guarantee(3)["dp_epsilon"] > 0.5
     out = [_round(tight, r) for r in (4, 5, 6)]
-    want = dp_accounting_epsilon([(loose.sigma, 3), (tight.sigma, 3)], 100)
+    want = epsilon_of([(loose.sigma, 3), (tight.sigma, 3)], 100)
+    assert want == pytest.approx(dp_accounting_epsilon([(loose.sigma, 3), (tight.sigma, 3)], 100), rel=0.03)
+    assert want > epsilon_of([(tight.sigma, 6)], 100)  # not the new calibration's number
     assert out[-1]["dp_epsilon"] == pytest.approx(want, rel=1e-9)
     assert out[-1]["dp_epsilon_observed"] == pytest.approx(want, rel=1e-9)  # p = 0.8 is not credited: all active
     # and it survives a second checkpoint: three segments' worth of steps

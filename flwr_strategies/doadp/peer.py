@@ -43,9 +43,9 @@ from ..core.messages import Reply
 from ..core.server import EvalFn
 from ..core.validation import ReplyError
 from ..decentralized.server import DecentralizedCore
-from ..privacy.accountant import PLD_DISCRETIZATION, RDP_ORDERS, GaussianSteps, certified_epsilon
+from ..privacy.accountant import GaussianSteps, composed_certified_epsilon
 
-__all__ = ["PublicTableCore", "DatasetSizeError", "GaussianLedger", "composed_epsilon", "REPORT_KEY"]
+__all__ = ["PublicTableCore", "DatasetSizeError", "GaussianLedger", "REPORT_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -62,39 +62,6 @@ def _check_int(value: Any, name: str, low: int = 1) -> int:
     if isinstance(value, bool) or int(value) != value or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {name}={value!r}")
     return int(value)
-
-
-def composed_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta: float) -> float:
-    """Epsilon dp_accounting certifies at ``delta`` for ``steps`` runs of each mechanism in ``parts``.
-
-    Consecutive equal mechanisms are merged, so a single mechanism gives exactly
-    :func:`~flwr_strategies.privacy.accountant.certified_epsilon`; several are composed in one
-    accountant of their sampling scheme (RDP for uniform batches, PLD for Poisson batches).
-    """
-    merged: list[list] = []
-    for mech, steps in parts:
-        if int(steps) <= 0:
-            continue
-        if merged and merged[-1][0] == mech:
-            merged[-1][1] += int(steps)
-        else:
-            merged.append([mech, int(steps)])
-    if not merged:
-        return 0.0
-    if len(merged) == 1:
-        return certified_epsilon(merged[0][0], merged[0][1], delta)
-    kinds = {m.accountant for m, _ in merged}
-    if len(kinds) != 1:
-        raise ValueError(f"cannot compose steps accounted by different accountants {sorted(kinds)}")
-    import dp_accounting
-    from dp_accounting import pld, rdp
-
-    rel = dp_accounting.NeighboringRelation.REPLACE_ONE
-    acc = (rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel) if kinds == {"rdp"}
-           else pld.PLDAccountant(neighboring_relation=rel, value_discretization_interval=PLD_DISCRETIZATION))
-    for mech, steps in merged:
-        acc.compose(mech.event(steps))
-    return float(acc.get_epsilon(delta))
 
 
 class PublicTableCore(DecentralizedCore):
@@ -379,16 +346,18 @@ class GaussianLedger:
         q = self.q_ran if q is None else int(q)
         parts = [(self._mech(s, q), s["rounds"]) for s in self.past]
         parts.append((self.mechanism(q), int(rounds) - self.rounds_before))
-        return composed_epsilon(parts, self.config.delta)
+        return composed_certified_epsilon(parts, self.config.delta)
 
     def observed_epsilon(self) -> float:
         """Certified epsilon of the agent with the most private steps that ran (exact per agent)."""
         current = self.step_counts() - sum((np.asarray(s["steps"], dtype=np.int64) for s in self.past),
                                            np.zeros(self.n, dtype=np.int64))
+        if not self.past:  # one mechanism: epsilon grows with the steps, so the busiest agent's
+            return composed_certified_epsilon([(self.mechanism(), int(current.max()))], self.config.delta)
         counts = np.column_stack([np.asarray(s["steps"], dtype=np.int64) for s in self.past] + [current])
         mechs = [self._mech(s, self.q_ran) for s in self.past] + [self.mechanism()]
-        return max((composed_epsilon(list(zip(mechs, row)), self.config.delta)
-                    for row in {tuple(int(c) for c in r) for r in counts}), default=0.0)
+        return max(composed_certified_epsilon(list(zip(mechs, row)), self.config.delta)
+                   for row in {tuple(int(c) for c in r) for r in counts})
 
     def target_epsilon(self) -> float:
         return float(self.config.epsilon)
