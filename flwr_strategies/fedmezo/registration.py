@@ -116,7 +116,8 @@ PARAM_PROVENANCE = {
     "lora_r": "paper: App. E.3 (LoRA rank 128)",
     "lora_alpha": "paper: App. E.3 (LoRA alpha 256)",
     "lora_dropout": f"official code: {_YAML} (lora_dropout: 0.05)",
-    "lora_targets": "official code: the configs keep PEFT's LoRA targets for LLaMA (q_proj, v_proj)",
+    "lora_targets": "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's LLaMA default "
+                    "(q_proj, v_proj) applies",
     "max_len": f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})",
     "n_examples": "project: generated examples (--dataset instructions only)",
     "test_fraction": "project: 100 of the 1,200 generated examples; the paper holds out 1% (App. E.1)",
