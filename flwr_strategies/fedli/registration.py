@@ -124,17 +124,29 @@ PARAM_PROVENANCE: dict[str, dict[str, str]] = {
     },
 }
 
-#: The official code's training settings (dcll-iiitd/FederatedLineSearch = Divyansh03/FedExP's main.py:
-#: 20 local steps of batch 50, lr 0.01 decayed by 0.998 per round, weight decay 1e-4, clipping at 10,
-#: 20 of 100 clients; the SLS clients use none of lr / weight decay / clipping). FedLi-LU's FedML
-#: code: 1 epoch of batch 32 at lr 0.01 with clipping commented out.
+#: The official code's training settings (what the ``fedli-code`` preset runs with ``variant="code"``):
+#:
+#: - FedLi-LS, FedExP, SCAFFOLD: dcll-iiitd/FederatedLineSearch ``main.py`` (= Divyansh03/FedExP's): 20 local
+#:   steps (``"cp": 20``) of batch 50 (``"bs": 50``), lr 0.01 decayed by 0.998 before every round (round 1
+#:   already trains at 0.01 * 0.998), weight decay 1e-4 and clipping at max-norm 10 for the SGD clients, 20 of
+#:   100 clients (``--num_participating_clients 20``, the FedSLS paper's setting). The SLS clients
+#:   (``LocalUpdate_Sls`` in ``utils_general.py``) take neither a learning rate nor weight decay; their
+#:   ``clip_grad_norm_`` call acts on a gradient that ``Sls.step`` recomputes through its closure, so no
+#:   clipping reaches the line search.
+#: - FedLi-LU: zk23du/FedLi (FedML), ``config_file_*.yaml`` and ``my_model_trainer_classification.py``: 1 epoch
+#:   of batch 32 at lr 0.01, plain SGD, no clipping (``clip_grad_norm_(..., 1.0)`` is commented out), 10 of
+#:   100 clients.
+#:
+#: ``"none"`` switches an optional setting off (a preset's None would leave the method's default).
 CODE_TRAIN: dict[str, dict[str, Any]] = {
-    "fedli-ls": {"local_steps": 20, "local_epochs": None, "batch_size": 50, "fraction_fit": 0.2},
-    "fedli-lu": {"lr": 0.01, "local_epochs": 1, "batch_size": 32, "grad_clip": None, "fraction_fit": 0.1},
-    "fedexp": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": None, "batch_size": 50,
-               "weight_decay": 1e-4, "grad_clip": 10.0, "fraction_fit": 0.2},
-    "scaffold": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": None, "batch_size": 50,
-                 "weight_decay": 1e-4, "grad_clip": 10.0, "fraction_fit": 0.2},
+    "fedli-ls": {"local_steps": 20, "local_epochs": "none", "batch_size": 50, "fraction_fit": 0.2,
+                 "weight_decay": 0.0, "momentum": 0.0, "grad_clip": "none"},
+    "fedli-lu": {"lr": 0.01, "lr_decay": 1.0, "local_epochs": 1, "local_steps": "none", "batch_size": 32,
+                 "weight_decay": 0.0, "momentum": 0.0, "grad_clip": "none", "fraction_fit": 0.1},
+    "fedexp": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": "none", "batch_size": 50,
+               "weight_decay": 1e-4, "momentum": 0.0, "grad_clip": 10.0, "fraction_fit": 0.2},
+    "scaffold": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": "none", "batch_size": 50,
+                 "weight_decay": 1e-4, "momentum": 0.0, "grad_clip": 10.0, "fraction_fit": 0.2},
 }
 
 

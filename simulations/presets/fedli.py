@@ -265,15 +265,31 @@ def run_paper_preset(ctx: PresetContext) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- fedli-code
+#: The training settings the paper gives (Sec. 7, App. C), outside the default dataset's reduced setting.
+PAPER_TRAIN = ("lr", "lr_decay", "local_epochs", "local_steps", "batch_size", "weight_decay", "momentum", "grad_clip",
+               "fraction_fit")
+
+
+def paper_train(method: str) -> dict[str, Any]:
+    """The paper's training settings of ``method``: its defaults on the paper's dataset (not the default
+    dataset's reduced setting), ``"none"`` for an optional setting that is off."""
+    from flwr_strategies.registry import get_method
+
+    from ..settings import ExperimentConfig
+
+    cfg = ExperimentConfig(method=method, dataset="cifar10").resolve()
+    keys = [k for k in PAPER_TRAIN if k in get_method(method).train_defaults or k in ("local_epochs", "local_steps")]
+    return {k: ("none" if getattr(cfg, k) is None else getattr(cfg, k)) for k in keys}
+
+
 def code_entries() -> list[RunEntry]:
-    """Each method at its paper defaults and with the official code's configuration (``variant=code``
+    """Each method at the paper's training settings and with the official code's configuration (``variant=code``
     plus the code's training settings, :data:`flwr_strategies.fedli.registration.CODE_TRAIN`)."""
     from flwr_strategies.fedli.registration import CODE_TRAIN
-    from flwr_strategies.registry import get_method
 
     out = []
     for label, method in (("FedLi-LS", "fedli-ls"), ("FedLi-LU", "fedli-lu"), ("FedExP", "fedexp"), ("SCAFFOLD", "scaffold")):
-        paper = {k: v for k, (v, _) in get_method(method).train_defaults.items()}
+        paper = paper_train(method)
         out.append(RunEntry(f"{label} (paper)", method, paper))
         out.append(RunEntry(f"{label} (code)", method, {**paper, **CODE_TRAIN[method], "params": {"variant": "code"}}))
     return out
@@ -297,7 +313,7 @@ def _run_code_preset(ctx: PresetContext) -> Any:
 
     overrides = dict(ctx.overrides)
     methods = overrides.pop("methods", None)
-    entries = code_entries()
+    entries = list(ctx.preset.entries)
     if methods:
         wanted = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods)]
         entries = [e for e in entries if e.method in wanted or e.label.split(" (")[0] in wanted]
@@ -310,9 +326,10 @@ def _run_code_preset(ctx: PresetContext) -> Any:
 register_preset(
     Preset(
         name="fedli-code",
-        summary="FedLi-LS/LU, FedExP, SCAFFOLD: paper defaults vs the official code's configuration (digits, 30 rounds)",
+        summary="FedLi-LS/LU, FedExP, SCAFFOLD: the paper's training settings vs the official code's configuration "
+                "(digits, 20 clients, 30 rounds)",
         base={"dataset": "digits", "num_clients": 20, "rounds": 30, "partition": "dirichlet", "alpha": 0.5, "seed": 0},
-        entries=[],
+        entries=code_entries(),
         custom=_run_code_preset,
     )
 )
