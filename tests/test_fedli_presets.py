@@ -1,4 +1,4 @@
-"""FedLi presets run: ``fedli-paper`` (the paper's CIFAR-10 ResNet-18-GN setting, 100 clients, 20 per
+"""FedLi presets run: ``fedli-paper`` (the paper's CIFAR-10 ResNet-18-GN setting, 100 clients, 10 per
 round) for one round on a generated CIFAR-10 fixture, ``fedli-code`` for one round on digits, and the
 quickstart compares methods that each show their own behaviour."""
 
@@ -31,7 +31,7 @@ def _cifar10_fixture(root, per_batch=40, test=20):
 def test_paper_preset_runs_one_round_on_a_cifar_fixture(tmp_path):
     preset = get_preset("fedli-paper")
     base = preset.base
-    assert (base["dataset"], base["model"], base["num_clients"], base["fraction_fit"]) == ("cifar10", "resnet18_gn", 100, 0.2)
+    assert (base["dataset"], base["model"], base["num_clients"], base["fraction_fit"]) == ("cifar10", "resnet18_gn", 100, 0.1)
     assert (base["partition"], base["alpha"], base["rounds"], base["batch_size"]) == ("dirichlet-class", 0.1, 500, 32)
     data = _cifar10_fixture(tmp_path / "data")
     # 200 fixture images cannot give 100 clients a Dir(0.1) per-class split: equal-size Dirichlet over 10

@@ -8,7 +8,8 @@
 - ``fedmezo-paper`` (paper scale, GPU): the paper's main setting (Dolly-Meta, Table 7 / Table 8
   3B column) with a local checkpoint and data file: OpenLLaMA-3B-v2 in fp16, LoRA r=128 /
   alpha=256 / dropout 0.05 on q_proj, v_proj, 3 clients, 500 rounds of 30 MeZO steps of batch 1,
-  lr 1e-5, mu 1e-3, tok_len 1000, 1% test split, evaluation every 10 rounds::
+  lr 1e-5, mu 1e-3, tok_len 1000, 1% test split, evaluation every 10 rounds; beside FedMeZO, the
+  official code's precision and arithmetic (``variant=code``), model-diff rates and BP LoRA FedAvg::
 
       python -m simulations compare --preset fedmezo-paper --model /models/open_llama_3b_v2 \\
           --data-dir /data/dolly --device cuda
@@ -74,7 +75,8 @@ CODE_ENTRIES = [
 
 PAPER_ENTRIES = [
     RunEntry("FedMeZO", "fedmezo"),
-    RunEntry("FedMeZO fp16 adapters (reference)", "fedmezo", {"params": {"adapter_dtype": "fp16"}}),
+    RunEntry("FedMeZO, official code (fp16 model, its arithmetic)", "fedmezo",
+             {"params": {"variant": "code", "adapter_dtype": "fp16", "z_device": "param", "restore_mode": "regenerate"}}),
     RunEntry("FedMeZO model-diff", "fedmezo", {"params": {"lr_strategy": "model-diff", "lr_alpha": 5e-6}}),
     RunEntry("BP LoRA FedAvg", "lora-fedavg"),
 ]

@@ -35,7 +35,7 @@ PARTITIONS = {
 # statistics cannot follow the tiny activations of a 0.01-std network and the eval-mode model collapses
 # (observed: matrix variants stuck at chance). FedLMT's a = 0.3 gives U@V a comparable weight scale.
 # The matrix variants and FedPara pin the init scales these tables were measured with (a = 0.1 for the
-# matrix forms, the spec's suggested start; 1.0 for FedPara); the library defaults are now 1.0 and 0.8.
+# matrix forms; 1.0 for FedPara); the library defaults are now 1.0 and 0.8.
 _K = {"base_init": "kaiming"}
 _KM = {**_K, "init_scale": 0.1}
 ENTRIES = [
