@@ -78,7 +78,10 @@ BASELINE_EPSILON = ("model", {
 })
 
 _GRAPH_PROVENANCE = {
-    "hops": "paper: Sec. VI (edges (i, i +/- j mod n), j = 1, 2, 3)",
+    "topology": "paper: Sec. VI (edges (i, i +/- j mod n), j = 1, 2, 3: a circulant graph)",
+    "neighbours": "paper: Sec. VI (j = 1, 2, 3 on both sides: 6 neighbours and the agent itself)",
+    "failure_policy": "project: live agents renormalise their rows when a neighbour fails (the paper has no "
+                      "failures)",
     "weights": "project: the paper gives no mixing weights (Sec. VI); auto = 1/(d_max + 1) on the regular circulant "
                "graph, Metropolis-Hastings otherwise, both doubly stochastic",
 }
