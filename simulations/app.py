@@ -14,7 +14,8 @@ runs the method:
 
 Either way the per-round records have the keys of the in-process backend, and with ``out-dir``
 set the ServerApp writes ``<out-dir>/results.json`` after every round (``status`` says whether the
-run is ``running``, ``completed`` or ``failed``) and ``<out-dir>/final.npz`` (the final model) at
+run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
+:func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
 the end. A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
 actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
 with an error instead of going on with fewer clients.
@@ -68,10 +69,11 @@ from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
 from flwr_strategies.sampling import PartitionClientManager
 
+from .backends import round_timeout
 from .experiment import Experiment, ExperimentConfig, get_experiment
 from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
-from .results import summarize, write_json
+from .results import finished_status, summarize, write_json
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -282,7 +284,7 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, re
     strategy.node_of_partition = dict(probe.node_of_partition)
     strategy.num_partitions = probe.num_partitions
     report.source, report.path = strategy.history, "Message API strategy"
-    per_round = cfg.client_timeout * max(1, cfg.num_clients) if cfg.client_timeout else 3600.0
+    per_round = round_timeout(cfg)
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
@@ -326,7 +328,7 @@ def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, rep
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
     server = Server(client_manager=manager, strategy=strategy)
-    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.client_timeout))
+    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=round_timeout(cfg)))
     strategy.finalize()
     return parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
 
@@ -353,7 +355,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
         raise
     report.final = final
     report.write_final(final)
-    report.write("completed")
+    report.write(finished_status(summarize(report.records())))
     return report
 
 

@@ -212,7 +212,7 @@ class CoreDriver:
         if int(num_rounds) != num_rounds or num_rounds < 0:
             raise ValueError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
         if state is not None:
-            self.core.load_state_dict(state)
+            self.core.load_state_dict(state, num_rounds=num_rounds)
         first = self.core.server_round + 1
         try:
             self.evaluate(first - 1)

@@ -34,7 +34,7 @@ from ..baselines.server import FedAvgServer
 from ..core.aggregation import fedavg_average, weighted_mean_metrics
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.server import EvalFn
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, require_finite
 from .aggregation import aggregate_delta, aggregation_weights, function_sync, is_float_array
 from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
 from .dfw import dfw_step
@@ -95,16 +95,16 @@ class _DeltaServer(FedAvgServer):
 
     # ------------------------------------------------------------------ the round
     def server_step(self, server_round: int, replies: list[Reply]) -> tuple[list[np.ndarray], dict[str, Any], Commit]:
-        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state."""
+        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state,
+        which the step has checked finite (:func:`~flwr_strategies.core.validation.require_finite`).
+        ``w_{t+1}`` is checked by the caller."""
         raise NotImplementedError
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         if not replies:
             return {}
         new, info, commit = self.server_step(server_round, replies)
-        for j, a in enumerate(new):
-            if is_float_array(a) and not np.all(np.isfinite(a)):
-                raise FloatingPointError(f"{type(self).__name__}: the server step produced non-finite array {j}")
+        require_finite(f"{type(self).__name__}'s new global model", new)
         metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
         metrics.update(info)
         commit()
@@ -210,6 +210,8 @@ class FedLiLUServer(_DeltaServer):
         f = function_sync([float(r.metrics["train_loss"]) for r in replies], p)
         avg = self.average(replies)
         new, z, info = dfw_step(self.current, avg, f, self.config.dfw, self.momentum)
+        if z is not None:
+            require_finite("FedLi-LU's DFW momentum", z)
 
         def commit() -> None:
             if z is not None:
@@ -360,6 +362,8 @@ class ScaffoldServer(_DeltaServer):
                 # c_i + dc_i in the array dtype: the same values the client computes
                 table[r.partition_id] = [(np.asarray(o, np.float64) + np.asarray(d, np.float64)).astype(np.asarray(o).dtype)
                                          for o, d in zip(old, dc)]
+        require_finite("SCAFFOLD's server control variate c", new_c)
+        require_finite("SCAFFOLD's client control variates", {str(p): c for p, c in table.items()})
 
         def commit() -> None:
             self.c_global = new_c

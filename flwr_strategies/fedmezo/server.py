@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.messages import ArraySpec, Instruction, Reply, ReplySpec
 from ..core.server import ServerCore
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, require_finite
 from .config import FedMeZOConfig, LoRAFedAvgConfig
 from .engine import direction_seed
 from .lr_rules import PersonalisedLR, model_diff_signal
@@ -151,9 +151,11 @@ class LoRAServer(ServerCore):
             return {}
         arrays = [self.client_arrays(r) for r in replies]
         new = self.mean(arrays, [r.num_examples for r in replies])
+        require_finite(f"{type(self).__name__}'s averaged adapters", new)
         pids = [r.partition_id for r in replies]
         losses = {p: float(r.metrics["train_loss"]) for p, r in zip(pids, replies) if "train_loss" in r.metrics}
         diffs = {p: model_diff_signal(a, new) for p, a in zip(pids, arrays)}
+        require_finite("the clients' model-difference signals", list(diffs.values()))
         metrics = self.round_metrics(replies, losses)
         self.commit(server_round, new, losses, diffs)
         return metrics
