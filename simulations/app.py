@@ -6,8 +6,8 @@ and real deployments all run these two objects.
 runs the method:
 
 - a method with a framework-neutral core runs on its Message-API strategy
-  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, ``strategy.start(...)``) with
-  central evaluation on the experiment's test set;
+  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
+  with central evaluation on the experiment's test set;
 - a method still registered with only a legacy ``build_strategy`` runs on Flower's compatibility
   layer (``start_grid`` with the legacy ``Server``), wrapped in
   :class:`~flwr_strategies.metering.MeteredStrategy`.
@@ -53,7 +53,7 @@ from flwr.common import log
 from flwr.server import Server, ServerConfig
 from flwr.serverapp import Grid, ServerApp
 
-from flwr_strategies.adapters.message import MessageStrategy
+from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import message_config, partition_query, train_reply
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
@@ -206,9 +206,9 @@ class RunReport:
 NODE_ORDERS = ("query", "registration")
 
 
-def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> MessageStrategy:
-    """Learn which node holds which partition; returns a probe with ``node_of_partition``,
-    ``partition_of_node`` and ``num_partitions``.
+def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> NodeDirectory:
+    """Learn which node holds which partition; returns a :class:`NodeDirectory` with
+    ``node_of_partition``, ``partition_of_node`` and ``num_partitions``.
 
     ``order="query"`` (default; any runtime): ask every node (``query.partition``) and wait until
     every partition ``0..num-partitions-1`` is connected. ``order="registration"`` (Flower's
@@ -221,7 +221,7 @@ def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout
     """
     if order not in NODE_ORDERS:
         raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
-    probe = MessageStrategy(min_available_nodes=1, wait_timeout=timeout)
+    probe = NodeDirectory(min_available_nodes=1, wait_timeout=timeout)
     if order == "query":
         probe.identify(grid)
         return probe
@@ -260,13 +260,11 @@ def _evaluate_fn(exp: Experiment):
     return evaluate
 
 
-def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray]:
-    """Run ``exp``'s method on its Message-API strategy; returns the final model."""
+def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray]:
+    """Run ``exp``'s method on its Message-API strategy (Flower's ``start()``); returns the final model."""
     cfg = exp.cfg
     strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params), on_round_end=report)
-    strategy.partition_of_node = dict(probe.partition_of_node)
-    strategy.node_of_partition = dict(probe.node_of_partition)
-    strategy.num_partitions = probe.num_partitions
+    strategy.nodes = probe  # the partitions are known already: no second query
     report.source, report.path = strategy.history, "Message API strategy"
     per_round = cfg.client_timeout * max(1, cfg.num_clients) if cfg.client_timeout else 3600.0
     result = strategy.start(
@@ -274,7 +272,7 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, re
         initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
         num_rounds=cfg.rounds,
         timeout=per_round,
-        evaluate_fn=_evaluate_fn(exp),
+        evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)),
     )
     strategy.history.finalize()
     return result.arrays.to_numpy_ndarrays()
@@ -298,7 +296,7 @@ class _ClaimCheckingStrategy(MeteredStrategy):
         return super().aggregate_fit(server_round, results, failures)
 
 
-def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray] | None:
+def run_legacy_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray] | None:
     """Run ``exp``'s legacy-only strategy through Flower's compatibility layer. The partitions
     learned by ``probe`` are handed to the client manager, so the strategy does not ask every
     node again."""

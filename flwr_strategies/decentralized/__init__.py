@@ -24,9 +24,8 @@ Core (:mod:`.server`)
     ``DecentralizedCore``: the framework-neutral server core (NumPy in/out) at the memory floor;
     methods subclass it (hooks ``start_point``, ``commit``, ``client_config``, ``method_tables``).
 Adapters
-    ``DecentralizedLegacyStrategy`` (:mod:`.strategy`) and ``DecentralizedMessageStrategy``
-    (:mod:`.serverapp`): the two Flower APIs over a core. ``DecentralizedStrategy``: the earlier
-    self-contained legacy strategy, kept for DO-ADP.
+    The generic Flower adapters (:mod:`flwr_strategies.adapters`) drive any core; the methods'
+    strategies are declarations in their own folders (``flwr_strategies.dfedcata.strategy``...).
 """
 
 from .consensus import consensus_distance, network_average
@@ -52,14 +51,11 @@ __all__ = [
     "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
     "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive", "num_edges",
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
-    "DecentralizedCore", "DecentralizedStrategy", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
+    "DecentralizedCore",
 ]
 
 _LAZY = {
     "DecentralizedCore": ".server",
-    "DecentralizedStrategy": ".strategy",
-    "DecentralizedLegacyStrategy": ".strategy",
-    "DecentralizedMessageStrategy": ".serverapp",
 }
 
 

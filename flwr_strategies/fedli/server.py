@@ -319,6 +319,9 @@ class ScaffoldServer(_DeltaServer):
     Metrics per round: ``control_norm`` (``||c||``) and the clients' weighted means.
     """
 
+    #: N enters the control-variate step (``S/N``): the adapters pass the number of clients.
+    needs_num_partitions = True
+
     def __init__(self, initial_arrays, *, config: ScaffoldConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, config=config if config is not None else ScaffoldConfig(), **kwargs)
         if self.num_partitions is None:
