@@ -112,11 +112,14 @@ class MethodSpec:
         return factory(setup, params)
 
     def _factory(self, setup: Any, params: dict):
+        """``(initial_arrays, num_partitions) -> core`` for the adapters; the first core is built
+        now, so a setting the method rejects fails before any client connects."""
         if self.build_core is None:
             raise ValueError(f"method '{self.name}' has no framework-neutral core")
+        first = [self.build_core(setup, params)]
 
         def core(initial_arrays, num_partitions):
-            built = self.build_core(setup, params)
+            built = first.pop() if first else self.build_core(setup, params)
             if built.num_partitions is not None and built.num_partitions != num_partitions:
                 raise ValueError(f"method '{self.name}' was set up for {built.num_partitions} clients but "
                                  f"{num_partitions} connected")

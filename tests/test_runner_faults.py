@@ -115,4 +115,4 @@ def test_fail_flag_reaches_every_methods_client(method):
                   state=RecordDict(), run_config={})
     client = exp.build_client(ctx, exp.model_fn())
     with pytest.raises(InjectedFailure, match="partition 1 in round 2"):
-        client.fit([a.copy() for a in exp.initial_parameters], {**exp.fit_config(2), "server_round": 2})
+        client.fit([a.copy() for a in exp.initial_parameters], {**exp.fit_config(2), "server-round": 2})

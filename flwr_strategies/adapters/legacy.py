@@ -204,12 +204,16 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if initial_parameters is not None:
             arrays, self._names = _as_arrays(initial_parameters)
             self.initial_parameters = ndarrays_to_parameters(arrays)
+            cls = self.core_cls
+            if cls is not None and not (cls.full_participation or getattr(cls, "needs_num_partitions", False)):
+                # the core needs nothing a run tells: build it now, so bad settings fail here
+                self._install_core(self.build_core(arrays, 0))
         self._resolver = partition_resolver or resolve_partitions
         self._pid_of_cid: dict[str, int] = {}
         self._returned: Parameters | None = None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(core={self.core!r})"
+        return f"{type(self).__name__}(core={getattr(self, 'core', None)!r})"
 
     # ------------------------------------------------------------------ MethodAdapter
     def sampling(self) -> tuple[float, int]:

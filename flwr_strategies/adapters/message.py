@@ -494,19 +494,21 @@ class MessageStrategy(MethodAdapter, Strategy):
         """
         self._central = True
 
-        def as_pair(r: int, arrays: list[np.ndarray]):
-            out = evaluate_fn(r, self._array_record(arrays, True))
+        def pair(out: MetricRecord | None):
             if out is None:
                 return None
             metrics = dict(out)
             return float(metrics.get("loss", float("nan"))), metrics
+
+        def as_pair(r: int, arrays: list[np.ndarray]):
+            return pair(evaluate_fn(r, self._array_record(arrays, True)))
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
             if self.core is None:  # before round 1: the model Flower starts from
                 if self._pending_state is not None:
                     return None  # resuming: the checkpoint's round was evaluated by the run that saved it
                 rnd = int(server_round)
-                res = as_pair(rnd, arrays.to_numpy_ndarrays())
+                res = pair(evaluate_fn(rnd, arrays))
             else:
                 rnd = self.method_round(server_round)
                 self._follow(arrays, rnd)

@@ -55,6 +55,12 @@ def _build(config: Any, values: dict[str, Any]) -> Any:
     return dataclasses.replace(config, **values) if not isinstance(config, type) else config(**values)
 
 
+def _prefix(err: Exception, name: str) -> None:
+    """Start ``err``'s message with the user's class name (the exception keeps its type)."""
+    if err.args and isinstance(err.args[0], str) and not err.args[0].startswith(name):
+        err.args = (f"{name}: {err.args[0]}",) + tuple(err.args[1:])
+
+
 class MethodAdapter:
     """The declaration and the core of a method, shared by both Flower adapters."""
 
@@ -110,8 +116,9 @@ class MethodAdapter:
             if "num_clients" in unknown or "num_partitions" in unknown:
                 hint = (" The number of clients is learned from the clients that connect (min_available_clients / "
                         "min_available_nodes sets how many to wait for).")
-            raise TypeError(f"{name}() got unexpected keyword arguments {unknown}; its method arguments are "
-                            f"{valid or 'none'}.{hint}")
+            what = (f"an unexpected keyword argument '{unknown[0]}'" if len(unknown) == 1
+                    else f"unexpected keyword arguments {unknown}")
+            raise TypeError(f"{name}() got {what}; its method arguments are {valid or 'none'}.{hint}")
         missing = sorted(k for k, v in self.arguments.items() if v is REQUIRED and k not in given)
         if missing:
             raise TypeError(f"{name}() missing required keyword arguments {missing}")
@@ -121,7 +128,8 @@ class MethodAdapter:
             try:
                 configs[key] = _build(cls, values)
             except (TypeError, ValueError) as err:
-                raise type(err)(f"{name}: {err}") from err
+                _prefix(err, name)
+                raise
         arguments = {k: given.get(k, default) for k, default in self.arguments.items()}
         return configs, arguments
 
@@ -139,6 +147,11 @@ class MethodAdapter:
         if reason is not None and fraction_evaluate != 0.0:
             raise ValueError(f"{name}: federated evaluation is refused ({names[1]} must be 0.0, got "
                              f"{fraction_evaluate!r}): {reason}")
+
+    @property
+    def config(self) -> Any:
+        """The method's hyperparameters (its config dataclass instance; None for a method without)."""
+        return self.configs.get("config")
 
     # ------------------------------------------------------------------ the core
     def build_core(self, initial_arrays: list[np.ndarray], num_partitions: int) -> ServerCore:
@@ -167,7 +180,8 @@ class MethodAdapter:
         try:
             return cls(initial_arrays, **kwargs)
         except (TypeError, ValueError) as err:
-            raise type(err)(f"{type(self).__name__}: {err}") from err
+            _prefix(err, type(self).__name__)
+            raise
 
     def resolve_arguments(self, arguments: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
         """The method arguments as the core takes them (``names``: the model's array names, when
@@ -242,4 +256,5 @@ class MethodAdapter:
                 f"or your own, changed it). {err}{note}"
             ) from err
         except ValueError as err:
-            raise ValueError(f"{type(self).__name__}, round {server_round}: {err}") from err
+            _prefix(err, f"{type(self).__name__}, round {server_round}")
+            raise
