@@ -50,8 +50,8 @@ class DMSGD(MessageStrategy):
 
 
 class DPDO(_Private):
-    """DPDO (Huang et al. 2015) on the Message API; as :class:`flwr_strategies.DPDO` (federated
-    evaluation refused: ``fraction_evaluate`` defaults to 0.0)."""
+    """DPDO (Huang et al. 2015) on the Message API; as :class:`flwr_strategies.DPDO` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = DPDOServer
     hyperparameters = {"config": DPDOConfig}
@@ -60,8 +60,8 @@ class DPDO(_Private):
 
 
 class DPDDA(_Private):
-    """DP-DDA (Liu et al. 2024) on the Message API; as :class:`flwr_strategies.DPDDA` (federated
-    evaluation refused: ``fraction_evaluate`` defaults to 0.0)."""
+    """DP-DDA (Liu et al. 2024) on the Message API; as :class:`flwr_strategies.DPDDA` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = DPDDAServer
     hyperparameters = {"config": DPDDAConfig}
@@ -70,8 +70,8 @@ class DPDDA(_Private):
 
 
 class CPGT(_Private):
-    """CPGT (Xie et al. 2023) on the Message API; as :class:`flwr_strategies.CPGT` (federated
-    evaluation refused: ``fraction_evaluate`` defaults to 0.0)."""
+    """CPGT (Xie et al. 2023) on the Message API; as :class:`flwr_strategies.CPGT` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = CPGTServer
     hyperparameters = {"config": CPGTConfig}
