@@ -133,27 +133,13 @@ class RunReport:
     def __init__(self, cfg: ExperimentConfig, out_dir: str) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir) if out_dir else None
-        self.source: Any = None  # a RoundRecorder or a MeteredStrategy (rounds + failure_log)
+        self.source: Any = None  # the strategy's RoundRecorder
         self._t0 = time.perf_counter()
         self.path = ""
         self.final: list[np.ndarray] | None = None
 
     def records(self) -> list[dict[str, Any]]:
-        src = self.source
-        if src is None:
-            return []
-        if hasattr(src, "snapshot"):  # a RoundRecorder: add the in-process backend's `nonfinite` count
-            rounds = [dict(r) for r in src.snapshot()]
-            log_ = list(src.failure_log)
-            for rec in rounds:
-                rec.setdefault("nonfinite", sum(1 for e in log_ if e["round"] == rec["round"] and e["phase"] == "rejected"
-                                                and "NaN or infinite" in e["error"]))
-            return rounds
-        rounds = list(src.rounds)
-        current = getattr(src, "_current", None)
-        if current is not None:
-            rounds.append({k: v for k, v in current.items() if not k.startswith("_")})
-        return rounds
+        return [] if self.source is None else [dict(r) for r in self.source.snapshot()]
 
     def write(self, status: str = "running", error: str | None = None) -> None:
         if self.out_dir is None:
@@ -306,7 +292,7 @@ def run_legacy_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, repor
     cfg = exp.cfg
     pid_of_cid = {str(node): pid for node, pid in probe.partition_of_node.items()}
     strategy = _ClaimCheckingStrategy(exp.build_strategy(), pid_of_cid, on_round_end=report)
-    report.source, report.path = strategy, "legacy strategy (Flower compat)"
+    report.source, report.path = strategy.history, "legacy strategy (Flower compat)"
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
     server = Server(client_manager=manager, strategy=strategy)

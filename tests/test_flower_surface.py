@@ -300,3 +300,25 @@ def test_legacy_strategy_with_a_missing_partition_fails_fast_naming_both():
     with pytest.raises(TimeoutError, match=r"only 1 of min_available_clients=2"):
         flwr_strategies.DFedAvg(initial_parameters=[np.zeros(3, np.float32)], wait_timeout=1.0,
                                 partition_resolver=lambda m: m.proxies).configure_fit(1, None, _Manager([0]))
+
+
+def test_a_clientapp_without_the_partition_query_is_asked_once():
+    """Forgetting ``app.query("partition")(partition_query)``: one failed query (one ClientApp
+    error), one warning, then the nodes are ordered by node id and the run goes on."""
+    from flwr.clientapp import ClientApp
+
+    inner = _app(lambda pid, a: {"num-examples": 10})
+    plain = ClientApp()
+    plain.train()(lambda msg, ctx: inner(msg, ctx))  # the same app without the query handler
+    queries = []
+
+    def counting(msg, ctx):
+        if msg.metadata.message_type.startswith("query"):
+            queries.append(ctx.node_id)
+        return plain(msg, ctx)
+
+    s = flwr_strategies.serverapp.FedAvg(min_available_nodes=N, fraction_evaluate=0.0)
+    init = ArrayRecord([np.zeros(3, np.float32)])
+    result = s.start(grid=InProcessGrid(counting, N), initial_arrays=init, num_rounds=2)
+    assert len(queries) == 1 and s.num_partitions == N
+    assert result.train_metrics_clientapp[2]["rejected"] == 0

@@ -41,6 +41,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
 from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
+from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.validation import Rejection, ReplyError
 from .method import CoreFactory, MethodAdapter
@@ -75,16 +76,6 @@ def _decode(pid: int, res: FitRes) -> Reply | Rejection:
     if claimed is not None and (not isinstance(claimed, (int, np.integer)) or int(claimed) != pid):
         return Rejection(pid, f"reply claims partition {claimed!r}")
     return Reply(pid, arrays, res.num_examples, metrics)
-
-
-def weighted_mean(rows: list[tuple[float, Mapping[str, Any]]]) -> dict[str, float]:
-    """Example-weighted mean of every numeric metric all rows share (``partition-id`` excluded)."""
-    rows = [(float(n), numeric_metrics(m)) for n, m in rows if n > 0]
-    if not rows:
-        return {}
-    total = sum(n for n, _ in rows)
-    keys = set.intersection(*(set(m) for _, m in rows)) - {PARTITION_KEY}
-    return {k: float(np.dot([n for n, _ in rows], [m[k] for _, m in rows]) / total) for k in sorted(keys)}
 
 
 class LegacyStrategy(MethodAdapter, Strategy):
@@ -397,7 +388,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if self.evaluate_metrics_aggregation_fn is not None:
             metrics = dict(self.evaluate_metrics_aggregation_fn(rows) or {})
         else:
-            metrics = weighted_mean(rows)
+            metrics = weighted_mean_metrics(rows)
         rec["federated_loss"] = loss
         for key, value in metrics.items():
             rec[f"federated_{key}"] = value

@@ -36,6 +36,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from ..common import PARTITION_KEY
+from ..core.aggregation import SKIP_KEYS, weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ConfigFn
 from ..core.validation import Rejection, ReplyError
@@ -111,7 +112,11 @@ class NodeDirectory:
         return answers
 
     def identify(self, grid: Grid, timeout: float | None = None) -> dict[int, int]:
-        """Wait for the nodes and learn each node's partition id; returns ``{partition: node}``."""
+        """Wait for the nodes and learn each node's partition id; returns ``{partition: node}``.
+
+        One node is asked first; when its ClientApp does not answer the query, the nodes are
+        ordered by node id with one warning, and no other node is asked (so a ClientApp without
+        ``partition_query`` fails once, not once per node)."""
         timeout = self.wait_timeout if timeout is None else float(timeout)
         deadline = time.monotonic() + timeout
         expected: int | None = None
@@ -119,6 +124,8 @@ class NodeDirectory:
         while True:
             nodes = [int(n) for n in grid.get_node_ids()]
             new = [n for n in nodes if n not in self.partition_of_node and n not in unanswered]
+            if not self.partition_of_node and not unanswered:
+                new = sorted(new)[:1]  # one node first: a ClientApp without the query fails once, not on every node
             if len(nodes) >= self.min_available_nodes and new:
                 answers = self._ask(grid, new, max(1.0, deadline - time.monotonic()))
                 for node, (pid, total) in answers.items():
@@ -137,7 +144,8 @@ class NodeDirectory:
                     "flwr_strategies.clients.app.partition_query on every ClientApp (app.query('partition'))"
                 )
             have = set(self.node_of_partition)
-            if len(nodes) >= self.min_available_nodes and have and (expected is None or have >= set(range(expected))):
+            asked = all(n in self.partition_of_node or n in unanswered for n in nodes)
+            if len(nodes) >= self.min_available_nodes and have and asked and (expected is None or have >= set(range(expected))):
                 self.num_partitions = expected if expected is not None else max(have) + 1
                 return dict(self.node_of_partition)
             if time.monotonic() > deadline:
@@ -146,6 +154,8 @@ class NodeDirectory:
                     f"after {timeout:.0f}s: {len(nodes)} nodes connected (need {self.min_available_nodes})"
                     + (f", partitions {missing[:10]} missing" if missing else "")
                 )
+            if len(nodes) >= self.min_available_nodes and not asked:
+                continue  # ask the nodes not asked yet
             time.sleep(0.2 if len(nodes) >= self.min_available_nodes else 1.0)
 
     def _order_by_node_id(self, nodes: list[int]) -> dict[int, int]:
@@ -470,9 +480,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             if self.evaluate_metrics_aggr_fn is not None:
                 out = self.evaluate_metrics_aggr_fn([row[3] for row in rows], self.weighted_by_key)
             else:
-                total = sum(n for _, n, _, _ in rows)
-                keys = set.intersection(*(set(v) for _, _, v, _ in rows)) - {self.weighted_by_key, PARTITION_KEY}
-                out = MetricRecord({k: float(sum(n * v[k] for _, n, v, _ in rows) / total) for k in sorted(keys)})
+                skip = SKIP_KEYS | {self.weighted_by_key}
+                out = MetricRecord(weighted_mean_metrics([(n, v) for _, n, v, _ in rows], skip=skip))
             for key, value in dict(out or {}).items():
                 rec[f"federated_{key}"] = value
         if not self._central:
