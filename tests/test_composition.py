@@ -55,7 +55,10 @@ def _payload(method: str, arrays: list[np.ndarray], n_model: int) -> list[np.nda
     return arrays[:n_model] if method in SCAFFOLD else arrays
 
 
-def _run_message(method: str, wrapper: type):
+FIXED = {"noise_multiplier": 1.0, "clipping_norm": 5.0, "num_sampled_clients": N}
+
+
+def _run_message(method: str, wrapper: type, dp: dict = FIXED):
     exp = get_experiment(_cfg(method))
     received: dict[tuple[int, int], list[np.ndarray]] = {}
     models: list = []
@@ -82,13 +85,12 @@ def _run_message(method: str, wrapper: type):
             outputs[server_round] = (inner._returned.to_numpy_ndarrays(), arrays.to_numpy_ndarrays())
             return arrays, metrics
 
-    dp = Spy(inner, noise_multiplier=1.0, clipping_norm=5.0, num_sampled_clients=N)
-    dp.start(grid=InProcessGrid(spy_app, N), initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-             num_rounds=2)
+    Spy(inner, **dp).start(grid=InProcessGrid(spy_app, N), num_rounds=2,
+                           initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]))
     return inner, received, outputs
 
 
-def _run_legacy(method: str, wrapper: type):
+def _run_legacy(method: str, wrapper: type, dp: dict = FIXED):
     cfg = _cfg(method)
     exp = get_experiment(cfg)
     received: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -110,8 +112,7 @@ def _run_legacy(method: str, wrapper: type):
     manager = PartitionClientManager(N, seed=cfg.seed)
     for pid in range(N):
         manager.register(SpyProxy(pid, N, ClientFactory(cfg)))
-    server = Server(client_manager=manager, strategy=Spy(inner, noise_multiplier=1.0, clipping_norm=5.0,
-                                                         num_sampled_clients=N))
+    server = Server(client_manager=manager, strategy=Spy(inner, **dp))
     server.set_max_workers(1)
     server.fit(num_rounds=2, timeout=None)
     return inner, received, outputs
@@ -161,6 +162,17 @@ def test_client_side_clipping_reaches_the_clients_or_is_refused(method, api):
     else:
         with pytest.raises(ExternalModelError, match="differs from the one the strategy returned.*low-rank factors"):
             run(method, wrappers.DifferentialPrivacyClientSideFixedClipping)
+
+
+@pytest.mark.parametrize("api", sorted(RUNS))
+def test_adaptive_clipping_reaches_the_clients(api):
+    """(Client-side adaptive clipping needs Flower's adaptiveclipping_mod on the clients.)"""
+    run, wrappers = RUNS[api]
+    wrapper = wrappers.DifferentialPrivacyServerSideAdaptiveClipping
+    n_model = len(get_experiment(_cfg("fedavg")).initial_parameters)
+    _, received, outputs = run("fedavg", wrapper, {"noise_multiplier": 1.0, "num_sampled_clients": N,
+                                                   "initial_clipping_norm": 5.0, "clipped_count_stddev": 1.0})
+    _assert_clients_got_the_noisy_model("fedavg", received, outputs, n_model)
 
 
 @pytest.mark.parametrize("api", sorted(RUNS))

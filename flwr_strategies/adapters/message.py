@@ -276,7 +276,7 @@ class MessageStrategy(MethodAdapter, Strategy):
 
     # ------------------------------------------------------------------ MethodAdapter
     def sampling(self) -> tuple[float, int]:
-        return max(self.fraction_train, 1e-12), max(1, self.min_train_nodes)
+        return self.fraction_train or 1.0, max(1, self.min_train_nodes)  # fraction 0: no round samples
 
     def train_config_fn(self):
         return self.on_train_config_fn
