@@ -220,11 +220,15 @@ class LegacyStrategy(MethodAdapter, Strategy):
     # ------------------------------------------------------------------ clients
     def _proxies(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
         """The connected clients by partition id (after waiting for ``min_available_clients``)."""
-        if not client_manager.wait_for(self.min_available_clients, timeout=int(self.wait_timeout)):
-            raise TimeoutError(
-                f"{type(self).__name__}: only {client_manager.num_available()} of min_available_clients="
-                f"{self.min_available_clients} clients connected after {self.wait_timeout:.0f}s"
-            )
+        deadline = time.monotonic() + self.wait_timeout
+        while not client_manager.wait_for(self.min_available_clients, timeout=max(1, int(min(10.0, self.wait_timeout)))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{type(self).__name__}: only {client_manager.num_available()} of min_available_clients="
+                    f"{self.min_available_clients} clients connected after {self.wait_timeout:.0f}s"
+                )
+            log(INFO, "%s: waiting for min_available_clients=%d (%d connected)", type(self).__name__,
+                self.min_available_clients, client_manager.num_available())
         try:
             proxies = self._resolver(client_manager)
         except PartitionIdMissing:
