@@ -271,7 +271,6 @@ class LegacyStrategy(MethodAdapter, Strategy):
         """Build the core in the first round (from ``parameters``) or follow ``parameters``."""
         if self.core is None:
             n, _ = self._learn_partitions(client_manager)
-            self.history.restart_clock(server_round)
             core = self.build_core(parameters_to_ndarrays(parameters), n)
             if core.full_participation and self.min_fit_clients > n:
                 raise ValueError(f"{type(self).__name__}: min_fit_clients={self.min_fit_clients} but only {n} peers "
@@ -283,13 +282,10 @@ class LegacyStrategy(MethodAdapter, Strategy):
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        first = self.core is None
         self._global(server_round, parameters, client_manager)
-        rnd = self.method_round(server_round)
-        rec = self.history.record(rnd)
         proxies = self._proxies(client_manager)
-        if first:
-            self.history.restart_clock(rnd)
+        rnd = self.method_round(server_round)
+        rec = self.history.record(rnd)  # opened after waiting for the clients: the wait is not the round's
         sampled = self.core.select(rnd, proxies)
         instructions = self.core.configure_train(rnd, sampled)
         self._sampled[rnd] = [ins.partition_id for ins in instructions]

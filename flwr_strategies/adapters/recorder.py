@@ -106,7 +106,8 @@ class RoundRecorder:
         return self._current
 
     def restart_clock(self, server_round: int) -> None:
-        """Start ``server_round``'s wall clock now (after waiting for clients to connect)."""
+        """Start ``server_round``'s wall clock now (after waiting for clients to connect); the wait
+        is kept as ``wait_s``."""
         rec = self.record(server_round)
         now = time.perf_counter()
         rec["wait_s"] = round(rec.get("wait_s", 0.0) + now - rec["_start"], 6)
