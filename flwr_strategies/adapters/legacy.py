@@ -192,6 +192,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if self.core_cls is not None:
             self._check_flower_arguments(self.core_cls, **self._fractions())
         self.initial_parameters: Parameters | None = None
+        self._returned: Parameters | None = None  # the model Flower holds from this strategy
         if initial_parameters is not None:
             arrays, self._names = _as_arrays(initial_parameters)
             self.initial_parameters = ndarrays_to_parameters(arrays)
@@ -199,9 +200,9 @@ class LegacyStrategy(MethodAdapter, Strategy):
             if cls is not None and not (cls.full_participation or getattr(cls, "needs_num_partitions", False)):
                 # the core needs nothing a run tells: build it now, so bad settings fail here
                 self._install_core(self.build_core(arrays, 0))
+                self._returned = self.initial_parameters
         self._resolver = partition_resolver or resolve_partitions
         self._pid_of_cid: dict[str, int] = {}
-        self._returned: Parameters | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(core={getattr(self, 'core', None)!r})"
@@ -276,8 +277,16 @@ class LegacyStrategy(MethodAdapter, Strategy):
                 raise ValueError(f"{type(self).__name__}: min_fit_clients={self.min_fit_clients} but only {n} peers "
                                  "connected (every peer trains every round)")
             self._install_core(core)
-        elif parameters is not self._returned:
-            self.sync_global(parameters_to_ndarrays(parameters), self.method_round(server_round))
+            self._returned = parameters
+        else:
+            self._follow(parameters, self.method_round(server_round))
+
+    def _follow(self, parameters: Parameters, rnd: int) -> None:
+        """Continue from ``parameters`` when they are not the model this strategy gave Flower."""
+        own = self._returned
+        if parameters is own or (own is not None and list(parameters.tensors) == list(own.tensors)):
+            return
+        self.sync_global(parameters_to_ndarrays(parameters), rnd)
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
@@ -354,8 +363,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if self.fraction_evaluate == 0.0 or self.core is None:
             return []
         rnd = self.method_round(server_round)
-        if parameters is not self._returned:
-            self.sync_global(parameters_to_ndarrays(parameters), rnd)
+        self._follow(parameters, rnd)
         if not self.core.should_evaluate(rnd):
             return []
         proxies = self._proxies(client_manager)
@@ -404,8 +412,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             res = self.evaluate_fn(rnd, parameters_to_ndarrays(parameters), {})
         else:
             rnd = self.method_round(server_round)
-            if parameters is not self._returned:
-                self.sync_global(parameters_to_ndarrays(parameters), rnd)
+            self._follow(parameters, rnd)
             if not self.core.should_evaluate(rnd):
                 return None
             res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))

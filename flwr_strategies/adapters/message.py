@@ -328,8 +328,12 @@ class MessageStrategy(MethodAdapter, Strategy):
         return self._array_record(self.core.global_arrays(), True)
 
     def _follow(self, arrays: ArrayRecord, rnd: int) -> None:
-        if arrays is not self._returned:
-            self.sync_global(arrays.to_numpy_ndarrays(), rnd)
+        """Continue from ``arrays`` when they are not the model this strategy gave Flower."""
+        own = self._returned
+        if arrays is own or (own is not None and list(arrays.keys()) == list(own.keys()) and all(
+                (a.dtype, a.shape, a.data) == (b.dtype, b.shape, b.data) for a, b in zip(arrays.values(), own.values()))):
+            return
+        self.sync_global(arrays.to_numpy_ndarrays(), rnd)
 
     # ------------------------------------------------------------------ Strategy API
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
@@ -340,6 +344,7 @@ class MessageStrategy(MethodAdapter, Strategy):
                 self.identify(grid)
             self._names = list(arrays.keys())
             self._install_core(self.build_core(arrays.to_numpy_ndarrays(), int(self.num_partitions)))
+            self._returned = arrays
         else:
             self._follow(arrays, self.method_round(server_round))
         rnd = self.method_round(server_round)

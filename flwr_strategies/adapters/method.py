@@ -233,19 +233,12 @@ class MethodAdapter:
         return int(server_round) + self.round_offset
 
     # ------------------------------------------------------------------ composition
-    def sync_global(self, arrays: list[np.ndarray] | None, server_round: int) -> None:
-        """Continue from ``arrays``, the model Flower passes back, when it is not the core's own
-        (a strategy wrapper changed it); a method that cannot take it raises
-        :class:`~flwr_strategies.core.server.ExternalModelError`."""
+    def sync_global(self, arrays: list[np.ndarray], server_round: int) -> None:
+        """Continue from ``arrays``, the model Flower passes back when it is not the one the strategy
+        returned (a strategy wrapper changed it); a method that cannot take it raises
+        :class:`~flwr_strategies.core.server.ExternalModelError`. The adapters call it only when
+        the model differs from their own last output."""
         core = self.core
-        if arrays is None or core is None:
-            return
-        own = core.global_arrays()
-        if len(arrays) == len(own) and all(
-            np.asarray(a).shape == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype and np.array_equal(a, b)
-            for a, b in zip(arrays, own)
-        ):
-            return
         try:
             core.adopt_global_arrays([np.asarray(a) for a in arrays])
         except ExternalModelError as err:
