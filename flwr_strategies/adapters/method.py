@@ -108,6 +108,8 @@ class MethodAdapter:
         owner: dict[str, str] = {}
         for key, config in self.hyperparameters.items():
             for field in _fields(config):
+                if field in owner:
+                    raise TypeError(f"{name} declares '{field}' in two configs ({owner[field]}, {key})")
                 owner[field] = key
         unknown = sorted(k for k in given if k not in owner and k not in self.arguments)
         if unknown:

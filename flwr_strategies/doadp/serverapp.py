@@ -17,7 +17,7 @@ from ..adapters import MessageStrategy
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .server import DMSGDServer, DOADPServer
-from .strategy import AGENTS, NO_FEDERATED_EVALUATION, RENAMED
+from .strategy import AGENTS, GRAPH, NO_FEDERATED_EVALUATION, RENAMED
 
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 
@@ -35,7 +35,7 @@ class DOADP(_Private):
     other values are refused: the clients would score the public model on their training data)."""
 
     core_cls = DOADPServer
-    hyperparameters = {"config": DOADPConfig}
+    hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -44,7 +44,7 @@ class DMSGD(MessageStrategy):
     """Non-private decentralized momentum SGD on the Message API; as :class:`flwr_strategies.DMSGD`."""
 
     core_cls = DMSGDServer
-    hyperparameters = {"config": DMSGDConfig}
+    hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -54,7 +54,7 @@ class DPDO(_Private):
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = DPDOServer
-    hyperparameters = {"config": DPDOConfig}
+    hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -64,7 +64,7 @@ class DPDDA(_Private):
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = DPDDAServer
-    hyperparameters = {"config": DPDDAConfig}
+    hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -74,6 +74,6 @@ class CPGT(_Private):
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
     core_cls = CPGTServer
-    hyperparameters = {"config": CPGTConfig}
+    hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED

@@ -13,15 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..adapters import REQUIRED, LegacyStrategy
+from ..decentralized.config import GraphConfig
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .server import DMSGDServer, DOADPServer
 
-__all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "AGENTS", "RENAMED", "NO_FEDERATED_EVALUATION"]
+__all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "AGENTS", "GRAPH", "RENAMED", "NO_FEDERATED_EVALUATION"]
 
 #: The arguments every method of this folder takes besides its config's fields (see :class:`DOADP`).
-AGENTS = {"num_rounds": REQUIRED, "local_dataset_size": REQUIRED, "lr": 0.01, "batch_size": 32, "lr_decay": 1.0,
-          "adjacency": None, "hops": 3, "weights": "auto"}
+AGENTS = {"num_rounds": REQUIRED, "local_dataset_size": REQUIRED, "lr": 0.01, "batch_size": 32, "lr_decay": 1.0}
+#: The peer graph: GraphConfig's fields, with the paper's circulant graph by default.
+GRAPH = GraphConfig(**DOADPServer.graph_defaults)
 #: Their names in the cores.
 RENAMED = {"local_dataset_size": "dataset_size", "lr": "alpha"}
 #: Why the private methods refuse federated evaluation.
@@ -60,32 +62,37 @@ class DOADP(_Private):
         Records per private step, in [1, q].
     lr_decay : float (default: 1.0)
         Per-round step-size decay, in (0, 1].
-    adjacency : array | sparse matrix | None (default: None)
-        Undirected connected peer graph; None: the paper's circulant ``(i +- 1..hops) mod n``.
-    hops : int (default: 3, paper)
-        Offsets of the circulant graph.
+    topology : str (default: "circulant", paper)
+        Fixed undirected peer graph (see :class:`~flwr_strategies.decentralized.config.GraphConfig`).
+    neighbours : int (default: 7, paper: ``i +- 1, 2, 3``)
+        Neighbourhood size, the agent itself included; at most the number of agents.
     weights : str (default: "auto")
         Mixing weights: ``"auto"`` (the paper's ``I - L/(d_max+1)`` on regular graphs),
         ``"uniform"``, ``"metropolis_hastings"``.
+    failure_policy : str (default: "renormalize")
+        An agent whose node is gone is left out of the mixing (``"renormalize"``, ``"self"``) or
+        stops the run (``"stop"``).
+    topology_p, ws_k, allow_row_stochastic, allow_disconnected, client_eval_every, client_eval_max
+        The other :class:`~flwr_strategies.decentralized.config.GraphConfig` fields.
     epsilon, delta, p, k_frac, gamma, beta, clip, clip_mode, sampling, calibration, delta0, sigma, \
 public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
         The method's hyperparameters, see :class:`~flwr_strategies.doadp.config.DOADPConfig`.
     """
 
     core_cls = DOADPServer
-    hyperparameters = {"config": DOADPConfig}
+    hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
 
 class DMSGD(LegacyStrategy):
     """Decentralized momentum SGD (eq. (2) of Huo et al.), NOT private: DO-ADP's network with p = 1,
-    k = d, no clipping and no noise. Arguments as :class:`DOADP`, hyperparameters the fields of
+    k = d, no clipping and no noise. Arguments and graph as :class:`DOADP`, hyperparameters the fields of
     :class:`~flwr_strategies.doadp.config.DMSGDConfig` (``gamma``, ``beta``, ``eval_every``,
     ``msg_dtype``)."""
 
     core_cls = DMSGDServer
-    hyperparameters = {"config": DMSGDConfig}
+    hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -98,7 +105,7 @@ class DPDO(_Private):
     hyperparameters the fields of :class:`~flwr_strategies.doadp.config.DPDOConfig`."""
 
     core_cls = DPDOServer
-    hyperparameters = {"config": DPDOConfig}
+    hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -111,7 +118,7 @@ class DPDDA(_Private):
     :class:`~flwr_strategies.doadp.config.DPDDAConfig`."""
 
     core_cls = DPDDAServer
-    hyperparameters = {"config": DPDDAConfig}
+    hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
 
@@ -124,6 +131,6 @@ class CPGT(_Private):
     hyperparameters the fields of :class:`~flwr_strategies.doadp.config.CPGTConfig`."""
 
     core_cls = CPGTServer
-    hyperparameters = {"config": CPGTConfig}
+    hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
     arguments = AGENTS
     renamed = RENAMED
