@@ -405,8 +405,9 @@ class LegacyStrategy(MethodAdapter, Strategy):
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         if self.evaluate_fn is None:
             return None
-        if self.core is None:  # before round 1: the model Flower starts from
-            if self._pending_state is not None:
+        if self.core is None or (server_round == 0 and self.core.server_round == 0):
+            # before round 1: the model Flower starts from, as Flower's own strategies score it
+            if self._pending_state is not None or (self.core is not None and self.round_offset):
                 return None  # resuming: the checkpoint's round was evaluated by the run that saved it
             rnd = int(server_round)
             res = self.evaluate_fn(rnd, parameters_to_ndarrays(parameters), {})
