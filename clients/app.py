@@ -21,9 +21,9 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-__all__ = ["partition_query", "numpy_client_app", "message_config", "train_reply", "PARTITION_KEY"]
+from flwr_strategies.common import PARTITION_KEY
 
-PARTITION_KEY = "partition-id"
+__all__ = ["partition_query", "numpy_client_app", "message_config", "train_reply", "PARTITION_KEY"]
 WEIGHT_KEY = "num-examples"
 
 

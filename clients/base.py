@@ -59,7 +59,7 @@ class TorchClient(NumPyClient):
     def generator(self, config: dict[str, Scalar], stream: int = 0) -> torch.Generator:
         """This round's generator (seeded by the run seed, the round and the partition id)."""
         seed = int(config.get("seed", self.setup.seed))
-        return client_generator(seed, int(config.get("server_round", 0)), self.partition_id, stream)
+        return client_generator(seed, int(config.get("server-round", config.get("server_round", 0))), self.partition_id, stream)
 
     def num_train(self) -> int:
         """Number of local training examples."""

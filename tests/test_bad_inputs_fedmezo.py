@@ -103,7 +103,7 @@ STRATEGY_ARGS = [
     (FedMeZO, {"trainable": [1, 1]}, "trainable positions repeat"),
     (FedMeZO, {"trainable": ["q.lora_C.weight"]}, "trainable names ['q.lora_C.weight'] are not in the model's arrays"),
     (FedMeZO, {"mu": -1.0}, "mu must be > 0.0, got -1.0"),
-    (LoRAFedAvg, {"fraction_fit": 0.0}, "fraction_train must be in (0, 1], got 0.0"),
+    (LoRAFedAvg, {"fraction_fit": 0.0}, "LoRAFedAvg: fraction_fit must be in (0, 1], got 0.0"),
     (LoRAFedAvg, {"num_rounds": -1}, "final_round must be an integer >= 0 or None, got -1"),
 ]
 

@@ -120,7 +120,7 @@ def test_fail_flag_reaches_every_methods_client(method):
                   state=RecordDict(), run_config={})
     client = exp.build_client(ctx, exp.model_fn())
     with pytest.raises(InjectedFailure, match="partition 1 in round 2"):
-        client.fit([a.copy() for a in exp.initial_parameters], {**exp.fit_config(2), "server_round": 2})
+        client.fit([a.copy() for a in exp.initial_parameters], {**exp.fit_config(2), "server-round": 2})
 
 
 # -- issue 18: the run's status is the truth ------------------------------------------------------
@@ -217,7 +217,7 @@ def test_default_client_timeout_is_tied_to_the_run_not_an_hour(monkeypatch):
     real_fit = exp.client_fit
 
     def client_fit(ctx, arrays, config):
-        if config.get("partition-id") == 1 and config.get("server_round", config.get("server-round")) == 2:
+        if config.get("partition-id") == 1 and config.get("server-round") == 2:
             time.sleep(3600)  # hung
         return real_fit(ctx, arrays, config)
 

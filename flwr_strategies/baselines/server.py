@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.aggregation import fedavg_average, weighted_mean_metrics
 from ..core.messages import Instruction, Reply
-from ..core.server import ServerCore
+from ..core.server import ServerCore, check_model_arrays
 from ..core.validation import ReplyError, require_finite
 from .config import FedAdamConfig, FedAvgConfig, FedProxConfig
 
@@ -69,6 +69,10 @@ class FedAvgServer(ServerCore):
 
     def global_arrays(self) -> list[np.ndarray]:
         return self.current
+
+    def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
+        """Continue from ``arrays`` (the global model a strategy wrapper changed)."""
+        self.current = check_model_arrays(arrays, self.current, "the global model passed to the strategy")
 
     def extra_state(self) -> dict[str, Any]:
         return {"current": list(self.current)}

@@ -31,7 +31,7 @@ from .messages import ArraySpec, Instruction, Reply, ReplySpec
 from .state import check_state_layout, state_layout
 from .validation import Rejection, ReplyError, all_finite, check_policy, screen_replies
 
-__all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn"]
+__all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn", "ExternalModelError", "check_model_arrays"]
 
 #: ``(server_round, arrays) -> (loss, metrics) | None``: central evaluation of a model.
 EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"]
@@ -39,10 +39,27 @@ EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"
 ConfigFn = Callable[[int], dict[str, Any]]
 
 
+class ExternalModelError(RuntimeError):
+    """The global model was changed outside the strategy and the method cannot take it."""
+
+
 class RoundResult(dict):
     """Metrics of one finished training round (a dict) plus the rejections it saw."""
 
     rejections: list[Rejection]
+
+
+def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    """``arrays`` as a list after checking they match ``like`` (count, shapes, dtypes) and are finite."""
+    out = [np.asarray(a) for a in arrays]
+    if len(out) != len(like):
+        raise ValueError(f"{what} has {len(out)} arrays, the model has {len(like)}")
+    for j, (a, b) in enumerate(zip(out, like)):
+        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+            raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
+    return out
 
 
 def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
@@ -137,9 +154,10 @@ class ServerCore(ABC):
         return [avail[int(i)] for i in chosen]
 
     def base_config(self, server_round: int) -> dict[str, Any]:
-        """The round's standard client config (``on_train_config``), always with ``server_round``."""
+        """The round's standard client config (``on_train_config``), always with ``server-round``
+        (Flower's key for the round number)."""
         cfg = dict(self.on_train_config(server_round)) if self.on_train_config is not None else {}
-        cfg["server_round"] = int(server_round)
+        cfg["server-round"] = int(server_round)
         return cfg
 
     # ------------------------------------------------------------------ the method
@@ -165,6 +183,24 @@ class ServerCore(ABC):
     @abstractmethod
     def global_arrays(self) -> list[np.ndarray]:
         """The current global model in the layout of ``initial_arrays``."""
+
+    def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
+        """Make ``arrays`` (in the layout of :meth:`global_arrays`) the global model of the next round.
+
+        Called by the adapters when the model Flower passes back differs from the one the core
+        returned, i.e. a strategy wrapper (Flower's differential-privacy wrappers, a user's own)
+        changed it. The default refuses with :class:`ExternalModelError`: a method whose state is
+        more than one global model (one model per peer, low-rank factors) cannot take a model
+        changed from outside. Methods whose state is the global model override this.
+        """
+        raise ExternalModelError(
+            f"{type(self).__name__} cannot take a global model changed outside the strategy: "
+            f"{self.external_model_note}"
+        )
+
+    #: Why :meth:`adopt_global_arrays` refuses (shown in the error); methods that adopt ignore it.
+    external_model_note = ("its state is more than the global model it reports, so a changed model cannot become "
+                           "what the clients receive")
 
     def should_evaluate(self, server_round: int) -> bool:
         """Whether central evaluation runs after ``server_round`` (0 = the initial model)."""

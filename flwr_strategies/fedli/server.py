@@ -8,18 +8,10 @@ arithmetic for the (weighted) average. They differ in how far the server moves a
 Bad replies. Every reply is checked before any state changes by the framework's shared validation
 (:mod:`flwr_strategies.core.validation`): arrays against the model (count, shapes, dtype kinds),
 NaN/inf in arrays, the method's required scalar (``step_size`` for FedLi-LS, ``train_loss`` for
-FedLi-LU) present, numeric and finite, the partition id. The former ``on_nonfinite`` setting of
-these strategies maps onto the framework's ``on_bad_reply``:
-
-==================================  =====================================================
-former ``on_nonfinite``             now
-==================================  =====================================================
-``"raise"`` (FloatingPointError)    ``on_bad_reply="raise"`` (``ReplyError``, state unchanged)
-``"drop"`` (``dropped_nonfinite``)  ``on_bad_reply="drop"`` (the default; ``rejected`` metric)
-==================================  =====================================================
-
-The adapters still accept ``on_nonfinite`` as an alias. Replies with ``num_examples = 0`` are
-rejected when the weighting is ``"num_examples"`` (they would carry no weight), as in FedAvg.
+FedLi-LU) present, numeric and finite, the partition id; the strategies' ``on_bad_reply`` says
+whether a bad reply is dropped (the default; ``rejected`` metric) or raises ``ReplyError`` with the
+state unchanged. Replies with ``num_examples = 0`` are rejected when the weighting is
+``"num_examples"`` (they would carry no weight), as in FedAvg.
 """
 
 from __future__ import annotations
@@ -320,6 +312,9 @@ class ScaffoldServer(_DeltaServer):
 
     Metrics per round: ``control_norm`` (``||c||``) and the clients' weighted means.
     """
+
+    #: N enters the control-variate step (``S/N``): the adapters pass the number of clients.
+    needs_num_partitions = True
 
     def __init__(self, initial_arrays, *, config: ScaffoldConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, config=config if config is not None else ScaffoldConfig(), **kwargs)

@@ -77,6 +77,10 @@ class FedMUDServer(ServerCore):
         fraction_train, min_train, seed, on_train_config).
     """
 
+    external_model_note = ("its clients train low-rank factors of base weights the server regenerates, and the model "
+                           "it reports is rebuilt from them (W_base + dW), so a changed model cannot be turned back "
+                           "into the factors the clients receive")
+
     def __init__(self, initial_arrays: Sequence[np.ndarray], *, model: nn.Module, config: FedMUDConfig | None = None,
                  **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
