@@ -42,6 +42,7 @@ from ..core.server import ConfigFn
 from ..core.validation import Rejection, ReplyError
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
+from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory"]
 
@@ -66,6 +67,23 @@ def _plain(value: Any) -> Any:
 def config_record(values: dict[str, Any]) -> ConfigRecord:
     """A ``ConfigRecord`` of ``values`` (NumPy scalars become Python scalars; None is dropped)."""
     return ConfigRecord({k: _plain(v) for k, v in values.items() if v is not None})
+
+
+def _array(a: np.ndarray) -> Array:
+    """``Array(a)``, the same fields and bytes, with one copy of the data
+    (:func:`~flwr_strategies.adapters.wire.npy_bytes`)."""
+    return Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=NUMPY_STYPE, data=npy_bytes(a))
+
+
+def _arrays(record: ArrayRecord) -> list[np.ndarray]:
+    """``record.to_numpy_ndarrays()`` as read-only views of the record's bytes
+    (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
+    out = []
+    for array in record.values():
+        if array.stype != NUMPY_STYPE:  # as Array.numpy()
+            raise TypeError(f"Unsupported serialization type for numpy conversion: '{array.stype}'")
+        out.append(npy_view(array.data))
+    return out
 
 
 def _metrics(content: RecordDict) -> dict[str, Any]:
@@ -321,7 +339,7 @@ class MessageStrategy(MethodAdapter, Strategy):
     def _array_record(self, arrays: list[np.ndarray], model_layout: bool) -> ArrayRecord:
         names = self._names if model_layout and self._names is not None and len(self._names) == len(arrays) else None
         names = names or [str(i) for i in range(len(arrays))]
-        return ArrayRecord({k: Array.from_numpy_ndarray(np.asarray(a)) for k, a in zip(names, arrays)})
+        return ArrayRecord({k: _array(np.asarray(a)) for k, a in zip(names, arrays)})
 
     def global_array_record(self) -> ArrayRecord:
         """The core's global model, named like the initial arrays."""
@@ -391,7 +409,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         else:
             return Rejection(pid, f"{len(records)} ArrayRecords and none named '{self.arrayrecord_key}'")
         try:
-            arrays = record.to_numpy_ndarrays()
+            arrays = _arrays(record)
         except Exception as err:  # corrupt payload bytes
             return Rejection(pid, f"arrays could not be decoded ({type(err).__name__}: {err})")
         metrics = _metrics(msg.content)
