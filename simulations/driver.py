@@ -173,6 +173,8 @@ class CoreDriver:
             rec["bytes_up"] += arrays_nbytes(arrays) + bytes_entries(metrics)
             replies.append(Reply(pid, arrays, num_examples, metrics))
         rec["clients"] = len(instructions)
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        core.instructions_sent(rnd)
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
         result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply)

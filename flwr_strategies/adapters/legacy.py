@@ -311,6 +311,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
             config = {"server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
             out.append((proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        self.core.instructions_sent(rnd)
         rec["clients"] = len(out)
         return out
 

@@ -386,6 +386,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             content = RecordDict({self.arrayrecord_key: shared[key], self.configrecord_key: config_record(cfg)})
             messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],
                                     message_type=MessageType.TRAIN))
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        core.instructions_sent(rnd)
         rec["clients"] = len(messages)
         return messages
 

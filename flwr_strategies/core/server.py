@@ -174,6 +174,12 @@ class ServerCore(ABC):
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         """One instruction per selected partition (``partition_ids`` is ascending)."""
 
+    def instructions_sent(self, server_round: int) -> None:
+        """Called once every instruction of ``server_round`` has been handed over (serialized into
+        Flower's messages, or copied for in-process clients): a core may release buffers the
+        instructions' arrays were views of, so they are not held while the replies are in flight.
+        Default: nothing."""
+
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         """What a valid reply from ``partition_id`` looks like (default: the model's layout)."""
         return ReplySpec(self.model_spec)
