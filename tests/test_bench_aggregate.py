@@ -28,6 +28,17 @@ def test_fedavg_benchmark_compares_the_same_aggregation():
             assert r["peak_bytes"] >= res["model_bytes"]  # the new model at least
 
 
+def test_fedavg_holds_the_new_model_and_its_message_not_the_replies():
+    """20 replies of a 0.8 MB model through each adapter: the call's peak allocation is the new
+    model and its serialized copy (2 models and a few small objects per reply), at most Flower's
+    own; decoding every reply first held 22 models."""
+    res = measure_fedavg(replies=20, params=200_000, arrays=4, repeats=1)
+    for api in ("legacy", "message"):
+        ours, flower = res[api]["ours"]["peak_bytes"], res[api]["flower"]["peak_bytes"]
+        assert ours < 2.2 * res["model_bytes"], (api, ours / res["model_bytes"])
+        assert ours <= flower, (api, ours / flower)
+
+
 @pytest.mark.parametrize("api", ["legacy", "message"])
 def test_dfedcata_benchmark_runs_a_round_through_each_adapter(api, monkeypatch):
     # the in-place mix's column-block buffer (64 MiB) and the consensus distance's float64 column
