@@ -10,7 +10,8 @@ the Flower side once for all of them:
   the number of clients is learned from the clients that connect;
 - the model Flower passes to ``configure_fit`` is the global model: the core is built from it in
   round 1 and continues from it when a wrapper changed it;
-- ``FitRes`` replies decoded in one place; a non-OK status is a failure; a reply whose arrays,
+- ``FitRes`` replies decoded in one place, as read-only views of their bytes (no copies,
+  :mod:`~flwr_strategies.adapters.wire`); a non-OK status is a failure; a reply whose arrays,
   partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``);
 - central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
 - per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.

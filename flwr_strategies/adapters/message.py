@@ -14,7 +14,8 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   wrapper changed them, a centralized method continues from them (others raise);
 - one ``Message`` per client (its own arrays and config; ``partition-id`` and ``server-round`` in
   the config), with the arrays named like the user's ``state_dict`` when they are the model;
-- replies decoded in one place: an error reply is a failed client; a reply with the wrong arrays,
+- replies decoded in one place, as read-only views of their bytes (no copies,
+  :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
   a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
   core's state changes (``on_bad_reply``);
 - per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
