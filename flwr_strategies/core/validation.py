@@ -170,7 +170,7 @@ def check_reply(
     """The first problem with ``reply`` (a sentence), or None when it may be aggregated.
 
     ``finite=False`` leaves out the one check that reads every value (NaN and infinities in the
-    arrays): for a core whose aggregate shows them (see :func:`screen_replies`)."""
+    arrays): for a core whose aggregate shows them (see :func:`screen`)."""
     pid = reply.partition_id
     if not _is_int(pid):
         return f"partition id {pid!r} is not an integer"
