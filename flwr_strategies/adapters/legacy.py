@@ -10,7 +10,8 @@ the Flower side once for all of them:
   the number of clients is learned from the clients that connect;
 - the model Flower passes to ``configure_fit`` is the global model: the core is built from it in
   round 1 and continues from it when a wrapper changed it;
-- ``FitRes`` replies decoded in one place; a non-OK status is a failure; a reply whose arrays,
+- ``FitRes`` replies decoded in one place, as read-only views of their bytes (no copies,
+  :mod:`~flwr_strategies.adapters.wire`); a non-OK status is a failure; a reply whose arrays,
   partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``);
 - central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
 - per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
@@ -33,7 +34,6 @@ from flwr.common import (
     Parameters,
     Scalar,
     log,
-    ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
 from flwr.server.client_manager import ClientManager
@@ -46,6 +46,7 @@ from ..core.messages import Reply, numeric_metrics
 from ..core.validation import Rejection, ReplyError
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
+from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["LegacyStrategy"]
 
@@ -65,10 +66,18 @@ def _as_arrays(initial: Any) -> tuple[list[np.ndarray], list[str] | None]:
     return [np.asarray(a) for a in initial], None
 
 
+def _parameters(arrays: list[np.ndarray]) -> Parameters:
+    """``ndarrays_to_parameters(arrays)``, the same bytes, with one copy of the data
+    (:func:`~flwr_strategies.adapters.wire.npy_bytes`)."""
+    return Parameters(tensors=[npy_bytes(a) for a in arrays], tensor_type=NUMPY_STYPE)
+
+
 def _decode(pid: int, res: FitRes) -> Reply | Rejection:
-    """One ``FitRes`` as a :class:`Reply` (or why it cannot be one): the only place replies are decoded."""
+    """One ``FitRes`` as a :class:`Reply` (or why it cannot be one): the only place replies are
+    decoded. The arrays are read-only views of the reply's bytes
+    (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
     try:
-        arrays = parameters_to_ndarrays(res.parameters)
+        arrays = [npy_view(t) for t in res.parameters.tensors]
     except Exception as err:  # corrupt payload bytes
         return Rejection(pid, f"arrays could not be decoded ({type(err).__name__}: {err})")
     metrics = dict(res.metrics or {})
@@ -195,7 +204,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self._returned: Parameters | None = None  # the model Flower holds from this strategy
         if initial_parameters is not None:
             arrays, self._names = _as_arrays(initial_parameters)
-            self.initial_parameters = ndarrays_to_parameters(arrays)
+            self.initial_parameters = _parameters(arrays)
             cls = self.core_cls
             if cls is not None and not (cls.full_participation or getattr(cls, "needs_num_partitions", False)):
                 # the core needs nothing a run tells: build it now, so bad settings fail here
@@ -302,7 +311,9 @@ class LegacyStrategy(MethodAdapter, Strategy):
         for ins in instructions:
             config = {"server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
-            out.append((proxies[ins.partition_id], FitIns(ndarrays_to_parameters(ins.arrays), config)))
+            out.append((proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        self.core.instructions_sent(rnd)
         rec["clients"] = len(out)
         return out
 
@@ -354,7 +365,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             metrics.update(user or {})
             for key, value in (user or {}).items():
                 rec[f"fit_{key}"] = value
-        self._returned = ndarrays_to_parameters(self.core.global_arrays())
+        self._returned = _parameters(self.core.global_arrays())
         return self._returned, numeric_metrics(metrics)
 
     def configure_evaluate(

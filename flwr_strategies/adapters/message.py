@@ -14,7 +14,8 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   wrapper changed them, a centralized method continues from them (others raise);
 - one ``Message`` per client (its own arrays and config; ``partition-id`` and ``server-round`` in
   the config), with the arrays named like the user's ``state_dict`` when they are the model;
-- replies decoded in one place: an error reply is a failed client; a reply with the wrong arrays,
+- replies decoded in one place, as read-only views of their bytes (no copies,
+  :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
   a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
   core's state changes (``on_bad_reply``);
 - per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
@@ -42,6 +43,7 @@ from ..core.server import ConfigFn
 from ..core.validation import Rejection, ReplyError
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
+from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory"]
 
@@ -66,6 +68,23 @@ def _plain(value: Any) -> Any:
 def config_record(values: dict[str, Any]) -> ConfigRecord:
     """A ``ConfigRecord`` of ``values`` (NumPy scalars become Python scalars; None is dropped)."""
     return ConfigRecord({k: _plain(v) for k, v in values.items() if v is not None})
+
+
+def _array(a: np.ndarray) -> Array:
+    """``Array(a)``, the same fields and bytes, with one copy of the data
+    (:func:`~flwr_strategies.adapters.wire.npy_bytes`)."""
+    return Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=NUMPY_STYPE, data=npy_bytes(a))
+
+
+def _arrays(record: ArrayRecord) -> list[np.ndarray]:
+    """``record.to_numpy_ndarrays()`` as read-only views of the record's bytes
+    (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
+    out = []
+    for array in record.values():
+        if array.stype != NUMPY_STYPE:  # as Array.numpy()
+            raise TypeError(f"Unsupported serialization type for numpy conversion: '{array.stype}'")
+        out.append(npy_view(array.data))
+    return out
 
 
 def _metrics(content: RecordDict) -> dict[str, Any]:
@@ -321,7 +340,7 @@ class MessageStrategy(MethodAdapter, Strategy):
     def _array_record(self, arrays: list[np.ndarray], model_layout: bool) -> ArrayRecord:
         names = self._names if model_layout and self._names is not None and len(self._names) == len(arrays) else None
         names = names or [str(i) for i in range(len(arrays))]
-        return ArrayRecord({k: Array.from_numpy_ndarray(np.asarray(a)) for k, a in zip(names, arrays)})
+        return ArrayRecord({k: _array(np.asarray(a)) for k, a in zip(names, arrays)})
 
     def global_array_record(self) -> ArrayRecord:
         """The core's global model, named like the initial arrays."""
@@ -368,6 +387,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             content = RecordDict({self.arrayrecord_key: shared[key], self.configrecord_key: config_record(cfg)})
             messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],
                                     message_type=MessageType.TRAIN))
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        core.instructions_sent(rnd)
         rec["clients"] = len(messages)
         return messages
 
@@ -391,7 +412,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         else:
             return Rejection(pid, f"{len(records)} ArrayRecords and none named '{self.arrayrecord_key}'")
         try:
-            arrays = record.to_numpy_ndarrays()
+            arrays = _arrays(record)
         except Exception as err:  # corrupt payload bytes
             return Rejection(pid, f"arrays could not be decoded ({type(err).__name__}: {err})")
         metrics = _metrics(msg.content)

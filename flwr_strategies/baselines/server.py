@@ -34,6 +34,9 @@ class FedAvgServer(ServerCore):
         fraction_train, min_train, seed, on_train_config).
     """
 
+    #: every reply enters the average with a positive weight, and the new model is checked finite
+    aggregate_reveals_nonfinite = True
+
     def __init__(self, initial_arrays, *, config: FedAvgConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
         self.config = config if config is not None else FedAvgConfig()

@@ -19,6 +19,7 @@ a core through exactly these calls, so both APIs give the same numbers.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from abc import ABC, abstractmethod
@@ -29,7 +30,7 @@ import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
 from .state import check_state_layout, state_layout
-from .validation import Rejection, ReplyError, all_finite, check_policy, screen_replies
+from .validation import Rejection, ReplyError, all_finite, check_policy, nonfinite_replies, screen
 
 __all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn", "ExternalModelError", "check_model_arrays"]
 
@@ -95,6 +96,14 @@ class ServerCore(ABC):
 
     #: True when every client trains every round (decentralized methods): no sampling draw.
     full_participation: bool = False
+    #: True when a NaN or an infinity in any valid reply makes what :meth:`aggregate_train` checks
+    #: before committing (:func:`~flwr_strategies.core.validation.require_finite`) non-finite too,
+    #: e.g. a weighted sum of the replies with positive weights. :meth:`train_round` then reads
+    #: every reply's values once, in the aggregate, instead of once more to check them first: when
+    #: the aggregate fails, it checks each reply, rejects those that are not finite (the same
+    #: rejections, in the same order, as checking first) and aggregates the others again. An
+    #: aggregate that fails with every reply finite rejects the round, as always.
+    aggregate_reveals_nonfinite: bool = False
 
     def __init__(
         self,
@@ -164,6 +173,12 @@ class ServerCore(ABC):
     @abstractmethod
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         """One instruction per selected partition (``partition_ids`` is ascending)."""
+
+    def instructions_sent(self, server_round: int) -> None:
+        """Called once every instruction of ``server_round`` has been handed over (serialized into
+        Flower's messages, or copied for in-process clients): a core may release buffers the
+        instructions' arrays were views of, so they are not held while the replies are in flight.
+        Default: nothing."""
 
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         """What a valid reply from ``partition_id`` looks like (default: the model's layout)."""
@@ -240,22 +255,42 @@ class ServerCore(ABC):
         """
         check_policy(on_bad_reply)
         sampled = sorted({int(p) for p in sampled})
-        valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
-        ok = {r.partition_id for r in valid}
-        failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
+        defer = bool(self.aggregate_reveals_nonfinite)
+        valid, rejected = screen(self, server_round, list(replies), sampled=sampled, on_bad_reply=on_bad_reply,
+                                 finite=not defer)
         round_rejected = 0
-        try:
-            metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
-        except FloatingPointError as err:
-            reason = f"the round's aggregate is not finite ({err}); round {server_round} rejected, state kept"
-            if on_bad_reply == "raise":
-                raise ReplyError(f"{type(self).__name__} round {server_round}: {reason}") from err
-            self._check_committed(server_round, "after rejecting the round")
-            rejected = rejected + [Rejection(r.partition_id, reason) for r in valid]
-            failed_ids = sorted(set(failed_ids) | ok)
-            metrics, round_rejected = {}, 1
-        else:
-            self._check_committed(server_round, "after the round")
+        while True:
+            ok = {r.partition_id for _, r in valid}
+            failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
+            try:
+                # deferred: a reply's NaN may pass through the aggregate first (it is then found and
+                # rejected below), so NumPy's warnings about it would only be noise
+                with np.errstate(all="ignore") if defer else contextlib.nullcontext():
+                    metrics = dict(self.aggregate_train(server_round, [r for _, r in valid], failed_ids))
+            except Exception as err:
+                bad = nonfinite_replies(valid) if defer else []
+                if bad:  # the replies that a check before aggregating would have rejected
+                    if on_bad_reply == "raise":
+                        raise ReplyError(f"{type(self).__name__} round {server_round}: {bad[0][1]}") from None
+                    self._check_committed(server_round, "after a failed aggregation in round")
+                    dropped = {pos for pos, _ in bad}
+                    valid = [item for item in valid if item[0] not in dropped]
+                    rejected = sorted(rejected + bad, key=lambda item: item[0])
+                    defer = False
+                    continue
+                if not isinstance(err, FloatingPointError):
+                    raise
+                reason = f"the round's aggregate is not finite ({err}); round {server_round} rejected, state kept"
+                if on_bad_reply == "raise":
+                    raise ReplyError(f"{type(self).__name__} round {server_round}: {reason}") from err
+                self._check_committed(server_round, "after rejecting the round")
+                rejected = rejected + [(-1, Rejection(r.partition_id, reason)) for _, r in valid]
+                failed_ids = sorted(set(failed_ids) | ok)
+                metrics, round_rejected = {}, 1
+            else:
+                self._check_committed(server_round, "after the round")
+            break
+        rejected = [r for _, r in rejected]
         self.server_round = int(server_round)
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
@@ -268,6 +303,7 @@ class ServerCore(ABC):
         return out
 
     def _check_committed(self, server_round: int, when: str) -> None:
+        """Raise ``RuntimeError`` when the committed global model is not finite."""
         problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
         if problem is not None:
             raise RuntimeError(

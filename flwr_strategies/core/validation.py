@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "check_policy", "check_reply",
-    "require_finite", "screen_replies",
+    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "screen_replies",
 ]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
@@ -124,8 +124,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_arrays(arrays: list[np.ndarray], spec: ReplySpec) -> str | None:
-    """Problem with ``arrays`` against ``spec`` (count, shapes, exact dtypes, finiteness), or None."""
+def check_arrays(arrays: list[np.ndarray], spec: ReplySpec, *, finite: bool = True) -> str | None:
+    """Problem with ``arrays`` against ``spec`` (count, shapes, exact dtypes, and with ``finite``
+    finiteness), or None. Everything but finiteness is read from the arrays' metadata."""
     if not isinstance(arrays, list) or not all(isinstance(a, np.ndarray) for a in arrays):
         return "arrays are not a list of NumPy arrays"
     if spec.allow_empty and (len(arrays) == 0 or all(a.size == 0 for a in arrays)):
@@ -141,6 +142,11 @@ def check_arrays(arrays: list[np.ndarray], spec: ReplySpec) -> str | None:
                     return f"array {j} has dtype {_name(a.dtype)}, expected {_name(np.dtype(s.dtype))} (the dtype sent)"
             elif s.kind != "*" and (dtype_group(a.dtype) != s.kind or (s.kind == "f" and a.dtype.kind == "c")):
                 return f"array {j} has dtype {_name(a.dtype)}, expected kind '{s.kind}'"
+    return nonfinite_problem(arrays) if finite else None
+
+
+def nonfinite_problem(arrays: list[np.ndarray]) -> str | None:
+    """``"array j contains NaN or infinite values"`` for the first such array, or None."""
     for j, a in enumerate(arrays):
         if not all_finite(a):
             return f"array {j} contains NaN or infinite values"
@@ -158,9 +164,13 @@ def check_reply(
     *,
     num_partitions: int | None,
     sampled: set[int] | None,
-    seen: set[int],
+    seen: set[int] | dict[int, Any],
+    finite: bool = True,
 ) -> str | None:
-    """The first problem with ``reply`` (a sentence), or None when it may be aggregated."""
+    """The first problem with ``reply`` (a sentence), or None when it may be aggregated.
+
+    ``finite=False`` leaves out the one check that reads every value (NaN and infinities in the
+    arrays): for a core whose aggregate shows them (see :func:`screen`)."""
     pid = reply.partition_id
     if not _is_int(pid):
         return f"partition id {pid!r} is not an integer"
@@ -173,7 +183,7 @@ def check_reply(
         return f"second reply from partition {pid} this round"
     if not _is_int(reply.num_examples) or reply.num_examples < 0:
         return f"num_examples {reply.num_examples!r} is not an integer >= 0"
-    problem = check_arrays(reply.arrays, spec)
+    problem = check_arrays(reply.arrays, spec, finite=finite)
     if problem is not None:
         return problem
     for key in spec.required_metrics:
@@ -200,33 +210,89 @@ def screen_replies(
     Raises :class:`ReplyError` on the first bad reply when ``on_bad_reply == "raise"``; nothing
     has been changed at that point.
     """
+    valid, rejected = screen(core, server_round, list(replies), sampled=sampled, on_bad_reply=on_bad_reply)
+    return [r for _, r in valid], [r for _, r in rejected]
+
+
+def screen(
+    core: "ServerCore",
+    server_round: int,
+    replies: list[Reply],
+    *,
+    sampled: Iterable[int] | None,
+    on_bad_reply: str = "drop",
+    finite: bool = True,
+) -> tuple[list[tuple[int, Reply]], list[tuple[int, Rejection]]]:
+    """:func:`screen_replies` with each reply's position in ``replies``: ``(valid, rejected)`` as
+    ``(position, reply)`` sorted by partition id and ``(position, rejection)`` in order.
+
+    ``finite=False`` defers the finiteness of the valid replies' arrays (the one check that reads
+    every value) to :func:`nonfinite_replies`, for a core whose aggregate is not finite when a
+    reply is not (:attr:`~flwr_strategies.core.server.ServerCore.aggregate_reveals_nonfinite`).
+    Every reply it does reject gets the reason it gets with ``finite=True``, and ``"raise"`` names
+    the same reply: a reply rejected for another reason is checked in full, and before raising,
+    the valid replies that came before it are checked for finiteness.
+    """
     check_policy(on_bad_reply)
     sampled_set = None if sampled is None else {int(p) for p in sampled}
-    seen: set[int] = set()
-    valid: list[Reply] = []
-    rejected: list[Rejection] = []
-    for reply in replies:
-        problem = None
-        if _is_int(reply.partition_id) and 0 <= reply.partition_id and (
-            core.num_partitions is None or reply.partition_id < core.num_partitions
-        ):
-            spec = core.reply_spec(server_round, int(reply.partition_id))
+    seen: dict[int, int] = {}  # partition id -> index into valid
+    valid: list[tuple[int, Reply] | None] = []
+    rejected: list[tuple[int, Rejection]] = []
+    name = type(core).__name__
+
+    def fail(pos: int, rejection: Rejection) -> None:
+        if on_bad_reply == "raise":
+            if not finite:  # a valid reply before this one may hold NaN: it would have been named first
+                for item in valid:
+                    if item is not None and item[0] < pos:
+                        why = nonfinite_problem(item[1].arrays)
+                        if why is not None:
+                            raise ReplyError(f"{name} round {server_round}: {Rejection(item[1].partition_id, why)}")
+            raise ReplyError(f"{name} round {server_round}: {rejection}")
+        rejected.append((pos, rejection))
+
+    for pos, reply in enumerate(replies):
+        pid = reply.partition_id
+        if not finite and _is_int(pid) and int(pid) in seen:
+            # a first reply that holds NaN is rejected, and then this one is not a second reply
+            k = seen[int(pid)]
+            first_pos, first = valid[k]
+            why = nonfinite_problem(first.arrays)
+            if why is not None:
+                valid[k] = None
+                del seen[int(pid)]
+                fail(first_pos, Rejection(int(pid), why))
+        if _is_int(pid) and 0 <= pid and (core.num_partitions is None or pid < core.num_partitions):
+            spec = core.reply_spec(server_round, int(pid))
         else:
             spec = ReplySpec()
-        problem = check_reply(reply, spec, num_partitions=core.num_partitions, sampled=sampled_set, seen=seen)
+        problem = check_reply(reply, spec, num_partitions=core.num_partitions, sampled=sampled_set, seen=seen,
+                              finite=finite)
         if problem is None:
             try:
                 core.check_reply(server_round, reply)
             except ReplyError as err:
                 problem = str(err)
+            if problem is not None and not finite:  # finiteness is checked before the core's own checks
+                problem = nonfinite_problem(reply.arrays) or problem
+        elif not finite:  # the first problem in the full order of checks
+            problem = check_reply(reply, spec, num_partitions=core.num_partitions, sampled=sampled_set, seen=seen)
         if problem is not None:
-            pid = int(reply.partition_id) if _is_int(reply.partition_id) else None
-            rejection = Rejection(pid, problem)
-            if on_bad_reply == "raise":
-                raise ReplyError(f"{type(core).__name__} round {server_round}: {rejection}")
-            rejected.append(rejection)
+            fail(pos, Rejection(int(pid) if _is_int(pid) else None, problem))
             continue
-        seen.add(int(reply.partition_id))
-        valid.append(reply)
-    valid.sort(key=lambda r: r.partition_id)
-    return valid, rejected
+        seen[int(pid)] = len(valid)
+        valid.append((pos, reply))
+    out = sorted((item for item in valid if item is not None), key=lambda item: item[1].partition_id)
+    rejected.sort(key=lambda item: item[0])
+    return out, rejected
+
+
+def nonfinite_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejection]]:
+    """``(position, rejection)`` for each reply whose arrays hold a NaN or an infinity, by position:
+    the deferred half of :func:`screen` (``finite=False``)."""
+    out = []
+    for pos, reply in valid:
+        why = nonfinite_problem(reply.arrays)
+        if why is not None:
+            out.append((pos, Rejection(int(reply.partition_id), why)))
+    return sorted(out, key=lambda item: item[0])

@@ -257,18 +257,23 @@ class GossipCore(DecentralizedCore):
     models, sparsely (cost ~ edges x model size). The bytes a real deployment would send peer to
     peer are reported as ``p2p_bytes``.
 
-    Memory is kept at the algorithm's floor: the core owns the mixed models ``X`` and one spare
-    table ``S``; a method adds only the tables its algorithm needs (DFedCata: its extrapolation
-    anchors). Within a round nothing else of table size is allocated: start points are computed row
-    by row into ``S`` (the instruction's arrays are views of the row), replies are written into the
-    same ``S`` (a failed peer's row gets its previous model), mixing runs in place on ``S`` (through
-    one column-block buffer of about 64 MiB) or into the table the method frees, and the tables are
-    rotated by reference. Peak memory is ``X + S`` (+ the method's tables) plus the messages in
-    flight.
+    Memory is kept at the algorithm's floor: the core owns the mixed models ``X`` and, while a
+    round's instructions are built, one spare table ``S``; a method adds only the tables its
+    algorithm needs (DFedCata: its extrapolation anchors). Start points are computed row by row into
+    ``S`` (the instruction's arrays are views of the row); once the adapter has serialized them
+    (:meth:`instructions_sent`), ``S`` is released, so it is not held while the replies are in
+    flight. The replies are written into a table whose rows the step no longer needs
+    (:meth:`returned_table`; DFedAvg: ``X`` itself, whose failed rows already hold their previous
+    models), mixing runs in place through one column-block buffer of about 64 MiB, and the tables
+    are rotated by reference. Replies arrive from the adapters as read-only views of the messages'
+    bytes, so they add nothing either. Peak memory is ``X`` (+ the method's tables) plus the
+    messages in flight, and ``S`` while the instructions are built; methods whose step needs the
+    returned models beside ``X`` (D-PSGD, DFedCata's ``"prev_local"`` anchors) keep ``S``.
 
-    A method implements :meth:`start_point` (default: the mixed model), :meth:`commit` (default:
-    DFedAvg's adapt-then-combine ``X <- W S``), :meth:`client_config` and, when it keeps more
-    tables, :meth:`method_tables` (checkpointed with the models).
+    A method implements :meth:`start_point` (default: the mixed model), :meth:`returned_table` and
+    :meth:`commit` (default: DFedAvg's adapt-then-combine ``X <- W Y``, in place in ``X``),
+    :meth:`client_config` and, when it keeps more tables, :meth:`method_tables` (checkpointed with
+    the models).
 
     Failures: a failed peer keeps its previous mixed model; the live peers mix over the peers that
     replied (``failure_policy``). A round in which no peer replied changes nothing.
@@ -297,7 +302,7 @@ class GossipCore(DecentralizedCore):
         if self.dtype.kind != "f":
             raise ValueError(f"dtype must be a floating dtype, got {self.dtype}")
         self.models = ModelTable.replicate(self.initial_arrays, self.num_partitions, dtype=self.dtype)
-        self.spare = np.empty_like(self.models.data)  # start points, then returned models, then the new mix
+        self.spare: np.ndarray | None = np.empty_like(self.models.data)  # start points (see instructions_sent)
         self._xbar: tuple[int, list[np.ndarray]] | None = None
         self._version = 0  # bumped whenever the mixed models change
         self._consensus: tuple[int, float] | None = None
@@ -312,12 +317,34 @@ class GossipCore(DecentralizedCore):
         (default: its mixed model ``x_i^t``)."""
         np.copyto(out, self.models.data[pid])
 
+    #: True when :meth:`returned_table` is the spare table (the step needs the returned models and
+    #: the mixed models at once): the spare is then kept between rounds.
+    keeps_spare = False
+
+    def returned_table(self, server_round: int, alive: np.ndarray) -> np.ndarray:
+        """The ``(m, d)`` table the round's returned models are written into (the rows of the live
+        peers), with every failed peer's row already holding what it mixes: its previous mixed
+        model. Called once every reply has been validated and the round's mixing matrix is known.
+        Default (DFedAvg): ``X`` itself (the live peers' old mixed models are not needed again)."""
+        return self.models.data
+
     def commit(self, server_round: int, W: sp.csr_matrix, alive: np.ndarray) -> None:
-        """Gossip step and state shift. ``self.spare`` holds the returned models (failed rows: their
-        previous mixed model); ``W`` is the round's mixing matrix, already restricted to the live
-        peers. Default (DFedAvg, adapt-then-combine): ``X <- W S``, in place, then swap the tables."""
-        mix(W, self.spare, out=self.spare)
-        self.models.data, self.spare = self.spare, self.models.data
+        """Gossip step and state shift. :meth:`returned_table` holds the returned models (failed
+        rows: their previous mixed model); ``W`` is the round's mixing matrix, already restricted to
+        the live peers. Default (DFedAvg, adapt-then-combine): ``X <- W X``, in place."""
+        mix(W, self.models.data, out=self.models.data)
+
+    def spare_table(self) -> np.ndarray:
+        """The spare ``(m, d)`` table (allocated again when :meth:`instructions_sent` released it)."""
+        if self.spare is None:
+            self.spare = np.empty_like(self.models.data)
+        return self.spare
+
+    def instructions_sent(self, server_round: int) -> None:
+        """The round's instructions are serialized: release the spare table they were views of,
+        unless the method's step needs it (:attr:`keeps_spare`)."""
+        if not self.keeps_spare:
+            self.spare = None
 
     def method_tables(self) -> dict[str, np.ndarray]:
         """The method's own ``(m, d)`` tables beyond the mixed models, by name (checkpointed)."""
@@ -356,14 +383,16 @@ class GossipCore(DecentralizedCore):
         self.mixing_matrix(server_round)  # draw and validate W^t before anyone trains
         cfg = {**self.base_config(server_round), **self.client_config(server_round)}
         out = []
+        spare = self.spare_table()
         for pid in partition_ids:
-            row = self.spare[pid]
+            row = spare[pid]
             self.start_point(server_round, pid, row)
             out.append(self.instruction(server_round, pid, row, dict(cfg)))
         return out
 
     def write_reply(self, reply: Reply, row: np.ndarray) -> None:
-        """Flatten ``reply``'s arrays into ``row`` (nothing to do when they already are views of it)."""
+        """Flatten ``reply``'s arrays into ``row`` (nothing to do when they already are views of it;
+        the adapters hand over read-only views of the messages' bytes: one copy, here)."""
         arrays = reply.arrays
         if arrays and all(isinstance(a, np.ndarray) and np.shares_memory(a, row) for a in arrays):
             return
@@ -373,7 +402,6 @@ class GossipCore(DecentralizedCore):
         alive = self.alive_mask(r.partition_id for r in replies)
         losses = []
         for reply in replies:
-            self.write_reply(reply, self.spare[reply.partition_id])
             loss = reply.metrics.get("train_loss")
             if isinstance(loss, (int, float, np.integer, np.floating)) and not isinstance(loss, bool):
                 losses.append(float(loss))
@@ -382,8 +410,10 @@ class GossipCore(DecentralizedCore):
             if dead.size:
                 log.warning("round %s: %s of %s peers failed; they keep their previous model", server_round,
                             dead.size, self.num_partitions)
-                self.spare[dead] = self.models.data[dead]
-            W = self.live_mixing(server_round, alive)
+            W = self.live_mixing(server_round, alive)  # before any table changes
+            Y = self.returned_table(server_round, alive)
+            for reply in replies:
+                self.write_reply(reply, Y[reply.partition_id])
             self.commit(server_round, W, alive)
             self.touched()
             links = int(W.nnz - self.num_partitions)

@@ -29,7 +29,7 @@ class DFedAvgServer(GossipCore):
     from the mixed model, then gossip ``x_i^{t+1} = sum_j w_ij x_{j,K}^t``. The peers' local rule is
     the client's: plain SGD (DFedAvg), heavy-ball SGD (DFedAvgM) or SAM (DFedSAM); the server is the
     same. Takes every :class:`~flwr_strategies.decentralized.server.GossipCore` argument. Tables:
-    mixed models + one spare."""
+    the mixed models (+ the spare while the start points are built)."""
 
 
 class DPSGDServer(GossipCore):
@@ -38,6 +38,15 @@ class DPSGDServer(GossipCore):
     models plus the peer's own local displacement ``y_i - x_i^t`` (the client runs one SGD step).
     A failed peer's displacement is zero. Tables: mixed models + one spare; the new models are
     built row by row into the spare (one row buffer), then the tables are swapped."""
+
+    keeps_spare = True
+
+    def returned_table(self, server_round: int, alive: np.ndarray) -> np.ndarray:
+        """The spare table, failed rows holding their mixed models (a zero displacement)."""
+        S = self.spare_table()
+        dead = np.flatnonzero(~alive)
+        S[dead] = self.models.data[dead]
+        return S
 
     def commit(self, server_round: int, W: sp.csr_matrix, alive: np.ndarray) -> None:
         X, S = self.models.data, self.spare
@@ -69,7 +78,8 @@ class DFedCataServer(GossipCore):
 
     State: the mixed models ``x_i^t`` and the anchors ``a_i`` (``x_i^{t-1}`` for "prev_mixed",
     ``x_{i,K}^{t-1}`` for "prev_local"), both ``x^0`` at the start, so round 1 has no
-    extrapolation; plus the spare table. A peer that fails keeps both (it skipped the round).
+    extrapolation; plus the spare table while the start points are built ("prev_mixed") or for the
+    whole run ("prev_local"). A peer that fails keeps both (it skipped the round).
 
     Sequential mode (``config.sequential_inplace``, the official code's order): Flower round
     ``r`` is peer ``i = (r-1) % m`` of algorithm round ``t = (r-1) // m``. Peer i mixes the current
@@ -113,14 +123,34 @@ class DFedCataServer(GossipCore):
     def start_point(self, server_round: int, pid: int, out: np.ndarray) -> None:
         extrapolate(self.models.data[pid], self.anchors[pid], self.beta, out=out)
 
+    @property
+    def keeps_spare(self) -> bool:
+        """With the ``"prev_local"`` anchor the returned models become the anchors and are mixed into
+        ``X``: the spare table holds them."""
+        return self.anchor == "prev_local"
+
+    def returned_table(self, server_round: int, alive: np.ndarray) -> np.ndarray:
+        """With the ``"prev_mixed"`` anchor, the anchors' table: the new anchors are ``x_i^t`` (a
+        failed peer keeps its own), so ``X`` takes the failed peers' anchors and becomes the
+        anchors' table, and the old anchors' table takes the returned models, its failed rows their
+        mixed models. With ``"prev_local"``: the spare table, failed rows holding their mixed models."""
+        X, P = self.models.data, self.anchors
+        dead = np.flatnonzero(~alive)
+        if self.anchor == "prev_local":
+            S = self.spare_table()
+            S[dead] = X[dead]
+            return S
+        previous = X[dead]  # a copy: the failed peers' mixed models (what they mix)
+        X[dead] = P[dead]
+        P[dead] = previous
+        return P
+
     def commit(self, server_round: int, W: sp.csr_matrix, alive: np.ndarray) -> None:
         X, S, P = self.models.data, self.spare, self.anchors
         dead = np.flatnonzero(~alive)
-        if self.anchor == "prev_mixed":
-            mix(W, S, out=S)  # new mixed models, in place
-            P_new = X  # x_i^{t-1} <- x_i^t for live peers ...
-            P_new[dead] = P[dead]  # ... a failed peer keeps its anchor (X[dead] is no longer needed: copied into S)
-            self.models.data, self.anchors, self.spare = S, P_new, P
+        if self.anchor == "prev_mixed":  # P holds the returned models; X the new anchors
+            mix(W, P, out=P)  # new mixed models, in place
+            self.models.data, self.anchors = P, X
         else:  # prev_local: anchors <- the returned local models
             mix(W, S, out=X)  # X's rows are no longer needed (failed rows were copied into S)
             S[dead] = P[dead]

@@ -23,8 +23,10 @@
     The peers' local step is a cheap contraction of their start point. Each adapter runs in a
     fresh child process; the table gives the peak resident set size above the RSS before the
     strategy was built (``ru_maxrss``) and the peak of the memory allocated from there on
-    (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). DFedCata keeps
-    3 tables; the round's instructions and replies are one table each.
+    (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). While the
+    messages are in flight DFedCata holds 2 tables (mixed models, anchors: the spare that held the
+    start points is released once they are serialized); the round's instructions and replies are
+    one table each.
 
 Both set ``OMP_NUM_THREADS=1`` when unset.
 """
