@@ -29,7 +29,7 @@ again and holds the trained effective weights.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,11 +41,9 @@ from flwr_strategies.fedmud.protocol import MUDClientCore
 from flwr_strategies.setup import ClientSetup
 
 from .app import message_config, train_reply
-from .base import TorchClient, train_settings
-from .training import TensorData, local_sgd, set_weights
+from .base import TorchClient
 
-__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "train_batches", "evaluate_batches", "STATE_BASE",
-           "STATE_META"]
+__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "STATE_BASE", "STATE_META"]
 
 #: ``context.state`` keys holding this client's ``W_base`` (ArrayRecord) and its merge count (ConfigRecord).
 STATE_BASE = "fedmud.base"
@@ -164,64 +162,6 @@ class FedMUDRound:
         return train_reply(msg, context, self.finish(), int(num_examples), metrics)
 
 
-@torch.no_grad()
-def evaluate_batches(model: nn.Module, batches: Iterable, device: Any = None,
-                     loss_fn=torch.nn.functional.cross_entropy) -> tuple[float, int, int]:
-    """Mean loss, number correct and number of examples of ``model`` over ``(x, y)`` batches."""
-    model.eval()
-    total, correct, n = 0.0, 0, 0
-    for xb, yb in batches:
-        if device is not None:
-            xb, yb = xb.to(device), yb.to(device)
-        out = model(xb)
-        total += float(loss_fn(out, yb, reduction="sum"))
-        correct += int((out.argmax(1) == yb).sum())
-        n += int(yb.shape[0])
-    if n == 0:
-        raise ValueError("the evaluation data yielded no batches")
-    return total / n, correct, n
-
-
-def _batches_len(data: Any) -> int:
-    if isinstance(data, TensorData):
-        return len(data)
-    dataset = getattr(data, "dataset", None)
-    if dataset is not None and hasattr(dataset, "__len__"):
-        return len(dataset)
-    raise ValueError("the training data must be TensorData or a DataLoader-like iterable with a sized .dataset")
-
-
-def train_batches(model: nn.Module, batches: Iterable, *, lr: float, epochs: int | None = 1, steps: int | None = None,
-                  momentum: float = 0.0, weight_decay: float = 0.0, grad_clip: float | None = None,
-                  device: Any = None, loss_fn=torch.nn.functional.cross_entropy) -> dict[str, float]:
-    """Plain SGD over an iterable of ``(x, y)`` batches (a DataLoader): ``steps`` steps (cycling
-    through the iterable) or ``epochs`` passes. Only parameters that require gradients are updated."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    model.train()
-    total, count = 0.0, 0
-    passes = 0
-    while True:
-        for xb, yb in batches:
-            if device is not None:
-                xb, yb = xb.to(device), yb.to(device)
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            if grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            total += float(loss.detach())
-            count += 1
-            if steps and count >= steps:
-                return {"train_loss": total / count, "steps": count}
-        passes += 1
-        if count == 0:
-            raise ValueError("the training data yielded no batches")
-        if not steps and passes >= int(epochs or 1):
-            return {"train_loss": total / count, "steps": count}
-
-
 class FedMUDClient(TorchClient):
     """Ready-made FedMUD client (also FedLMT / FedPara / FedHM): :class:`FedMUDRound` around plain
     local SGD with the round's ``lr``, epochs or steps, batch size, momentum, weight decay and
@@ -229,39 +169,24 @@ class FedMUDClient(TorchClient):
 
     ``setup.train_data`` is in-memory :class:`~flwr_strategies.clients.training.TensorData` (batched
     with this client's seeded generator) or any iterable of ``(x, y)`` batches such as a DataLoader
-    (its own batching and shuffling apply; ``batch_size`` is then the loader's). ``W_base`` is kept in
-    ``setup.state`` (``context.state``). Evaluation messages carry the plain global model and are
-    scored as by :class:`~flwr_strategies.clients.base.TorchClient`.
+    (its own batching and shuffling apply; ``batch_size`` is then the loader's); the local run is
+    :class:`~flwr_strategies.clients.base.TorchClient`'s (plain SGD on the one local loop) on the
+    wrapped model. ``W_base`` is kept in ``setup.state`` (``context.state``). Evaluation messages
+    carry the plain global model and are scored as by ``TorchClient``.
     """
 
     def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None) -> None:
         super().__init__(setup, params)
         self._local_state: dict[str, Any] = {}
 
-    def num_train(self) -> int:
-        return _batches_len(self.setup.train_data)
-
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]):
         state = self.setup.state if self.setup.state is not None else self._local_state
         mud = FedMUDRound(self.model, parameters, config, state)
-        settings = train_settings(config, self.setup.train)
         try:
-            if isinstance(self.setup.train_data, TensorData):
-                metrics = local_sgd(self.model, self.setup.train_data, generator=self.generator(config), **settings)
-            else:
-                settings.pop("batch_size")
-                metrics = train_batches(self.model, self.setup.train_data, device=self.setup.device, **settings)
+            metrics = self.local_train(config, self.generator(config))
         finally:
             arrays = mud.finish()
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
-
-    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any]):
-        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
-        if isinstance(data, TensorData):
-            return super().evaluate(parameters, config)
-        set_weights(self.model, parameters)  # the plain global model
-        loss, correct, n = evaluate_batches(self.model, data, self.setup.device)
-        return loss, n, {**self.base_metrics(), "accuracy": correct / max(n, 1)}
 
 
 def build_fedmud_client(setup: ClientSetup, params: dict[str, Any]) -> FedMUDClient:

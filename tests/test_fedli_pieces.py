@@ -19,9 +19,8 @@ from flwr_strategies.clients.fedli import (
     ScaffoldCorrection,
     ScaffoldSession,
     SGDClient,
-    count_examples,
 )
-from flwr_strategies.clients.training import TensorData, get_weights
+from flwr_strategies.clients.training import TensorData, count_examples, get_weights
 from flwr_strategies.fedli import ArmijoConfig, armijo_local_train, reset_step_size
 from flwr_strategies.setup import ClientSetup, TrainConfig
 

@@ -56,8 +56,12 @@ class ArmijoSGD(torch.optim.Optimizer):
 
     The step size restarts at ``eta_max`` at the first step of a local run (a new optimizer, or after
     :meth:`reset`): FedLi keeps no client state across rounds. No weight decay, momentum or gradient
-    clipping: they would break the sufficient-decrease test (spec §10 A13).
+    clipping: they would break the sufficient-decrease test.
     """
+
+    #: How :func:`~flwr_strategies.core.local.train_steps` steps this optimizer: ``step(closure)`` with a
+    #: closure that returns the minibatch loss (no ``backward()``).
+    closure = "loss"
 
     def __init__(
         self,

@@ -1,10 +1,16 @@
-"""SCAFFOLD, option II (Karimireddy et al., ICML 2020), a FedLi baseline (spec §6, §10 A18).
+"""SCAFFOLD, option II (Karimireddy et al., ICML 2020, Algorithm 1), a FedLi baseline.
 
 Client (starting from ``w_t``, with global control ``c`` and its own control ``c_i``)::
 
     K steps of  w <- w - eta_l * (g_i(w) - c_i + c)
     c_i+ = c_i - c + (w_t - w_i) / (K * eta_l)                    # option II
     send  w_i  and  dc_i = c_i+ - c_i
+
+With plain SGD, option II's ``c_i+`` is the mean of the K minibatch gradients ``g_i`` the client
+computed. Under any other optimizer (momentum, Adam, a schedule) ``(w_t - w_i) / (K eta_l)`` is not:
+heavy-ball momentum 0.9 inflates it about tenfold, and the next round's correction feeds that back
+until the controls overflow. :class:`ScaffoldCorrection` therefore sums the gradients it corrects and
+uses their mean for ``c_i+`` whenever the steps it observed were not plain SGD at ``eta_l``.
 
 Server (S sampled clients out of N, uniform means)::
 
@@ -15,16 +21,20 @@ Server (S sampled clients out of N, uniform means)::
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..core.aggregation import fedavg_average
+from ..core.local import criterion, train_steps
 from .aggregation import check_finite_arrays, is_float_array
 
-__all__ = ["ScaffoldCorrection", "scaffold_client_control_update", "scaffold_local_sgd", "scaffold_server_update"]
+__all__ = ["ScaffoldCorrection", "scaffold_client_control_from_gradients", "scaffold_client_control_update",
+           "scaffold_local_sgd", "scaffold_server_update"]
 
 
 class ScaffoldCorrection:
@@ -54,6 +64,14 @@ class ScaffoldCorrection:
     Frozen parameters (``requires_grad=False``) are not corrected. Where you clip gradients decides
     the scope: :meth:`apply` after ``clip_grad_norm_`` clips ``g`` alone (this library's default);
     before it clips ``g - c_i + c`` (the FedExP/FedSLS code, ``correction_in_clip``).
+
+    Any optimizer works. While it lives, the correction watches every ``torch.optim`` step that
+    touches its parameters (a global ``register_optimizer_step_post_hook``, removed by
+    :meth:`control_update`). When every observed step was ``torch.optim.SGD`` without momentum at the
+    learning rate given to :meth:`control_update` (or no optimizer step was observed), ``c_i+`` is
+    option II's ``c_i - c + (w_t - w)/(K lr)``; otherwise (momentum, Nesterov, Adam, another lr) it is
+    the mean of the minibatch gradients :meth:`apply` saw, which option II equals under plain SGD and
+    which stays the gradient mean under any optimizer. :attr:`rule` tells which one was used.
     """
 
     def __init__(self, model, c_global: Sequence, c_local: Sequence | None = None) -> None:
@@ -78,26 +96,65 @@ class ScaffoldCorrection:
             torch.as_tensor(cg, device=p.device).to(p.dtype) - torch.as_tensor(cl, device=p.device).to(p.dtype)
             for p, cg, cl in zip(params, self.c_global, self.c_local)
         ]
+        self.grad_sum = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in params]
         self.steps = 0
+        self.rule: str | None = None
+        self._observed: list[tuple[bool, float]] = []  # (plain SGD step?, its lr) per optimizer step
+        self._hook = _watch_steps(self, {id(p) for p in params})
 
     @torch.no_grad()
     def apply(self) -> None:
-        """Add ``c - c_i`` to every trainable parameter's gradient (a missing gradient counts as 0)."""
-        for p, d in zip(self.params, self.diff):
+        """Add ``c - c_i`` to every trainable parameter's gradient (a missing gradient counts as 0),
+        after adding the gradient itself to the running sum."""
+        for p, d, acc in zip(self.params, self.diff, self.grad_sum):
             if not p.requires_grad:
                 continue
             if p.grad is None:
                 p.grad = d.clone()
             else:
+                acc.add_(p.grad)
                 p.grad.add_(d)
         self.steps += 1
 
+    def _observe(self, optimizer: torch.optim.Optimizer, mine: set[int]) -> None:
+        for group in optimizer.param_groups:
+            if any(id(p) in mine for p in group["params"]):
+                plain = type(optimizer) is torch.optim.SGD and not group.get("momentum", 0) \
+                    and not group.get("maximize", False)
+                self._observed.append((plain, float(group["lr"])))
+
     def control_update(self, lr: float, steps: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Option II: ``(c_i+, dc_i)`` with ``c_i+ = c_i - c + (w_t - w)/(K lr)``, ``K`` = ``steps``
-        (default: the number of :meth:`apply` calls). NumPy arrays in ``parameters()`` order."""
+        """``(c_i+, dc_i)`` (NumPy arrays in ``parameters()`` order), ``K`` = ``steps`` (default: the
+        number of :meth:`apply` calls): option II's ``c_i+ = c_i - c + (w_t - w)/(K lr)`` after plain
+        SGD at ``lr``, else the mean of the corrected minibatch gradients (see the class docstring).
+        Stops watching the optimizer."""
         k = self.steps if steps is None else int(steps)
-        w_now = [p.detach().cpu().numpy() for p in self.params]
-        return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
+        self._hook.remove()
+        plain = all(ok and rate == float(lr) for ok, rate in self._observed)
+        self.rule = "trajectory" if plain else "gradients"
+        if plain:
+            w_now = [p.detach().cpu().numpy() for p in self.params]
+            return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
+        if k != self.steps:
+            raise ValueError(f"SCAFFOLD: {k} local steps were reported but the correction saw {self.steps}; "
+                             "call apply() once per step")
+        means = [(acc / max(k, 1)).cpu().numpy() for acc in self.grad_sum]
+        return scaffold_client_control_from_gradients(self.c_local, means, k)
+
+
+def _watch_steps(correction: "ScaffoldCorrection", mine: set[int]):
+    """Register a global optimizer step hook that reports steps on ``mine`` to ``correction`` (held
+    weakly; the hook is removed when the correction is garbage-collected, or by ``control_update``)."""
+    ref = weakref.ref(correction)
+
+    def hook(optimizer, args, kwargs) -> None:
+        target = ref()
+        if target is not None:
+            target._observe(optimizer, mine)
+
+    handle = register_optimizer_step_post_hook(hook)
+    weakref.finalize(correction, handle.remove)
+    return handle
 
 
 def _as_numpy(c) -> np.ndarray:
@@ -120,7 +177,8 @@ def scaffold_local_sgd(
     correction_in_clip: bool = False,
 ) -> dict[str, float | int]:
     """Corrected local SGD (``torch.optim.SGD`` + :class:`ScaffoldCorrection`) over ``(inputs, labels)``
-    minibatches; controls align with ``model.parameters()``.
+    minibatches, on the one local loop (:func:`~flwr_strategies.core.local.train_steps`); controls
+    align with ``model.parameters()``.
 
     Gradient clipping (if any) applies to the raw minibatch gradient before the correction, or to the
     corrected one with ``correction_in_clip``. Returns ``{"train_loss": mean minibatch loss, "steps":
@@ -130,26 +188,13 @@ def scaffold_local_sgd(
         raise ValueError(f"SCAFFOLD local learning rate must be finite and > 0, got {lr!r}")
     corr = ScaffoldCorrection(model, c_global, c_local)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    model.train()
-    losses: list[float] = []
-    for xb, yb in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        val = float(loss.detach())
-        if not math.isfinite(val):
-            raise FloatingPointError(f"SCAFFOLD client: non-finite minibatch loss at local step {len(losses) + 1}")
-        loss.backward()
-        if correction_in_clip:
-            corr.apply()
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        if not correction_in_clip:
-            corr.apply()
-        opt.step()
-        losses.append(val)
-    for p in model.parameters():
-        p.grad = None
-    return {"train_loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)}
+    hooks: list[Callable[[], None]] = [corr.apply] if correction_in_clip else []
+    if grad_clip is not None:
+        hooks.append(lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+    if not correction_in_clip:
+        hooks.append(corr.apply)
+    return train_steps(model, batches, opt, objective=criterion(loss_fn), after_backward=hooks,
+                       check_finite="SCAFFOLD client")
 
 
 def scaffold_client_control_update(
@@ -181,6 +226,27 @@ def scaffold_client_control_update(
         # c_i+ := c_i + dc_i in the array dtype, so a server that mirrors c_i by adding the reported
         # dc_i holds exactly the same values as the client
         new.append((ci64 + d.astype(np.float64)).astype(dtype))
+    check_finite_arrays(new, "SCAFFOLD client control variate")
+    return new, diff
+
+
+def scaffold_client_control_from_gradients(
+    c_local: Sequence[np.ndarray], mean_gradients: Sequence[np.ndarray], steps: int,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``c_i+`` = the mean of the K minibatch gradients of the local run (option II's value under
+    plain SGD, for any optimizer). Returns ``(c_i+, dc_i = c_i+ - c_i)`` in the dtypes of ``c_local``;
+    with ``steps == 0`` the control is unchanged."""
+    if steps < 0:
+        raise ValueError(f"number of local steps must be >= 0, got {steps}")
+    if steps == 0:
+        return [np.array(c, copy=True) for c in c_local], [np.zeros_like(c) for c in c_local]
+    new, diff = [], []
+    for ci, g in zip(c_local, mean_gradients):
+        ci64 = np.asarray(ci, dtype=np.float64)
+        dtype = np.asarray(ci).dtype
+        d = (np.asarray(g, np.float64) - ci64).astype(dtype)
+        diff.append(d)
+        new.append((ci64 + d.astype(np.float64)).astype(dtype))  # as in option II: c_i + dc_i exactly
     check_finite_arrays(new, "SCAFFOLD client control variate")
     return new, diff
 
