@@ -100,19 +100,23 @@ class ScaffoldCorrection:
         self.steps = 0
         self.rule: str | None = None
         self._observed: list[tuple[bool, float]] = []  # (plain SGD step?, its lr) per optimizer step
+        self._optimizer = ""  # the last observed optimizer and its settings, for error messages
         self._hook = _watch_steps(self, {id(p) for p in params})
 
     @torch.no_grad()
     def apply(self) -> None:
         """Add ``c - c_i`` to every trainable parameter's gradient (a missing gradient counts as 0),
         after adding the gradient itself to the running sum."""
-        for p, d, acc in zip(self.params, self.diff, self.grad_sum):
+        for j, p in enumerate(self.params):
             if not p.requires_grad:
                 continue
+            if self.diff[j].device != p.device:  # the model was moved (model.to(device)) after construction
+                self.diff[j], self.grad_sum[j] = self.diff[j].to(p.device), self.grad_sum[j].to(p.device)
+            d = self.diff[j]
             if p.grad is None:
                 p.grad = d.clone()
             else:
-                acc.add_(p.grad)
+                self.grad_sum[j].add_(p.grad)
                 p.grad.add_(d)
         self.steps += 1
 
@@ -122,24 +126,33 @@ class ScaffoldCorrection:
                 plain = type(optimizer) is torch.optim.SGD and not group.get("momentum", 0) \
                     and not group.get("maximize", False)
                 self._observed.append((plain, float(group["lr"])))
+                keys = [k for k in ("lr", "momentum", "betas", "weight_decay") if k in group]
+                self._optimizer = f"{type(optimizer).__name__}(" + ", ".join(f"{k}={group[k]!r}" for k in keys) + ")"
 
     def control_update(self, lr: float, steps: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """``(c_i+, dc_i)`` (NumPy arrays in ``parameters()`` order), ``K`` = ``steps`` (default: the
         number of :meth:`apply` calls): option II's ``c_i+ = c_i - c + (w_t - w)/(K lr)`` after plain
-        SGD at ``lr``, else the mean of the corrected minibatch gradients (see the class docstring).
+        SGD at ``lr``, else the mean of the raw minibatch gradients (see the class docstring).
         Stops watching the optimizer."""
         k = self.steps if steps is None else int(steps)
         self._hook.remove()
         plain = all(ok and rate == float(lr) for ok, rate in self._observed)
         self.rule = "trajectory" if plain else "gradients"
-        if plain:
-            w_now = [p.detach().cpu().numpy() for p in self.params]
-            return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
-        if k != self.steps:
-            raise ValueError(f"SCAFFOLD: {k} local steps were reported but the correction saw {self.steps}; "
-                             "call apply() once per step")
-        means = [(acc / max(k, 1)).cpu().numpy() for acc in self.grad_sum]
-        return scaffold_client_control_from_gradients(self.c_local, means, k)
+        try:
+            if plain:
+                w_now = [p.detach().cpu().numpy() for p in self.params]
+                return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
+            if k != self.steps:
+                raise ValueError(f"SCAFFOLD: {k} local steps were reported but the correction saw {self.steps}; "
+                                 "call apply() once per step")
+            means = [(acc / max(k, 1)).cpu().numpy() for acc in self.grad_sum]
+            return scaffold_client_control_from_gradients(self.c_local, means, k)
+        except FloatingPointError as err:
+            seen = f" under {self._optimizer}" if self._optimizer else f" at lr={lr!r}"
+            raise FloatingPointError(
+                f"{err}: the {k} local steps{seen} diverged (the model or its gradients overflowed); lower the "
+                "learning rate (SCAFFOLD adds c - c_i to every gradient, so it tolerates a smaller step than "
+                "FedAvg: see the README's working ranges)") from None
 
 
 def _watch_steps(correction: "ScaffoldCorrection", mine: set[int]):
