@@ -100,6 +100,21 @@ def _settings(optimizer: torch.optim.Optimizer) -> str:
     return f"{type(optimizer).__name__}(" + ", ".join(f"{k}={group[k]!r}" for k in keys) + ")"
 
 
+#: FedLMT (weights ``W = U V``, both factors trained, factors averaged directly): the largest SGD step
+#: ``lr / (1 - momentum)`` measured to learn on Flower's quickstart-pytorch CNN (4 nodes, 4 rounds of
+#: 3 epochs, ``init_scale="auto"``): momentum 0.9 learns at lr 0.02 and 0.03 (0.92), and at lr 0.05
+#: learns for two rounds, then collapses to chance; plain SGD learns at lr 0.1 (0.81).
+FEDLMT_MAX_SGD_STEP = 0.3
+
+
+def _sgd_step(optimizer) -> float | None:
+    """``lr / (1 - momentum)`` of a ``torch.optim.SGD`` (its step on a constant gradient), else None."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return None
+    group = optimizer.param_groups[0]
+    return float(group["lr"]) / (1.0 - float(group.get("momentum", 0.0) or 0.0))
+
+
 class _StepWatch:
     """Checks every optimizer step on the wrapped model while a round is open (global torch.optim
     step hooks, removed when the round closes)."""
@@ -111,18 +126,35 @@ class _StepWatch:
         self.factors = [p for _, deco in round_.core.dm.decompositions() for p in deco.parameters() if p.requires_grad]
         self.factor_ids = {id(p) for p in self.factors}
         self.steps = 0
+        self.checked: set[int] = set()
+        cfg = round_.core.config
+        self.fedlmt = cfg.zero_base and cfg.random_right and cfg.decomp == "mat" and not cfg.fedhm
         self.handles = [register_optimizer_step_pre_hook(self.before), register_optimizer_step_post_hook(self.after)]
 
     def _held(self, optimizer) -> set[int]:
         return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
     def before(self, optimizer, args, kwargs) -> None:
+        if id(optimizer) in self.checked:
+            return
         held = self._held(optimizer)
-        if self.factor_ids and held & self.mine and not held & self.factor_ids:
+        if not held & self.mine:
+            return
+        self.checked.add(id(optimizer))
+        if self.factor_ids and not held & self.factor_ids:
             raise RuntimeError(
                 f"FedMUD: {_settings(optimizer)} holds parameters of the wrapped model but none of its trainable "
                 "factors, so the compressed layers would not train: build the optimizer after "
                 "FedMUDRound(...) / FedMUDRound.from_message(...) wrapped the model (e.g. inside your train function)")
+        step = _sgd_step(optimizer)
+        if self.fedlmt and step is not None and step > FEDLMT_MAX_SGD_STEP:
+            raise ValueError(
+                f"FedLMT refuses {_settings(optimizer)}: its SGD step lr / (1 - momentum) = {step:.3g} exceeds "
+                f"{FEDLMT_MAX_SGD_STEP}. FedLMT trains the weights as products W = U V of factors that are averaged "
+                "directly, and its step grows with the factors: on Flower's quickstart CNN, momentum 0.9 learned at "
+                "lr 0.02-0.03 and collapsed to chance after two rounds at lr 0.05 (plain SGD: lr 0.1 learned). Use "
+                f"lr <= {FEDLMT_MAX_SGD_STEP * 0.1:.2g} with momentum 0.9, lr <= 0.1 without, or FedMUD, whose "
+                "update starts from your model and learns at the learning rates FedAvg does.")
 
     def after(self, optimizer, args, kwargs) -> None:
         held = self._held(optimizer)

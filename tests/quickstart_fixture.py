@@ -136,13 +136,30 @@ def run_config(app: Path, **overrides: Any) -> dict[str, Any]:
     return cfg
 
 
-def run_message_app(app: Path, nodes: int, config: dict[str, Any]) -> dict[int, tuple[float, float]]:
+class _Grid:
+    """An in-process grid that also keeps the reasons of the ClientApps' error replies."""
+
+    def __new__(cls, client_app, nodes, run_config):
+        from flwr_strategies.simulations.inprocess_grid import InProcessGrid
+
+        class Recording(InProcessGrid):
+            def __init__(self) -> None:
+                super().__init__(client_app, nodes, run_config=run_config)
+                self.errors: list[str] = []
+
+            def pull_messages(self, message_ids):
+                replies = list(super().pull_messages(message_ids))
+                self.errors += [m.error.reason for m in replies if m.has_error()]
+                return replies
+
+        return Recording()
+
+
+def run_message_app(app: Path, nodes: int, config: dict[str, Any]) -> tuple[dict[int, tuple[float, float]], list[str]]:
     """Run the Message-API app in process; returns ``{round: (accuracy, loss)}`` of the app's own central
-    evaluation (round 0: the initial model)."""
+    evaluation (round 0: the initial model) and the reasons of the ClientApps' error replies."""
     import torch
     from flwr.app import Context, RecordDict
-
-    from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
     with imported(app) as module:
         client_app, server_app = module("client_app"), module("server_app")
@@ -156,10 +173,13 @@ def run_message_app(app: Path, nodes: int, config: dict[str, Any]) -> dict[int, 
 
         server_app.global_evaluate = recording
         torch.manual_seed(0)
-        grid = InProcessGrid(client_app.app, nodes, run_config=config)
+        grid = _Grid(client_app.app, nodes, config)
         context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
-        server_app.main(grid, context)
-    return accs
+        try:
+            server_app.main(grid, context)
+        except Exception as err:  # a run that stops says why; keep what the clients said too
+            raise RuntimeError(f"{type(err).__name__}: {err}; client errors: {grid.errors[:2]}") from err
+    return accs, grid.errors
 
 
 def run_legacy_app(app: Path, nodes: int, config: dict[str, Any]):

@@ -13,7 +13,9 @@ epochs. Each method learns, or says why it cannot:
   round and stay at or below its initial loss (the README's former step size 0.5 diverges here);
 - FedLi-LU's server step is capped by the clients' displacement: with momentum 0.9 at lr 0.05 its
   DFW step takes gamma < 1 from round 1, which the server says in a warning (the README gives the
-  range where FedLi-LU is FedAvg).
+  range where FedLi-LU is FedAvg);
+- FedLMT (weights W = U V, factors averaged directly) refuses an SGD step lr / (1 - momentum) above
+  its measured limit at the first optimizer step, naming the setting and the range that works.
 
 The ``flwr run`` path of the same apps is ``tests/test_dropin_apps.py``.
 """
@@ -62,10 +64,18 @@ def test_project_apps_are_flowers_example_with_only_the_data_loading_swapped(api
 def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
     app = switched_app("message", method, tmp_path)
     config = run_config(app, num_server_rounds=4, local_epochs=3, learning_rate=lr, fraction_evaluate=0.0)
-    with caplog.at_level(logging.WARNING, logger="flwr_strategies"):
-        record = run_message_app(app, NODES, config)
+    with caplog.at_level(logging.WARNING):
+        try:
+            record, errors = run_message_app(app, NODES, config)
+        except RuntimeError as err:  # a run that stops (every reply failed) says why
+            record, errors = {}, [str(err)]
+    detail = f"{method} at lr {lr}: {record} {errors[:2]}"
+    if method == "fedlmt" and lr == 0.05:  # refused at the first optimizer step of every client
+        assert errors and all("FedLMT refuses SGD(lr=0.05, momentum=0.9" in e for e in errors), detail
+        assert "lr <= 0.03 with momentum 0.9" in errors[0], detail
+        return
+    assert not errors, detail
     (acc0, loss0), (acc, loss) = record[0], record[4]
-    detail = f"{method} at lr {lr}: {record}"
     assert math.isfinite(loss), detail
     if method == "doadp":
         assert set(record) == {0, 4} and loss <= loss0 + 0.1, detail  # evaluated at its eval_every and the last round
@@ -73,7 +83,7 @@ def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
         warned = [r.getMessage() for r in caplog.records if "FedLi-LU round 1" in r.getMessage()]
         assert warned and "gamma=" in warned[0] and "momentum" in warned[0], (detail, caplog.text[-2000:])
     else:
-        assert acc0 < 0.25 and acc >= 0.6, detail
+        assert acc0 < 0.25 and acc >= acc0 + 0.3, detail
 
 
 @pytest.mark.parametrize("method", ["fedavg", *MATRIX])
