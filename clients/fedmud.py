@@ -147,7 +147,7 @@ class _StepWatch:
                 "factors, so the compressed layers would not train: build the optimizer after "
                 "FedMUDRound(...) / FedMUDRound.from_message(...) wrapped the model (e.g. inside your train function)")
         step = _sgd_step(optimizer)
-        if self.fedlmt and step is not None and step > FEDLMT_MAX_SGD_STEP:
+        if self.fedlmt and step is not None and step > FEDLMT_MAX_SGD_STEP * (1 + 1e-9):  # float slack: 0.03/(1-0.9)
             raise ValueError(
                 f"FedLMT refuses {_settings(optimizer)}: its SGD step lr / (1 - momentum) = {step:.3g} exceeds "
                 f"{FEDLMT_MAX_SGD_STEP}. FedLMT trains the weights as products W = U V of factors that are averaged "
