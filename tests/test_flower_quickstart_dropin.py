@@ -70,6 +70,7 @@ def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
         except RuntimeError as err:  # a run that stops (every reply failed) says why
             record, errors = {}, [str(err)]
     detail = f"{method} at lr {lr}: {record} {errors[:2]}"
+    print(f"\nmatrix {detail}")  # the README's table of working ranges quotes these lines (pytest -s)
     if method == "fedlmt" and lr == 0.05:  # refused at the first optimizer step of every client
         assert errors and all("FedLMT refuses SGD(lr=0.05, momentum=0.9" in e for e in errors), detail
         assert "lr <= 0.03 with momentum 0.9" in errors[0], detail
@@ -96,3 +97,31 @@ def test_switched_legacy_app_runs_and_learns(method, tmp_path):
     assert sorted(accs) == [1, 2, 3], detail  # every round evaluated on every node, no failure
     if method not in ("doadp", "fedli-lu"):
         assert accs[3] >= 0.5, detail
+
+
+def measure(method: str, settings: list[str], rounds: int = 4, epochs: int = 3) -> None:
+    """Print the central accuracy per round of the switched Message-API app for each ``momentum:lr``
+    (the example's ``train()`` with ``torch.optim.SGD(momentum=...)``; ``adam:lr`` uses Adam)."""
+    import tempfile
+    from pathlib import Path
+
+    for setting in settings:
+        momentum, lr = setting.split(":")
+        app = switched_app("message", method, Path(tempfile.mkdtemp()))
+        task = app / "pytorchexample" / "task.py"
+        optimizer = "torch.optim.Adam(net.parameters(), lr=lr)" if momentum == "adam" else \
+            f"torch.optim.SGD(net.parameters(), lr=lr, momentum={momentum})"
+        task.write_text(task.read_text().replace("torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)", optimizer))
+        config = run_config(app, num_server_rounds=rounds, local_epochs=epochs, learning_rate=float(lr), fraction_evaluate=0.0)
+        try:
+            record, errors = run_message_app(app, NODES, config)
+            print(method, setting, {r: round(a, 3) for r, (a, _) in record.items()}, errors[:1], flush=True)
+        except RuntimeError as err:
+            print(method, setting, "stopped:", str(err)[:300], flush=True)
+
+
+if __name__ == "__main__":  # python tests/test_flower_quickstart_dropin.py fedlmt 0.9:0.02 0.9:0.03 0:0.1
+    import sys
+
+    logging.disable(logging.WARNING)
+    measure(sys.argv[1], sys.argv[2:])
