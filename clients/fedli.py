@@ -1,6 +1,6 @@
 """Client side of FedLi-LS, FedLi-LU, FedExP and SCAFFOLD: pieces for your own loop, ready-made clients.
 
-Paper: Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning" (spec 001);
+Paper: Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning";
 FedExP: Jhunjhunwala et al., ICLR 2023; SCAFFOLD: Karimireddy et al., ICML 2020.
 
 Pieces (torch-native; your ``nn.Module``, your batches, your loop):

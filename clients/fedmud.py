@@ -1,7 +1,7 @@
 """FedMUD's client pieces for your own training loop, and the ready-made client built on them.
 
 Li et al., "The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient Federated
-Learning", ICML 2025 (spec 004). Also serves FedLMT, FedPara and FedHM (same wire format).
+Learning", ICML 2025. Also serves FedLMT, FedPara and FedHM (same wire format).
 
 :class:`FedMUDRound` turns one training message into your own ``nn.Module`` in its decomposed form
 (``W_base + dW(factors)`` on every compressed layer, via ``torch.nn.utils.parametrize``), keeping

@@ -152,7 +152,7 @@ class LocalSGD(torch.optim.Optimizer):
 
     ``step()`` reads each parameter's ``.grad`` (the data gradient g of the minibatch) and applies
 
-    - ``clip_scope="data"`` (default, spec A4): ``d = clip(g) + wd x + lam (x - x_0)``;
+    - ``clip_scope="data"`` (default: clip the data gradient alone): ``d = clip(g) + wd x + lam (x - x_0)``;
     - ``clip_scope="official"`` (the official code): ``d = clip(g - lam x_0) + (lam + wd) x``;
 
     where ``clip`` rescales the global norm to ``clip_norm`` when it exceeds it and ``lam``, ``x_0``

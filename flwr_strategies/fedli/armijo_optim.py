@@ -11,7 +11,7 @@ which runs the stochastic line search of Vaswani et al. 2019 ("Painless Stochast
 
 As in ``sls.Sls``, the closure only computes the loss: the optimizer calls ``backward()`` once and
 then re-evaluates the closure (without gradients) at each trial point. Every evaluation of one step
-runs under the same RNG seed, so dropout draws the same mask on every trial (spec §10 A21); the seed
+runs under the same RNG seed, so dropout draws the same mask on every trial (as ``sls`` reseeds each step); the seed
 comes from ``generator`` (seeded runs are bit-reproducible) instead of ``sls``'s wall clock.
 """
 
