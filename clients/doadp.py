@@ -22,12 +22,19 @@ model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches s
 ``DataLoader``; iterables without random access are materialised once).
 
 Privacy: the coin, the batch and the noise come from :func:`private_generator`. The server sends
-no seed; nothing it sends or receives reproduces them. For reproducible simulations give the agent a
-client-side seed: ``client_seed=`` in Python, the node config key ``doadp-client-seed``, or a
-per-node secret written into the node's ``context.state`` with :func:`set_client_seed`. Replies
-carry ``doadp_client_seeded`` (0/1), so results say which mode ran. A DO-ADP client refuses a round
-without noise or clipping (a server cannot switch its privacy off); only the ``dmsgd`` client trains
-without privacy.
+no seed; nothing it sends or receives reproduces them, and a round whose config carries a seed is
+refused. For reproducible runs give the agent a client-side seed: ``client_seed=`` in Python, the
+node config key ``doadp-client-seed`` of its SuperNode (``flower-supernode --node-config
+"doadp-client-seed=..."``), or a per-node secret written into the node's ``context.state`` with
+:func:`set_client_seed`. Replies carry ``doadp_client_seeded`` (0/1), so results say which mode ran.
+A DO-ADP client refuses a round without noise or clipping (a server cannot switch its privacy off);
+only the ``dmsgd`` client trains without privacy.
+
+Private-model evaluation (``evaluate_private``: the server asks for the agent's private model x_i,
+``report_model = 1``) releases x_i outside the privacy guarantee, so an agent sends it only with its
+node's own consent: the node config key ``doadp-allow-private-eval = true``, or
+:func:`allow_private_eval` on its ``context.state``. Without it the agent declines: it replies with
+its message alone, and the server evaluates the models it received.
 """
 
 from __future__ import annotations
@@ -55,10 +62,14 @@ from flwr_strategies.doadp.sparsify import top_k
 
 __all__ = [
     "SEED_KEY",
+    "PRIVATE_EVAL_KEY",
     "STATE_KEY",
     "private_generator",
     "set_client_seed",
     "client_seed_of",
+    "allow_private_eval",
+    "private_eval_allowed",
+    "check_round_config",
     "UniformBatchSampler",
     "per_sample_gradients",
     "flat_parameters",
@@ -74,7 +85,13 @@ __all__ = [
 
 STATE_KEY = "doadp"
 SECRET_KEY = "doadp-secret"
+#: Node config key (and ``context.state`` secret) of the client-side seed.
 SEED_KEY = "doadp-client-seed"
+#: Node config key of the node's consent to send its private model when the server asks.
+PRIVATE_EVAL_KEY = "doadp-allow-private-eval"
+CONSENT_KEY = "doadp-consent"
+#: Config keys that would carry a seed from the server; a round that has one is refused.
+SERVER_SEED_KEYS = (SEED_KEY, "client-seed", "client_seed")
 
 
 # ---------------------------------------------------------------------------- randomness
@@ -95,10 +112,51 @@ def set_client_seed(state, seed: int) -> None:
 def client_seed_of(state=None, node_config=None) -> int | None:
     """The client-side seed from ``node_config[SEED_KEY]`` or the secret in ``state``; None if neither."""
     if node_config is not None and SEED_KEY in node_config:
-        return check_client_seed(int(node_config[SEED_KEY]))
+        value = node_config[SEED_KEY]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"node config '{SEED_KEY}' must be an integer >= 0, got {value!r}")
+        return check_client_seed(int(value))
     if state is not None and SECRET_KEY in state:
         return check_client_seed(int(state[SECRET_KEY][SEED_KEY]))
     return None
+
+
+def allow_private_eval(state, allowed: bool = True) -> None:
+    """Record in ``context.state`` whether this node consents to send its private model when the
+    server asks (``evaluate_private``; outside the privacy guarantee). Call it on the client side."""
+    if not isinstance(allowed, bool):
+        raise TypeError(f"allowed must be a bool, got {allowed!r}")
+    state[CONSENT_KEY] = ConfigRecord({PRIVATE_EVAL_KEY: int(allowed)})
+
+
+def private_eval_allowed(state=None, node_config=None) -> bool:
+    """This node's consent to private-model evaluation: ``node_config[PRIVATE_EVAL_KEY]`` (``true``/
+    ``false``, or 1/0) if set, else what :func:`allow_private_eval` recorded in ``state``; False if
+    neither."""
+    if node_config is not None and PRIVATE_EVAL_KEY in node_config:
+        value = node_config[PRIVATE_EVAL_KEY]
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        if isinstance(value, (bool, int, np.integer)) and int(value) in (0, 1):
+            return bool(value)
+        raise ValueError(f"node config '{PRIVATE_EVAL_KEY}' must be true or false, got {value!r}")
+    if state is not None and CONSENT_KEY in state:
+        return bool(int(state[CONSENT_KEY][PRIVATE_EVAL_KEY]))
+    return False
+
+
+def check_round_config(config: Mapping[str, Any], allowed_private_eval: bool) -> bool:
+    """Whether to send the private model this round: only when the server asks (``report_model = 1``,
+    ``evaluate_private``) *and* the node consents; otherwise the agent declines and replies with its
+    message alone. A round whose config carries a seed is refused: a client never takes its seed from
+    the server."""
+    carried = [k for k in SERVER_SEED_KEYS if k in config]
+    if carried:
+        raise ValueError(
+            f"the round's config carries {carried[0]!r}: a client takes its seed only from its own node "
+            f"(node config '{SEED_KEY}' or context.state), never from the server; refusing the round"
+        )
+    return bool(int(config.get("report_model", 0))) and bool(allowed_private_eval)
 
 
 class UniformBatchSampler(torch.utils.data.Sampler):
@@ -301,8 +359,7 @@ class DOADPAgent:
     Build it from what the server sent (``arrays``: the consensus term, and x0 while the agent has no
     state; ``config``: the ``doadp_*`` keys) and the node's state, call :meth:`train`, save::
 
-        agent = DOADPAgent(arrays, config, context.state, client_seed=client_seed_of(context.state,
-                                                                                     context.node_config))
+        agent = DOADPAgent(arrays, config, context.state, node_config=context.node_config)
         reply_arrays, metrics = agent.train(model, trainset, loss_fn)
         agent.save(context.state)          # commit only once the reply exists
 
@@ -314,15 +371,23 @@ class DOADPAgent:
         The round's config (``t``, ``doadp_*``, ``doadp_accepted``, ``report_model``).
     state : RecordDict | None
         ``context.state`` (the agent's x, m, xhat persist under ``"doadp"``).
+    node_config : Mapping | None (default: None)
+        ``context.node_config``: its ``doadp-client-seed`` and ``doadp-allow-private-eval`` are the
+        node's own settings (they win over ``state``).
     client_seed : int | None (default: None)
-        Client-side seed. None: the per-node secret in ``state`` (:func:`set_client_seed`) if there
-        is one, else OS entropy.
+        Client-side seed. None: ``node_config``'s ``doadp-client-seed`` or the per-node secret in
+        ``state`` (:func:`set_client_seed`) if there is one, else OS entropy.
     require_private : bool (default: True)
         Refuse rounds without noise or clipping (False only for the non-private D-mSGD).
+    allow_private_eval : bool | None (default: None)
+        Consent to send the private model when the server asks (``report_model = 1``). None: the
+        node's consent (:func:`private_eval_allowed` of ``state`` and ``node_config``). Without
+        consent the agent declines (its reply carries its message only).
     """
 
     def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
-                 client_seed: int | None = None, require_private: bool = True) -> None:
+                 node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
+                 require_private: bool = True, allow_private_eval: bool | None = None) -> None:
         self.params = _params_from_config(config)
         private = bool(int(config.get("doadp_private", 1)))
         if require_private and not (private and self.params.private):
@@ -332,11 +397,13 @@ class DOADPAgent:
             )
         if not require_private and private:
             raise ValueError("this is a D-mSGD (non-private) client; the server runs a private method")
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(state, node_config)
+        self.report = check_round_config(config, allow_private_eval)
         self.cons = np.asarray(arrays[0], dtype=np.float64).reshape(-1)
         self.t = int(config["t"])
-        self.report = bool(int(config.get("report_model", 0)))
         if client_seed is None:
-            client_seed = client_seed_of(state)
+            client_seed = client_seed_of(state, node_config)
         self.client_seed = check_client_seed(client_seed)
         if state is not None and STATE_KEY in state:
             current = AgentState.from_arrays(state[STATE_KEY].to_numpy_ndarrays())
@@ -411,16 +478,24 @@ class DOADPClient(TorchClient):
     require_private : bool (default: True)
         False only for the non-private D-mSGD client.
     loss_fn : callable (default: cross entropy)
+    allow_private_eval : bool | None (default: None)
+        Consent to send the private model when the server asks; None reads the node's consent from
+        ``node_config``/``context.state`` (:func:`private_eval_allowed`).
     """
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
-                 require_private: bool = True, loss_fn: Callable = torch.nn.functional.cross_entropy) -> None:
+                 require_private: bool = True, loss_fn: Callable = torch.nn.functional.cross_entropy,
+                 allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
         self.require_private = require_private
         self.loss_fn = loss_fn
+        node_config = getattr(setup, "node_config", None)
         if client_seed is None:
-            client_seed = client_seed_of(setup.state, getattr(setup, "node_config", None))
+            client_seed = client_seed_of(setup.state, node_config)
         self.client_seed = check_client_seed(client_seed)
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(setup.state, node_config)
+        self.allow_private_eval = bool(allow_private_eval)
         self._data: IndexedData | None = None
 
     def num_train(self) -> int:
@@ -434,7 +509,7 @@ class DOADPClient(TorchClient):
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         agent = DOADPAgent(parameters, config, self.setup.state, client_seed=self.client_seed,
-                           require_private=self.require_private)
+                           require_private=self.require_private, allow_private_eval=self.allow_private_eval)
         arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
         agent.save(self.setup.state)
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}

@@ -3,7 +3,9 @@
 Each runs the per-agent function of :mod:`flwr_strategies.doadp.baselines` with the agent's private
 generator (:func:`flwr_strategies.clients.doadp.private_generator`: OS entropy, or a client-side seed
 from ``node_config``/``context.state``), keeps its private variables in ``context.state`` and commits
-them only once the reply exists. The server sends no seed.
+them only once the reply exists. The server sends no seed (a round whose config carries one is
+refused), and an agent sends its private model (``evaluate_private``) only with its node's consent
+(``doadp-allow-private-eval``), as DO-ADP's (:mod:`flwr_strategies.clients.doadp`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from flwr.common import Scalar
 from flwr_strategies.clients.base import TorchClient
 from flwr_strategies.clients.doadp import (
     IndexedData,
+    check_round_config,
     client_seed_of,
     load_flat_parameters,
     per_sample_gradients,
+    private_eval_allowed,
     private_generator,
 )
 from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, dpdo_round
@@ -34,11 +38,15 @@ class _BaselineClient(TorchClient):
     key = "baseline"
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
-                 loss_fn: Callable = torch.nn.functional.cross_entropy) -> None:
+                 loss_fn: Callable = torch.nn.functional.cross_entropy, allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
+        node_config = getattr(setup, "node_config", None)
         if client_seed is None:
-            client_seed = client_seed_of(setup.state, getattr(setup, "node_config", None))
+            client_seed = client_seed_of(setup.state, node_config)
         self.client_seed = check_client_seed(client_seed)
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(setup.state, node_config)
+        self.allow_private_eval = bool(allow_private_eval)
         self.loss_fn = loss_fn
         self._data: IndexedData | None = None
 
@@ -77,8 +85,12 @@ class _BaselineClient(TorchClient):
         if self.setup.state is not None:
             self.setup.state[self.key] = ArrayRecord([np.asarray(a) for a in arrays])
 
+    def check(self, config: dict[str, Scalar]) -> None:
+        """Refuse a seed from the server and an unconsented private-model request (before any work)."""
+        check_round_config(config, self.allow_private_eval)
+
     def reply(self, arrays: list[np.ndarray], x: np.ndarray, config: dict[str, Scalar], metrics: dict | None = None):
-        if int(config.get("report_model", 0)):
+        if check_round_config(config, self.allow_private_eval):
             arrays = arrays + [x.copy()]
         out = {**self.base_metrics(), "doadp_client_seeded": int(self.client_seed is not None), **(metrics or {})}
         return arrays, self.num_train(), out
@@ -94,6 +106,7 @@ class DPDOClient(_BaselineClient):
     key = "dpdo"
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
+        self.check(config)
         t = int(config["t"])
         state = self.load()
         if state is None:
@@ -117,6 +130,7 @@ class DPDDAClient(_BaselineClient):
     key = "dpdda"
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
+        self.check(config)
         t = int(config["t"])
         state = self.load()
         if state is None:
@@ -144,6 +158,7 @@ class CPGTClient(_BaselineClient):
     key = "cpgt"
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
+        self.check(config)
         t = int(config["t"])
         state = self.load()
         arrays = [np.asarray(a, np.float64) for a in parameters]

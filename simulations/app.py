@@ -33,6 +33,14 @@ experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``datase
 it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
 ``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
 ``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
+
+**A client's secrets stay on its node.** The run config is the server's, so a client seed in it
+(``client-seed``, or ``client_seed`` inside ``experiment``) is refused on both sides. A SuperNode's
+own ``--node-config`` sets its DO-ADP seed (``doadp-client-seed``, for reproducible runs) and its
+consent to private-model evaluation (``doadp-allow-private-eval``); without them it draws from OS
+entropy and refuses to send its private model. The project's ``--backend ray`` gives its simulated
+SuperNodes those settings through :data:`~.settings.SIMULATED_NODES_ENV` (Flower's simulation runtime
+has no per-node config).
 """
 
 from __future__ import annotations
@@ -54,12 +62,14 @@ from flwr.server import Server, ServerConfig
 from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import MessageStrategy
-from flwr_strategies.clients.app import message_config, partition_query, train_reply
+from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
+from flwr_strategies.clients.doadp import allow_private_eval, client_seed_of, private_eval_allowed, set_client_seed
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
 from flwr_strategies.sampling import PartitionClientManager
 
 from .experiment import Experiment, ExperimentConfig, get_experiment
+from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
 from .results import summarize, write_json
 
@@ -96,7 +106,8 @@ def config_from_run_config(run_config: dict[str, Any], num_partitions: int | Non
     method's paper default), or ``experiment``, a whole config as JSON (the ``ray`` backend's way).
     ``num-clients = 0`` (or absent or empty) means one client per SuperNode: ``num_partitions``, the
     federation's size as the nodes report it. A non-zero ``num-clients`` must equal
-    ``num_partitions`` when that is known; otherwise a ``ValueError`` names both numbers.
+    ``num_partitions`` when that is known; otherwise a ``ValueError`` names both numbers. A client
+    seed in the run config is refused (:func:`~.settings.seed_in_run_config_error`).
     """
     rc = dict(run_config)
     wanted = requested_clients(rc)
@@ -110,7 +121,10 @@ def config_from_run_config(run_config: dict[str, Any], num_partitions: int | Non
         raise ValueError("num-clients = 0 (one per SuperNode) needs the federation's size, which is not known here")
     n = wanted or int(num_partitions)
     if str(rc.get("experiment", "") or ""):
-        cfg = ExperimentConfig.from_dict({**json.loads(rc["experiment"]), "num_clients": n})
+        given = json.loads(rc["experiment"])
+        if given.get("client_seed") is not None:
+            raise seed_in_run_config_error("experiment' -> 'client_seed", given["client_seed"])
+        cfg = ExperimentConfig.from_dict({**given, "num_clients": n})
         return replace(cfg, out=None, progress=False).validate()
     settings = {k: v for k, v in rc.items() if k not in APP_KEYS}
     settings["num-clients"] = n
@@ -369,13 +383,32 @@ def experiment_for(context: Context) -> Experiment:
     return get_experiment(cfg)
 
 
+def adopt_node_settings(context: Context) -> None:
+    """Write the node's own DO-ADP settings into its ``context.state``, where the project's clients
+    read them: ``doadp-client-seed`` and ``doadp-allow-private-eval`` from the SuperNode's node config,
+    or, in the project's ``--backend ray`` simulation, from :data:`~.settings.SIMULATED_NODES_ENV`
+    (its own node config wins). The consent is always written, so no server setting stands in for it."""
+    node_config = dict(context.node_config)
+    simulated = os.environ.get(SIMULATED_NODES_ENV, "")
+    if simulated:
+        sim = json.loads(simulated)
+        node_config = {**simulated_node_config(sim.get("client_seed"), bool(sim.get("allow_private_eval")),
+                                               int(node_config[PARTITION_KEY])), **node_config}
+    seed = client_seed_of(None, node_config)
+    if seed is not None:
+        set_client_seed(context.state, seed)
+    allow_private_eval(context.state, private_eval_allowed(None, node_config))
+
+
 def _train(msg: Message, context: Context) -> Message:
+    adopt_node_settings(context)
     exp = experiment_for(context)
     weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
     return train_reply(msg, context, weights, n, metrics)
 
 
 def _evaluate(msg: Message, context: Context) -> Message:
+    adopt_node_settings(context)
     exp = experiment_for(context)
     loss, n, metrics = exp.client_evaluate(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
     out = {**numeric_metrics(metrics), "loss": float(loss), "num-examples": int(n)}
@@ -383,6 +416,7 @@ def _evaluate(msg: Message, context: Context) -> Message:
 
 
 def _legacy_client_fn(context: Context):
+    adopt_node_settings(context)
     return experiment_for(context).make_client(context)
 
 

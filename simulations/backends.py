@@ -56,6 +56,7 @@ from flwr_strategies.sampling import PartitionClientManager
 
 from .driver import CoreDriver, PartitionContexts
 from .experiment import ClientFactory, ExperimentConfig, get_experiment
+from .settings import simulated_nodes_env
 from .timeouts import BoundedCaller
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -304,11 +305,12 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     out_dir = work / "out"
     app = Path(app_dir) if app_dir is not None else write_app_dir(work / "app")
     pythonpath = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0"}
+    env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0",
+           **simulated_nodes_env(cfg)}  # the simulated SuperNodes' own settings, never in the run config
     # Flower's simulation runtime registers SuperNodes in partition order: the ServerApp reads the
     # order instead of querying every node (checked against every reply; see app.identify_nodes)
-    run_config = {"experiment": json.dumps(cfg.to_dict(), default=str), "out-dir": str(out_dir),
-                  "node-order": "registration"}
+    run_config = {"experiment": json.dumps({**cfg.to_dict(), "client_seed": None}, default=str),
+                  "out-dir": str(out_dir), "node-order": "registration"}
     results_path = out_dir / "results.json"
     seen = 0
     try:

@@ -35,7 +35,7 @@ from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
 from flwr_strategies.setup import ClientSetup, ServerSetup
 
-from .settings import BACKENDS, ExperimentConfig, config_from_run_config
+from .settings import BACKENDS, ExperimentConfig, config_from_run_config, simulated_node_config
 from .tasks import Task, build_task
 
 __all__ = ["BACKENDS", "ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment",
@@ -172,8 +172,7 @@ class Experiment:
     def build_client(self, context: Context, model: torch.nn.Module) -> Any:
         """The method's ``NumPyClient`` for ``context``'s partition, using ``model``."""
         pid = int(context.node_config["partition-id"])
-        if self.cfg.client_seed is not None:
-            _give_client_seed(context, int(self.cfg.client_seed), pid)
+        _simulated_node(context, self.cfg.client_seed, bool(self.params.get("evaluate_private", False)), pid)
         client = self.spec.build_client(self.client_setup(pid, context.state, model), dict(self.params))
         if any(p == pid for _, p in self._failures):
             _inject_failure(client, pid, self._failures)
@@ -219,14 +218,19 @@ class PooledClient(Client):
         return self._call("evaluate", ins)
 
 
-def _give_client_seed(context: Context, client_seed: int, pid: int) -> None:
-    """Simulation only: the node's own secret seed in its ``context.state`` (derived from
-    ``--client-seed`` and the partition id on the client side; the strategy never sees it)."""
-    from flwr_strategies.clients.doadp import client_seed_of, set_client_seed
+def _simulated_node(context: Context, client_seed: int | None, allow_private_eval: bool, pid: int) -> None:
+    """Simulation only: the node-side settings the experimenter gives a simulated node
+    (:func:`~.settings.simulated_node_config`: its secret seed from ``--client-seed``, its consent to
+    private-model evaluation), written into its ``context.state`` where the node has none of its own
+    (the project's app writes a SuperNode's own node config there first; the strategy never sees it)."""
+    from flwr_strategies.clients.doadp import (
+        CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY, allow_private_eval as consent, set_client_seed)
 
-    if client_seed_of(context.state, None) is None:
-        node_seed = int(np.random.SeedSequence([client_seed, pid, 0xC5EED]).generate_state(1, np.uint32)[0])
-        set_client_seed(context.state, node_seed)
+    node = simulated_node_config(client_seed, allow_private_eval, pid)
+    if SEED_KEY in node and SECRET_KEY not in context.state:
+        set_client_seed(context.state, node[SEED_KEY])
+    if PRIVATE_EVAL_KEY in node and CONSENT_KEY not in context.state:
+        consent(context.state, True)
 
 
 def _inject_failure(client: Any, pid: int, failures: set[tuple[int | None, int]]) -> None:

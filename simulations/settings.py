@@ -95,6 +95,53 @@ _RUN_CONFIG_NAMES = {"rounds": "num-server-rounds", "params": "set", "out": "out
 RUN_CONFIG_SETTINGS: tuple[str, ...] = ("method",) + RESOLVED + ("data_dir", "data_seed", "device", "params", "fail")
 
 
+#: Run-config keys that would hand the clients a seed the server knows; a run config is the server's, so
+#: they are refused (a SuperNode's own ``--node-config "doadp-client-seed=..."`` is the deployment route).
+SEED_RUN_CONFIG_KEYS = ("client-seed", "client_seed", "doadp-client-seed")
+#: Environment variable through which the project's ``--backend ray`` gives its simulated SuperNodes their
+#: node-side settings (``--client-seed``, consent to private-model evaluation): Flower's simulation runtime
+#: gives a node no node config beyond its partition, and a server cannot set a SuperNode's environment.
+SIMULATED_NODES_ENV = "FLWR_STRATEGIES_SIMULATED_NODES"
+
+
+def seed_in_run_config_error(key: str, value: Any) -> SettingError:
+    """The error for a client seed found in a run config."""
+    return SettingError(
+        f"run config '{key}'", value,
+        "absent: the server sets the run config, so a client seed there would let it regenerate the "
+        "clients' DP noise. Give each SuperNode its own seed with --node-config \"doadp-client-seed=N\" (or "
+        "in its context.state); --client-seed is for the project's simulation backends only")
+
+
+def simulated_nodes_env(cfg: "ExperimentConfig") -> dict[str, str]:
+    """:data:`SIMULATED_NODES_ENV` for ``cfg``'s simulated SuperNodes under ``--backend ray``: the
+    ``--client-seed`` they derive their seeds from and whether they consent to private-model evaluation
+    (the experiment's ``evaluate_private``); empty when neither applies."""
+    raw = cfg.params.get("evaluate_private", False)
+    allow = bool(parse_value(False, raw)) if isinstance(raw, str) else bool(raw)
+    if cfg.client_seed is None and not allow:
+        return {}
+    return {SIMULATED_NODES_ENV: json.dumps({"client_seed": cfg.client_seed, "allow_private_eval": allow})}
+
+
+def simulated_node_config(client_seed: int | None, allow_private_eval: bool, partition_id: int) -> dict[str, Any]:
+    """The node config the project's own simulations give their SuperNode ``partition_id`` (the
+    experimenter runs every simulated node): ``doadp-client-seed``, derived from ``--client-seed`` and the
+    partition id, when ``client_seed`` is set; ``doadp-allow-private-eval`` when the experiment asks for
+    private-model evaluation (``evaluate_private``)."""
+    import numpy as np
+
+    from flwr_strategies.clients.doadp import PRIVATE_EVAL_KEY, SEED_KEY
+
+    out: dict[str, Any] = {}
+    if client_seed is not None:
+        out[SEED_KEY] = int(np.random.SeedSequence([int(client_seed), int(partition_id), 0xC5EED])
+                            .generate_state(1, np.uint32)[0])
+    if allow_private_eval:
+        out[PRIVATE_EVAL_KEY] = True
+    return out
+
+
 def flag_name(setting: str) -> str:
     """The CLI flag of ``setting`` (``weight_decay`` -> ``--weight-decay``; ``params.mu`` -> ``--set``)."""
     if setting.startswith("params."):
@@ -453,6 +500,8 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
     for key, raw in run_config.items():
         if key in ignore:
             continue
+        if key in SEED_RUN_CONFIG_KEYS:
+            raise seed_in_run_config_error(key, raw)
         if key not in by_key:
             raise KeyError(f"run config key '{key}' is not an experiment setting; valid keys: {', '.join(sorted(by_key))}")
         name = by_key[key]

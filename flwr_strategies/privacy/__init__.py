@@ -1,9 +1,9 @@
 """Privacy accounting usable on its own.
 
-* :class:`GaussianSteps`, :func:`certified_epsilon`, :func:`calibrate_sigma`: the (epsilon, delta)
-  that Google's dp_accounting certifies for the mechanism a DO-ADP agent runs (subsampled Gaussian,
-  replace-one, RDP for uniform batches, PLD for Poisson batches), and the noise for a target. This is
-  the number DO-ADP reports first.
+* :class:`GaussianSteps`, :func:`certified_epsilon`, :func:`composed_certified_epsilon`,
+  :func:`calibrate_sigma`: the (epsilon, delta) that Google's dp_accounting certifies for the
+  mechanism a DO-ADP agent runs (subsampled Gaussian, replace-one, RDP for uniform batches, PLD for
+  Poisson batches), and the noise for a target. This is the number DO-ADP reports first.
 * :func:`doadp_sigma` / :func:`doadp_privacy`: the paper's Theorem 1 (Huo et al.), which also
   credits the activation probability (p^2) and Top-k (k/d); no standard accountant certifies either
   credit, so it is reported beside the certified number, labelled.
@@ -12,7 +12,15 @@
   epsilon-DP Laplace calibration (DPDO, CPGT baselines).
 """
 
-from .accountant import RDP_ORDERS, SAMPLINGS, GaussianSteps, accountant_for, calibrate_sigma, certified_epsilon
+from .accountant import (
+    RDP_ORDERS,
+    SAMPLINGS,
+    GaussianSteps,
+    accountant_for,
+    calibrate_sigma,
+    certified_epsilon,
+    composed_certified_epsilon,
+)
 from .crosscheck import doadp_crosscheck, subsampled_gaussian_epsilon
 from .doadp_accountant import (
     PrivacyReport,
@@ -35,6 +43,7 @@ __all__ = [
     "calibrate_sigma",
     "certified_epsilon",
     "comm_rate",
+    "composed_certified_epsilon",
     "doadp_crosscheck",
     "doadp_privacy",
     "doadp_sigma",

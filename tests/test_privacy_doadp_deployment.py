@@ -1,0 +1,204 @@
+"""Issue 18, privacy done-when 1, on a real deployment: ``flower-superlink`` and three
+``flower-supernode`` processes (127.0.0.1, insecure), the project's app submitted with ``flwr run``.
+
+- A run config that carries a client seed is refused: the run ends ``finished:failed`` and the error
+  names the key (the issue's attack: ``client_seed=5`` seeded every client's noise).
+- Each SuperNode's own ``--node-config "doadp-client-seed=..."`` is honoured by the project's app:
+  every reply is seeded, and the same app on an in-process grid with the same node configs repeats
+  the deployment's run bit for bit (every round's numbers and the final model).
+- The server cannot regenerate any noise: from everything it sends, receives and holds (every message
+  of the run, its run config, its results), no generator it can build reproduces one of the noise
+  vectors the clients applied; with the nodes' seeds, the same attack reproduces all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+
+import flwr_strategies.doadp.algorithm as algorithm
+from flwr_strategies.doadp.rng import agent_generator, draw_batch
+from flwr_strategies.simulations import app as project_app
+from flwr_strategies.simulations.deployment import HOST, FlowerProcesses, LocalDeployment, pid_alive
+from flwr_strategies.simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.inprocess_grid import InProcessGrid
+from flwr_strategies.simulations.settings import simulated_node_config
+
+ROOT = Path(__file__).resolve().parents[1]
+N, ROUNDS = 3, 2
+#: each SuperNode's own secret seed (its operator's; the server never sees it)
+NODE_SEEDS = {0: 8_675_309, 1: 4_142_013, 2: 9_990_001}
+RUN_CONFIG = {"method": "doadp", "num-clients": N, "num-server-rounds": ROUNDS, "dataset": "digits", "seed": 0,
+              "partition": "iid", "set": "p=0.7,eval_every=1"}
+RUN_TIMEOUT_S = 420
+
+
+class SeededDeployment(LocalDeployment):
+    """:class:`LocalDeployment` whose SuperNode ``i`` also gets ``doadp-client-seed=NODE_SEEDS[i]``."""
+
+    def start(self) -> "SeededDeployment":
+        FlowerProcesses.start(self)
+        for i, port in enumerate(self.supernode_ports):
+            self._spawn(f"supernode-{i}", [
+                "flower-supernode", "--insecure", "--superlink", self.address,
+                "--node-config", f"partition-id={i} num-partitions={N} doadp-client-seed={NODE_SEEDS[i]}",
+                "--host", HOST, "--port", str(port), "--max-wait-time", str(int(self.startup_timeout)),
+            ])
+        return self
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    dep = SeededDeployment(num_supernodes=N, workdir=tmp_path_factory.mktemp("doadp-deployment"))
+    try:
+        dep.start()
+        yield dep
+    finally:
+        dep.stop()
+        left = [pid for pid in dep.stopped_pids if pid_alive(pid)]
+        assert not left, f"processes left running after stop(): {left}"
+
+
+def _latest_status(dep) -> str:
+    ls = dep.flwr("ls", "deploy", "--format", "json", timeout=60)
+    runs = json.loads(ls.stdout[ls.stdout.index("{"):])["runs"]
+    return max(runs, key=lambda r: r["pending-at"])["status"]
+
+
+def test_run_config_seed_is_refused(deployment, tmp_path):
+    cfg = ExperimentConfig(method="doadp", dataset="digits", num_clients=N, rounds=ROUNDS, seed=0, client_seed=5)
+    res = deployment.flwr_run(ROOT, {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(tmp_path)},
+                              timeout=RUN_TIMEOUT_S)
+    log = f"{res.stdout}\n{res.stderr}\n{deployment.log('superlink', 20000)}"
+    assert _latest_status(deployment) == "finished:failed", log[-3000:]
+    assert "'client_seed' must be absent" in log and "doadp-client-seed" in log, log[-3000:]
+    assert not (tmp_path / "results.json").exists()  # no round ran
+
+
+class WireGrid(InProcessGrid):
+    """An in-process grid that records every message crossing the wire (the server's whole view)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.sent, self.received = [], []
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        self.sent.extend(messages)
+        return super().push_messages(messages)
+
+    def pull_messages(self, ids):
+        out = list(super().pull_messages(ids))
+        self.received.extend(out)
+        return out
+
+
+def _integers(obj, out: set[int]) -> set[int]:
+    """Every integer (or integral float) in a JSON-like object."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _integers(k, out)
+            _integers(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _integers(v, out)
+    elif isinstance(obj, (int, float, np.integer, np.floating)) and not isinstance(obj, bool):
+        if np.isfinite(obj) and float(obj).is_integer() and 0 <= obj < 2**63:
+            out.add(int(obj))
+    elif isinstance(obj, str):
+        for tok in obj.replace(",", " ").replace("=", " ").split():
+            if tok.isdigit():
+                out.add(int(tok))
+    return out
+
+
+def _wire_integers(grid) -> set[int]:
+    seen: set[int] = set()
+    for msg in grid.sent + grid.received:
+        seen.update({int(msg.metadata.dst_node_id), int(msg.metadata.src_node_id)})
+        if msg.has_error():
+            continue
+        for rec in list(msg.content.config_records.values()) + list(msg.content.metric_records.values()):
+            _integers(dict(rec), seen)
+        for rec in msg.content.array_records.values():
+            for a in rec.to_numpy_ndarrays():
+                if a.dtype.kind in "iu" and a.size:
+                    seen.update(int(v) for v in a.ravel()[:64])
+    return seen
+
+
+def _regenerated(noises, seeds, rounds, qs, b) -> int:
+    """How many of the clients' noise vectors a generator seeded from ``seeds`` reproduces, replaying the
+    client's draw order (coin, batch, noise) with the project's generators and with plain ones."""
+    def makers(s, t):
+        return [lambda: agent_generator(s, t), lambda: np.random.default_rng(s), lambda: np.random.default_rng([s, t])]
+
+    guesses = []
+    for s, t in itertools.product(sorted(seeds), range(rounds)):
+        for make in makers(s, t):
+            for q in qs:
+                g = make()
+                g.random()
+                draw_batch(g, q, b)
+                guesses.append(g.normal(0.0, 1.0, size=8))
+    guesses = np.array(guesses)
+    hits = 0
+    for noise in noises:
+        ratio = noise[:8] / guesses  # the same standard normals, scaled by sigma
+        hits += bool(np.any(np.all(np.isclose(ratio, ratio[:, :1], rtol=1e-9), axis=1)))
+    return hits
+
+
+def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(deployment, tmp_path, monkeypatch):
+    out = tmp_path / "deployment"
+    t0 = time.perf_counter()
+    res = deployment.flwr_run(ROOT, {**RUN_CONFIG, "out-dir": str(out)}, timeout=RUN_TIMEOUT_S)
+    detail = f"rc={res.returncode} after {time.perf_counter() - t0:.0f} s\n{res.stdout[-3000:]}\n{deployment.all_logs(1500)}"
+    assert _latest_status(deployment) == "finished:completed", detail
+    deployed = json.loads((out / "results.json").read_text())
+    rounds = deployed["rounds"]
+    assert [r["round"] for r in rounds] == list(range(ROUNDS + 1)), detail
+    # every reply of every round was drawn from the node's own seed (the issue: 0 of 16 seeded)
+    assert all(r["fit_noise_client_seeded"] == N and r["fit_noise_os_entropy"] == 0 for r in rounds[1:]), rounds
+
+    # the same app on an in-process grid, each node with the same node config: the same run, bit for bit
+    noises = []
+    real = algorithm.noisy_gradient
+
+    def spy(grads, params, rng, d):  # the noise the clients apply (client side only, never sent)
+        g, noise = real(grads, params, rng, d)
+        noises.append(noise.copy())
+        return g, noise
+
+    monkeypatch.setattr(algorithm, "noisy_gradient", spy)
+    rc = {**RUN_CONFIG, "out-dir": str(tmp_path / "again")}
+    grid = WireGrid(project_app.client_app, N, run_config=rc)
+    for ctx in grid.contexts.values():
+        ctx.node_config["doadp-client-seed"] = NODE_SEEDS[int(ctx.node_config["partition-id"])]
+    project_app.serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    keys = [k for k in rounds[-1] if k not in ("wall_s", "elapsed_s")]
+    assert [[r.get(k) for k in keys] for r in again["rounds"]] == [[r.get(k) for k in keys] for r in rounds]
+    with np.load(out / "final.npz") as a, np.load(tmp_path / "again" / "final.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+    # the server's view: every message of the run, its run config and everything it wrote
+    candidates = _wire_integers(grid) | _integers(RUN_CONFIG, set()) | _integers(deployed, set()) | set(range(64))
+    assert not candidates & set(NODE_SEEDS.values()), "a node's seed reached the server"
+    # ... and every seed the project's own --client-seed derivation makes from those numbers
+    derived = {simulated_node_config(c, False, p)["doadp-client-seed"] for c in candidates if c < 2**32 for p in range(N)}
+    qs = sorted({int(m.content["metrics"]["num-examples"]) for m in grid.received
+                 if not m.has_error() and "num-examples" in m.content["metrics"]})
+    b = next(int(m.content["config"]["doadp_batch_size"]) for m in grid.sent
+             if "config" in m.content and "doadp_batch_size" in m.content["config"])
+    assert noises and len(noises) == sum(r["fit_active"] for r in rounds[1:])
+    assert _regenerated(noises, candidates | derived, ROUNDS, qs, b) == 0
+    # control: the attack is able to succeed; with the nodes' own seeds it reproduces every vector
+    assert _regenerated(noises, set(NODE_SEEDS.values()), ROUNDS, qs, b) == len(noises)
