@@ -40,6 +40,7 @@ keeps its meaning; see :func:`~flwr_strategies.fedmud.delta.auto_variances`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,7 +121,7 @@ class _StepWatch:
     step hooks, removed when the round closes)."""
 
     def __init__(self, round_: "FedMUDRound") -> None:
-        self.round = round_
+        self.round = weakref.proxy(round_)
         model = round_.model
         self.mine = {id(p) for p in model.parameters()}
         self.factors = [p for _, deco in round_.core.dm.decompositions() for p in deco.parameters() if p.requires_grad]
@@ -129,7 +130,21 @@ class _StepWatch:
         self.checked: set[int] = set()
         cfg = round_.core.config
         self.fedlmt = cfg.zero_base and cfg.random_right and cfg.decomp == "mat" and not cfg.fedhm
-        self.handles = [register_optimizer_step_pre_hook(self.before), register_optimizer_step_post_hook(self.after)]
+        ref = weakref.ref(self)  # held weakly: a round dropped without finish() unhooks when collected
+
+        def before(optimizer, args, kwargs) -> None:
+            watch = ref()
+            if watch is not None:
+                watch.before(optimizer, args, kwargs)
+
+        def after(optimizer, args, kwargs) -> None:
+            watch = ref()
+            if watch is not None:
+                watch.after(optimizer, args, kwargs)
+
+        self.handles = [register_optimizer_step_pre_hook(before), register_optimizer_step_post_hook(after)]
+        for handle in self.handles:
+            weakref.finalize(self, handle.remove)
 
     def _held(self, optimizer) -> set[int]:
         return {id(p) for group in optimizer.param_groups for p in group["params"]}
