@@ -9,17 +9,7 @@ itself stays cheap.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
-
-# A source checkout keeps the client and simulation layers in the repository's top-level clients/
-# and simulations/ folders (the users' design); an install maps them to flwr_strategies.clients and
-# flwr_strategies.simulations (pyproject's package-dir). When imported from a checkout, resolve
-# those two subpackages from the checkout itself, so every working tree uses its own code.
-_here = Path(__file__).resolve().parent
-_root = _here.parent
-if (_root / "pyproject.toml").is_file() and not (_here / "clients").exists() and (_root / "clients" / "__init__.py").is_file():
-    __path__.append(str(_root))  # noqa: F821 (package __path__)
 
 _EXPORTS = {
     "FedAvg": "flwr_strategies.baselines.strategy",

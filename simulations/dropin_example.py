@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from flwr.client import ClientApp
 from flwr.common import Context
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.compat.server import ServerAppComponents
+from flwr.server import ServerApp, ServerConfig
 
 from flwr_strategies.clients.training import TensorData, evaluate_model, get_weights, set_weights
 from flwr_strategies.registry import get_method, resolve_params  # <-- the import

@@ -7,22 +7,37 @@ in one process, with one persistent ``Context`` per node so ``context.state`` su
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.common.constant import ErrorCode
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 __all__ = ["InProcessGrid"]
+
+
+def _enter_flower_task(run_id: int, node_id: int) -> None:
+    """Give this process the task identity that Flower's runtime gives a ServerApp process.
+
+    ``Message(content, dst_node_id, message_type)``, which strategies (Flower's own among them) call
+    to build their instructions, reads the sender's run and node from it. Flower's runtime sets it
+    before it calls a ServerApp and offers no public call for it (flwr 1.41 to 1.43), so a grid
+    that stands in for the runtime sets it the same way.
+    """
+    from flwr.supercore.task_identity import TaskIdentity  # Flower's runtime state, no public setter
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = run_id, 1, node_id
 
 
 class InProcessGrid(Grid):
     """A ``Grid`` that calls a ``ClientApp`` in this process (tests, quick runs; no Ray).
 
     One persistent ``Context`` per node (node ids ``1000 + partition``), so ``context.state``
-    survives rounds. A ClientApp that raises gives an error reply, as in Flower's runtime. Sets
-    Flower's process-global task identity, which ``Message()`` needs.
+    survives rounds. A ClientApp that raises gives an error reply, as in Flower's runtime. Like
+    Flower's runtime, it gives the process the task identity that ``Message()`` reads, and it gives
+    each message an id when it is pushed.
 
     Parameters
     ----------
@@ -34,18 +49,18 @@ class InProcessGrid(Grid):
         The ``run_config`` every node's ``Context`` carries. Defaults to empty.
     """
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict | None = None) -> None:
-        from flwr.supercore.run import Run  # internal API (flwr 1.4x)
-        from flwr.supercore.task_identity import TaskIdentity  # internal API (flwr 1.4x)
+    run_id = 1
+    node_id = 1  # the sender of the ServerApp's messages (Flower's SuperLink node)
 
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict | None = None) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
         self.client_app = client_app
-        self._run = Run.create_empty(run_id=1)
-        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+        _enter_flower_task(self.run_id, self.node_id)
+        self._run: Any = None
         self.contexts = {
             1000 + p: Context(
-                run_id=1,
+                run_id=self.run_id,
                 node_id=1000 + p,
                 node_config={"partition-id": p, "num-partitions": num_nodes},
                 state=RecordDict(),
@@ -56,15 +71,22 @@ class InProcessGrid(Grid):
         self._replies: dict[str, Message] = {}
         self.registration_order: list[int] | None = None
 
-    def set_run(self, run_id: int) -> None:
-        pass
+    def set_run(self, run: Any) -> None:
+        """Keep the ``Run`` record a runtime hands over (returned by :attr:`run`)."""
+        self._run = run
 
     @property
-    def run(self):
+    def run(self) -> Any:
+        """The run's record. Flower's legacy compatibility layer (``start_grid``) reads its
+        ``run_id``; without :meth:`set_run`, an empty record of run :attr:`run_id`."""
+        if self._run is None:
+            from flwr.supercore.run import Run  # the type of Grid.run (flwr 1.41 to 1.43)
+
+            self._run = Run.create_empty(run_id=self.run_id)
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
-        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
@@ -72,15 +94,16 @@ class InProcessGrid(Grid):
     def get_nodes(self):
         """The nodes, with registration times in partition order (as Flower's simulation runtime
         registers its SuperNodes); ``registration_order`` overrides the order (tests)."""
-        from flwr.proto.node_pb2 import NodeInfo  # the type Grid.get_nodes returns (flwr 1.4x)
-
         order = self.registration_order or list(self.contexts)
-        return [NodeInfo(node_id=n, registered_at=f"2000-01-01T00:00:00.{i:06d}+00:00") for i, n in enumerate(order)]
+        nodes = {node.node_id: node for node in super().get_nodes()}  # Flower's NodeInfo records
+        for i, node_id in enumerate(order):
+            nodes[node_id].registered_at = f"2000-01-01T00:00:00.{i:06d}+00:00"
+        return [nodes[n] for n in order]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for m in messages:
-            m.metadata.__dict__["_message_id"] = str(uuid4())
+            m.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's own in-memory grid does
             try:
                 reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
             except Exception as err:  # as Flower's runtime: a raising ClientApp gives an error reply
@@ -90,8 +113,15 @@ class InProcessGrid(Grid):
             ids.append(m.metadata.message_id)
         return ids
 
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+    def pull_messages(self, reply_to_message_ids: Iterable[str] | None = None, *,
+                      message_ids: Iterable[str] | None = None) -> Iterable[Message]:
+        """The replies to the given messages (all waiting replies when none are given).
+        ``message_ids`` is the keyword of flwr 1.41 and 1.42, ``reply_to_message_ids`` of 1.43."""
+        if reply_to_message_ids is not None and message_ids is not None:
+            raise ValueError("pass reply_to_message_ids or message_ids, not both")
+        wanted = reply_to_message_ids if reply_to_message_ids is not None else message_ids
+        ids = list(self._replies) if wanted is None else [i for i in wanted if i in self._replies]
+        return [self._replies.pop(i) for i in ids]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))

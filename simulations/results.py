@@ -19,6 +19,9 @@ def package_versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
+    import flwr  # Flower's own version, also when it is installed as flwr-nightly
+
+    out["flwr"] = flwr.__version__
     return out
 
 

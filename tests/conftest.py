@@ -1,11 +1,29 @@
-"""Shared test settings: no telemetry, one torch thread, paths to the shared data."""
+"""Shared test settings: no telemetry, one torch thread, paths to the shared data; the tests run
+against this checkout's own install (``pip install -e .``)."""
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
-# Import the package from this checkout (not from another installed copy), whatever the cwd.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _check_this_checkout_is_installed() -> None:
+    """The tests import ``flwr_strategies`` as installed: ``pip install -e .`` maps the repository's
+    ``flwr_strategies/``, ``clients/`` and ``simulations/`` folders to ``flwr_strategies``,
+    ``flwr_strategies.clients`` and ``flwr_strategies.simulations``. Stop before collecting when the
+    interpreter's install is another checkout (or a wheel), instead of testing a mix of two trees."""
+    for name, folder in (("flwr_strategies", "flwr_strategies"), ("flwr_strategies.clients", "clients"),
+                         ("flwr_strategies.simulations", "simulations")):
+        spec = importlib.util.find_spec(name)
+        found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+        if found != ROOT / folder:
+            raise RuntimeError(f"{name} imports from {found}, not from this checkout's {ROOT / folder}: "
+                               f"run `pip install -e .` in {ROOT} with this interpreter ({sys.executable})")
+
+
+_check_this_checkout_is_installed()
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -17,8 +35,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def mnist_dir() -> Path:

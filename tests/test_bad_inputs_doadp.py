@@ -76,7 +76,7 @@ SERVER_ROWS = [
     (dict(alpha=math.nan), "alpha=nan"),
     (dict(num_rounds=0), "num_rounds=0"),
     (dict(lr_decay=0.0), "lr_decay=0.0"),
-    (dict(hops=0), "hops=0"),
+    (dict(graph=DOADPServer.default_graph(topology="random", neighbours=3)), "redrawn every round"),
     (dict(config=DOADPConfig(sigma=1e-3)), "above the target epsilon"),  # given noise certifies too little
 ]
 

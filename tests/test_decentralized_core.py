@@ -13,14 +13,14 @@ from flwr_strategies.core.validation import ReplyError
 from flwr_strategies.decentralized import Topology, mix, mixing_matrix, restrict_to_alive
 from flwr_strategies.decentralized import mixing as mixing_module
 from flwr_strategies.decentralized.config import GraphConfig
-from flwr_strategies.decentralized.server import DecentralizedCore
+from flwr_strategies.decentralized.server import GossipCore
 from flwr_strategies.dfedcata.config import DFedCataConfig
 from flwr_strategies.dfedcata.server import DFedCataServer, DPSGDServer
 
 M = 6
 
 
-def _core(cls=DecentralizedCore, m=M, init=None, **kw):
+def _core(cls=GossipCore, m=M, init=None, **kw):
     init = [np.zeros((2, 2), np.float32)] if init is None else init
     kw.setdefault("graph", GraphConfig(neighbours=4))
     return cls(init, num_partitions=m, seed=0, on_train_config=lambda r: {"lr": 0.1}, **kw)
@@ -160,7 +160,7 @@ def test_replies_that_share_the_spare_row_are_not_copied():
     np.testing.assert_array_equal(core.models.data, mix(W, np.repeat(np.arange(M, dtype=np.float32)[:, None], 4, 1)))
 
 
-@pytest.mark.parametrize("cls", [DecentralizedCore, DFedCataServer, DPSGDServer])
+@pytest.mark.parametrize("cls", [GossipCore, DFedCataServer, DPSGDServer])
 def test_a_round_allocates_no_table_sized_temporary(monkeypatch, cls):
     # issue 15: state at the floor; start points and replies live in the preallocated spare table,
     # mixing runs in place through a column-block buffer. Replies (messages in flight) are built first.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,4 +63,50 @@ def weighted_mean_metrics(results: Sequence[tuple[int, Mapping[str, Any]]]) -> d
         weight = sum(n for n, _ in pairs)
         if weight:
             out[key] = sum(n * v for n, v in pairs) / weight
+    return out
+
+
+def fedavg_average_stream(num_examples: Sequence[int], models: Iterable[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """:func:`fedavg_average` one model at a time: decode one reply, add it, move on.
+
+    ``models`` may be any iterable, typically a generator that decodes each client's arrays only
+    when asked, so at most one client's model is decoded at any time. The weights come first:
+    ``n_i / sum_j n_j`` needs every count before the first model is scaled. The result is
+    bit-identical to ``fedavg_average(list(models), num_examples)``: each array is scaled in its
+    own dtype and the scaled arrays are summed in client order (Flower's ``aggregate_inplace``
+    arithmetic). Each product goes into one scratch buffer per dtype, reused for every client, so
+    the memory held is the sum (one model), the scratch (the largest array) and the model being
+    added. Inputs are not modified.
+
+    Raises ``ValueError`` for no models, a model count other than ``len(num_examples)``,
+    mismatched array counts or a zero total of examples.
+    """
+    if len(num_examples) == 0:
+        raise ValueError("no client models to average")
+    total = sum(int(n) for n in num_examples)
+    if total <= 0:
+        raise ValueError("all clients reported num_examples = 0: nothing to average")
+    factors = np.asarray([int(n) / total for n in num_examples])
+    out: list[np.ndarray] = []
+    scratch: dict[np.dtype, np.ndarray] = {}
+    count = 0
+    for model in models:  # (not enumerate: its reused result tuple would keep the last model alive)
+        i = count
+        if i >= len(factors):
+            raise ValueError(f"more than {len(factors)} models for {len(factors)} example counts")
+        arrays = [np.asarray(x) for x in model]
+        if i == 0:
+            out = [_scaled_into(np.empty_like(x), x, factors[0]) for x in arrays]
+        elif len(arrays) != len(out):
+            raise ValueError(f"client {i} sent {len(arrays)} arrays, expected {len(out)}")
+        else:
+            for acc, x in zip(out, arrays):
+                buf = scratch.get(x.dtype)
+                if buf is None or buf.size < x.size:  # grows to the largest array of this dtype
+                    buf = scratch[x.dtype] = np.empty(x.size, dtype=x.dtype)
+                _add_into(acc, _scaled_into(buf[: x.size].reshape(x.shape), x, factors[i]))
+        count = i + 1
+        del model, arrays  # let the next client's model take this one's place
+    if count != len(factors):
+        raise ValueError(f"{count} models but {len(factors)} example counts")
     return out

@@ -1,11 +1,13 @@
-"""Decentralized (peer-to-peer) FL core, shared by DFedCata and DO-ADP.
+"""Decentralized (peer-to-peer) FL: one core for every peer-graph method (DFedCata, DFedAvg(M),
+DFedSAM, D-PSGD, DO-ADP, D-mSGD, DPDO, DP-DDA, CPGT).
 
 Public API
 ----------
 Topologies (:mod:`.topology`)
     ``Topology(name, num_nodes, seed=0, time_varying=None, **params)`` with ``.graph(t)`` ->
-    csr 0/1 adjacency of round t; names: ring, grid, exponential, exponential_sym, full,
-    erdos_renyi, watts_strogatz, random (paper default, ``neighbours=10``, redrawn each round).
+    csr 0/1 adjacency of round t; names: ring, grid, exponential, exponential_sym, full, circulant
+    (DO-ADP paper, ``neighbours=7``), erdos_renyi, watts_strogatz, random (DFedCata paper,
+    ``neighbours=10``, redrawn each round); ``Topology.from_adjacency(A)`` for a given graph.
 Mixing (:mod:`.mixing`)
     ``mixing_matrix(adj, weights="auto"|"uniform"|"metropolis_hastings", allow_row_stochastic=False,
     allow_disconnected=False)`` -> validated csr W; ``validate_mixing``, ``is_doubly_stochastic``,
@@ -20,13 +22,14 @@ Consensus (:mod:`.consensus`)
     ``network_average(X)``, ``consensus_distance(X)`` = ``mean_i ||x_i - x_bar||^2``.
 Settings (:mod:`.config`)
     ``GraphConfig``: topology, neighbours, weights, failure policy, peer evaluation (validated).
-Core (:mod:`.server`)
-    ``DecentralizedCore``: the framework-neutral server core (NumPy in/out) at the memory floor;
-    methods subclass it (hooks ``start_point``, ``commit``, ``client_config``, ``method_tables``).
+Cores (:mod:`.server`)
+    ``DecentralizedCore``: the framework-neutral server core (NumPy in/out) of every peer-graph
+    method: graph, mixing, spectral gap, participation and failures (``PeerFailure``).
+    ``GossipCore``: the model-gossip family at the memory floor (DFedAvg; DFedCata and D-PSGD
+    subclass it). DO-ADP's family is :class:`flwr_strategies.doadp.peer.PublicTableCore`.
 Adapters
     ``DecentralizedLegacyStrategy`` (:mod:`.strategy`) and ``DecentralizedMessageStrategy``
-    (:mod:`.serverapp`): the two Flower APIs over a core. ``DecentralizedStrategy``: the earlier
-    self-contained legacy strategy, kept for DO-ADP.
+    (:mod:`.serverapp`): the two Flower APIs over a core.
 """
 
 from .consensus import consensus_distance, network_average
@@ -37,7 +40,6 @@ from .mixing import (
     mix,
     mix_row,
     mixing_matrix,
-    num_edges,
     restrict_to_alive,
     second_eigenvalue_modulus,
     spectral_gap,
@@ -45,19 +47,20 @@ from .mixing import (
 )
 from .config import GraphConfig
 from .table import ModelLayout, ModelTable
-from .topology import TOPOLOGIES, Topology, make_topology, round_rng
+from .topology import TOPOLOGIES, Topology, canonical_topology, round_rng
 
 __all__ = [
-    "Topology", "make_topology", "TOPOLOGIES", "round_rng",
+    "Topology", "canonical_topology", "TOPOLOGIES", "round_rng",
     "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
-    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive", "num_edges",
+    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive",
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
-    "DecentralizedCore", "DecentralizedStrategy", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
+    "DecentralizedCore", "GossipCore", "PeerFailure", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
 ]
 
 _LAZY = {
     "DecentralizedCore": ".server",
-    "DecentralizedStrategy": ".strategy",
+    "GossipCore": ".server",
+    "PeerFailure": ".server",
     "DecentralizedLegacyStrategy": ".strategy",
     "DecentralizedMessageStrategy": ".serverapp",
 }

@@ -1,11 +1,13 @@
 """The peer graph and gossip settings of every decentralized method (frozen, validated).
 
-:class:`GraphConfig` is what DFedCata, DFedAvg(M), DFedSAM and D-PSGD share: which graph the peers
-form each round, how the mixing weights are set, what happens when a peer fails, and how often the
-peers' own models are scored. ``GraphConfig.topology(num_nodes, seed)`` builds the seeded
-:class:`~flwr_strategies.decentralized.topology.Topology`; every impossible setting (a graph that
-can never carry a link, a probability outside its range, an unknown name) raises ``ValueError``
-naming the setting and the value, before any training.
+:class:`GraphConfig` is what every peer-graph method shares (DFedCata, DFedAvg(M), DFedSAM, D-PSGD,
+DO-ADP, D-mSGD, DPDO, DP-DDA, CPGT): which graph the peers form each round (``topology``,
+``neighbours``), how the mixing weights are set (``weights``), what happens when a peer fails
+(``failure_policy``), and how often the peers' own models are scored. ``GraphConfig.build(num_nodes,
+seed)`` builds the seeded :class:`~flwr_strategies.decentralized.topology.Topology`; every impossible
+setting (a graph that can never carry a link, a probability outside its range, an unknown name)
+raises ``ValueError`` naming the setting and the value, before any training. A neighbourhood larger
+than the network becomes the complete graph, logged and reported (see ``neighbours``).
 """
 
 from __future__ import annotations
@@ -14,28 +16,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .topology import TOPOLOGIES, Topology
+from .topology import Topology, canonical_topology
 
-__all__ = ["GraphConfig", "WEIGHTS", "FAILURE_POLICIES", "canonical_topology"]
+__all__ = ["GraphConfig", "WEIGHTS", "FAILURE_POLICIES"]
 
 #: mixing-weight rules accepted by :func:`~flwr_strategies.decentralized.mixing.mixing_matrix`
 WEIGHTS = ("auto", "uniform", "metropolis_hastings", "mh")
-#: how live peers mix when a neighbour failed (see :func:`~.mixing.restrict_to_alive`)
-FAILURE_POLICIES = ("renormalize", "self")
-
-_ALIASES = {"exp": "exponential", "er": "erdos_renyi", "ws": "watts_strogatz", "complete": "full",
-            "random10": "random", "random_10": "random", "torus": "grid"}
-
-
-def canonical_topology(name: str) -> str:
-    """The registered topology name for ``name`` (aliases such as ``"er"``, ``"ws"`` resolved)."""
-    if not isinstance(name, str):
-        raise ValueError(f"topology must be a name, got {name!r}")
-    key = name.replace("-", "_").lower()
-    key = _ALIASES.get(key, key)
-    if key not in TOPOLOGIES:
-        raise ValueError(f"topology {name!r} is unknown; choose one of {sorted(TOPOLOGIES)}")
-    return key
+#: what a failed peer does to a round: its neighbours mix over the live peers (their rows
+#: renormalised, or the lost weight given to themselves, see :func:`~.mixing.restrict_to_alive`),
+#: or the run stops
+FAILURE_POLICIES = ("renormalize", "self", "stop")
 
 
 def _is_int(value: Any) -> bool:
@@ -49,13 +39,20 @@ class GraphConfig:
     Parameters
     ----------
     topology : str (default: "random")
-        ``random`` (DFedCata paper: every round each peer picks ``neighbours - 1`` others, redrawn
-        each round), ``random_code`` (the same recipe drawn with the official code's legacy NumPy
-        seeding, so the graphs are the official code's), ``ring``, ``grid``, ``exponential``,
-        ``exponential_sym``, ``full``, ``erdos_renyi`` (``er``), ``watts_strogatz`` (``ws``).
+        ``random`` (DFedCata paper, Sec. V-A: every round each peer picks ``neighbours - 1`` others,
+        redrawn each round), ``random_code`` (the same recipe drawn with the official code's legacy
+        NumPy seeding, so the graphs are the official code's), ``circulant`` (DO-ADP paper, Sec. V:
+        ``i`` linked to ``i +- 1..(neighbours - 1)/2``), ``ring``, ``grid``, ``exponential``,
+        ``exponential_sym``, ``full``, ``erdos_renyi`` (``er``), ``watts_strogatz`` (``ws``);
+        ``fixed`` for a :meth:`~flwr_strategies.decentralized.topology.Topology.from_adjacency`
+        graph passed to the core.
     neighbours : int (default: 10)
-        Peers picked per node and round by ``random``/``random_code``, self included (the paper's
-        "10% of 100 clients"), >= 2: with fewer no link can form.
+        Size of a peer's neighbourhood, the peer itself included, for ``random``/``random_code``
+        (picks per peer and round: the DFedCata paper's "10% of 100 clients") and ``circulant``
+        (odd: the DO-ADP paper's ``+-1, 2, 3`` is 7), >= 2 (fewer forms no link). More than the
+        number of peers links every peer to every other (the complete graph, on which a
+        decentralized method averages like its centralized counterpart): logged as a warning and
+        reported in every round's metrics (``graph_adjusted = 1``), never silently.
     topology_p : float (default: -1.0)
         Edge probability of ``erdos_renyi`` (in (0, 1]; 0 would never link) or rewiring probability
         of ``watts_strogatz`` (in [0, 1]). Negative means the generator's default (0.1 and 0.02,
@@ -72,8 +69,12 @@ class GraphConfig:
         Accept a round whose graph is disconnected. None: yes for graphs redrawn every round (only
         the union over rounds must connect; rounds report ``connected``), no for static graphs.
     failure_policy : str (default: "renormalize")
-        How live peers mix when a neighbour failed: ``renormalize`` their rows or give the lost
-        weight to ``self`` (keeps a doubly stochastic matrix doubly stochastic).
+        What a failed peer (one that errs, whose reply is rejected, or whose node is no longer
+        connected) does to a round. It is counted in the round's ``failures`` in every policy and
+        keeps its state; ``renormalize``: the live peers mix over the live peers, their rows
+        renormalised; ``self``: they give the lost weight to themselves (keeps a doubly stochastic
+        matrix doubly stochastic); ``stop``: the run stops with
+        :class:`~flwr_strategies.decentralized.server.PeerFailure`, the state unchanged.
     client_eval_every : int (default: 1)
         Score the peers' own models on the central test set every this many (algorithm) rounds,
         >= 0 (0: never). Costs one test-set pass per peer.
@@ -95,8 +96,11 @@ class GraphConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", canonical_topology(self.topology))
         if not _is_int(self.neighbours) or self.neighbours < 2:
-            raise ValueError(f"neighbours must be an integer >= 2 (each peer picks neighbours - 1 others; "
+            raise ValueError(f"neighbours must be an integer >= 2 (a peer's neighbourhood, itself included; "
                              f"fewer gives a graph with no links), got {self.neighbours!r}")
+        if self.topology == "circulant" and self.neighbours % 2 == 0:
+            raise ValueError(f"the circulant graph links i to i +- 1..h, so neighbours = 2h + 1 must be odd, "
+                             f"got neighbours={self.neighbours!r}")
         p = self.topology_p
         if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or math.isinf(p) or p > 1.0:
             raise ValueError(f"topology_p must be a probability in [0, 1] (negative: generator default), got {p!r}")
@@ -138,7 +142,7 @@ class GraphConfig:
         """Keyword arguments of this config's topology generator."""
         name = self.topology
         kw: dict[str, Any] = {}
-        if name in ("random", "random_code"):
+        if name in ("random", "random_code", "circulant"):
             kw["neighbours"] = int(self.neighbours)
         if name in ("erdos_renyi", "watts_strogatz") and self.topology_p >= 0:
             kw["p"] = float(self.topology_p)
@@ -150,6 +154,8 @@ class GraphConfig:
         """The seeded :class:`Topology` on ``num_nodes`` peers (>= 2)."""
         if not _is_int(num_nodes) or num_nodes < 2:
             raise ValueError(f"a decentralized run needs at least 2 peers, got {num_nodes!r}")
+        if self.topology == "fixed":
+            raise ValueError("topology 'fixed' needs its adjacency: pass topology=Topology.from_adjacency(A)")
         if self.topology == "watts_strogatz" and not self.ws_k < num_nodes:
             raise ValueError(f"ws_k = {self.ws_k} must be < the number of peers ({num_nodes})")
         return Topology(self.topology, int(num_nodes), seed=int(seed), **self.generator_params())

@@ -42,7 +42,6 @@ __all__ = [
     "mix",
     "mix_row",
     "restrict_to_alive",
-    "num_edges",
 ]
 
 _TOL = 1e-9
@@ -66,11 +65,6 @@ def is_connected(adj: sp.spmatrix) -> bool:
     symmetric = (abs(adj - adj.T)).nnz == 0
     n, _ = connected_components(adj, directed=not symmetric, connection="strong")
     return n == 1
-
-
-def num_edges(adj: sp.spmatrix) -> int:
-    """Number of directed links (an undirected edge counts twice: one model each way)."""
-    return int(sp.csr_matrix(adj).nnz)
 
 
 def mixing_matrix(

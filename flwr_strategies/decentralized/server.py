@@ -1,62 +1,49 @@
 """The framework-neutral server core of every decentralized (peer-graph) method.
 
-No real peer-to-peer links exist in a Flower run, so the server plays the network. It holds one
-model per peer (partition id) in a contiguous ``(m, d)`` table, sends every peer *its own* start
-point, and applies the gossip step ``X <- W^t Y`` sparsely (cost ~ edges x model size). The
-bytes a real deployment would send peer to peer are reported as ``p2p_bytes``.
+No real peer-to-peer links exist in a Flower run, so the server plays the network. Every
+decentralized method (DFedCata, DFedAvg(M), DFedSAM, D-PSGD, DO-ADP, D-mSGD, DPDO, DP-DDA, CPGT)
+runs on :class:`DecentralizedCore`, which does what they all share, once:
 
-Memory is kept at the algorithm's floor. :class:`DecentralizedCore` owns the mixed models ``X`` and
-one spare table ``S``; a method adds only the tables its algorithm needs (DFedCata: its
-extrapolation anchors). Within a round nothing else of table size is allocated:
+- **the graph**: a :class:`~flwr_strategies.decentralized.config.GraphConfig` (``topology``,
+  ``neighbours``, ``weights``...) or an explicit :class:`~flwr_strategies.decentralized.topology.Topology`;
+  round ``t``'s validated mixing matrix ``W^t`` (:meth:`DecentralizedCore.mixing_matrix`), its
+  spectral gap, links and connectivity (:meth:`DecentralizedCore.graph_metrics`);
+- **participation and failures**: every peer takes part in every round. A peer that errs, whose
+  reply is rejected, or whose node is no longer connected is a failed peer: it is counted in the
+  round's ``failures`` (``absent`` counts the peers that were not connected), logged, and handled
+  by ``failure_policy``: the live peers mix over the live peers (``"renormalize"`` or ``"self"``,
+  :meth:`DecentralizedCore.live_mixing`), or the run stops (``"stop"``, :class:`PeerFailure`, with
+  the state unchanged);
+- the model layout (flatten / unflatten of the initial arrays).
 
-- start points are computed row by row, each into its row of ``S``, as the instructions are built
-  (the instruction's arrays are views of that row, serialised by the adapter into the message);
-- replies are written into the same preallocated ``S`` (rows of failed peers get their previous
-  model), so the returned models never need a table of their own;
-- mixing runs in place on ``S`` (through one column-block buffer of about 64 MiB) or into the table
-  the method frees, and the tables are then rotated by reference, never copied.
+Two families build on it:
 
-Peak memory is therefore ``X + S`` (+ the method's tables) plus the messages in flight, and the
-mixing costs ``nnz(W) x d`` multiply-adds.
-
-A subclass (a method) implements:
-
-- :meth:`DecentralizedCore.start_point`: write peer ``i``'s start point into a row buffer (default:
-  its mixed model; DFedCata: the Nesterov-extrapolated point);
-- :meth:`DecentralizedCore.commit`: the gossip step and the state shift, given ``S`` (the returned
-  models) and the round's mixing matrix (default, DFedAvg: ``X <- W S``);
-- :meth:`DecentralizedCore.client_config` (method constants sent to every peer) and, when it keeps
-  more tables, :meth:`DecentralizedCore.method_tables` (checkpointed with the models).
-
-Failures: a peer that fails, or whose reply is rejected, keeps its previous mixed model; its
-neighbours mix over the peers that replied (``failure_policy``). A round in which no peer replied
-changes nothing.
-
-Metrics (training): ``consensus_distance`` (``mean_i ||x_i - x_bar||^2``), ``links`` (directed peer
-links used), ``p2p_bytes``, ``connected``, ``spectral_gap`` (for m <= 256), ``train_loss`` (mean of the
-peers'). Evaluation: the network-average model ``x_bar`` (what the DFedCata paper evaluates) on the
-central test set, ``consensus_distance`` and, every ``client_eval_every`` rounds,
-``client_accuracy_mean``/``client_accuracy_min`` of the peers' own models.
+- :class:`GossipCore` (here): the server holds one model per peer and applies the gossip step
+  ``X <- W^t Y`` to the returned models (DFedAvg; DFedCata and D-PSGD in
+  :mod:`flwr_strategies.dfedcata.server`);
+- :class:`~flwr_strategies.doadp.peer.PublicTableCore`: the server holds only the public tables the
+  agents broadcast, never a client's private model or randomness (DO-ADP and its baselines).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..core.messages import Instruction, Reply
-from ..core.server import EvalFn, ServerCore
+from ..core.server import EvalFn, RoundResult, ServerCore
+from ..core.validation import ReplyError
 from .config import GraphConfig
 from .consensus import consensus_distance, network_average
-from .mixing import is_connected, mix, mixing_matrix, restrict_to_alive, second_eigenvalue_modulus
+from .mixing import is_connected, mix, mixing_matrix, restrict_to_alive, spectral_gap
 from .table import ModelLayout, ModelTable
 from .topology import Topology
 
-__all__ = ["DecentralizedCore"]
+__all__ = ["DecentralizedCore", "GossipCore", "PeerFailure", "SPECTRAL_GAP_MAX_PEERS"]
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +51,12 @@ log = logging.getLogger(__name__)
 SPECTRAL_GAP_MAX_PEERS = 256
 
 
+class PeerFailure(RuntimeError):
+    """A peer failed in a run whose ``failure_policy`` is ``"stop"`` (nothing was changed)."""
+
+
 class DecentralizedCore(ServerCore):
-    """Decentralized FL (gossip over a peer graph) emulated by the server; DFedAvg by default.
+    """Base of every decentralized core: the peer graph, participation and failures.
 
     Parameters
     ----------
@@ -74,25 +65,27 @@ class DecentralizedCore(ServerCore):
     num_partitions : int
         Number of peers m (>= 2); partition ids are ``0..m-1`` and are the graph's nodes.
     graph : GraphConfig | None (default: None)
-        Topology, mixing weights, failure policy and peer-evaluation settings
-        (:class:`~flwr_strategies.decentralized.config.GraphConfig`; None: its defaults, the
-        DFedCata paper's random graph with 10 picks per peer and round).
+        Topology, neighbourhood size, mixing weights, failure policy and peer-evaluation settings
+        (None: the method's paper graph, :attr:`graph_defaults` over the
+        :class:`~flwr_strategies.decentralized.config.GraphConfig` defaults).
     topology : Topology | None (default: None)
-        An explicit peer graph instead of the one ``graph`` names (must have m nodes).
+        An explicit peer graph instead of the one ``graph`` names (must have m nodes), e.g.
+        :meth:`Topology.from_adjacency(A) <flwr_strategies.decentralized.topology.Topology.from_adjacency>`.
     seed : int (default: 0)
         Seed of the peer graphs (round t uses the graph of ``(seed, t)``), >= 0.
     on_train_config : callable | None (default: None)
         ``server_round -> dict`` of standard client settings (lr, local epochs, batch size, seed).
     fraction_train : float (default: 1.0)
-        Must be 1: every peer trains every round (the DFedCata paper's "10% participation" only
-        sets the neighbourhood size; use ``graph.neighbours``).
-    dtype : numpy dtype (default: float32)
-        dtype of the model tables.
+        Must be 1: every peer trains every round.
     min_train : int (default: 1)
-        Accepted for symmetry with the centralized cores; unused (all peers train).
+        Unused (every peer trains); accepted like the centralized cores'.
     """
 
     full_participation = True
+    #: whether clients may score the global model on their own data (federated evaluation)
+    federated_evaluation_allowed = True
+    #: the method's paper graph: :class:`GraphConfig` fields that differ from its defaults
+    graph_defaults: dict[str, Any] = {}
 
     def __init__(
         self,
@@ -105,19 +98,19 @@ class DecentralizedCore(ServerCore):
         on_train_config: Any = None,
         fraction_train: float = 1.0,
         min_train: int = 1,
-        dtype: Any = np.float32,
     ) -> None:
         if fraction_train != 1.0:
             raise ValueError(
                 f"decentralized methods train every peer every round; got fraction_train (fraction_fit) = "
-                f"{fraction_train!r}. The paper's 10% participation only sets the neighbourhood size: "
+                f"{fraction_train!r}. A paper's partial participation only sets the neighbourhood size: "
                 "use the graph's neighbours setting"
             )
-        if num_partitions is None or isinstance(num_partitions, bool) or int(num_partitions) != num_partitions or num_partitions < 2:
+        if (num_partitions is None or isinstance(num_partitions, bool) or int(num_partitions) != num_partitions
+                or num_partitions < 2):
             raise ValueError(f"a decentralized run needs num_partitions >= 2 peers, got {num_partitions!r}")
         super().__init__(initial_arrays, num_partitions=int(num_partitions), fraction_train=1.0, min_train=1,
                          seed=seed, on_train_config=on_train_config)
-        self.graph = graph if graph is not None else GraphConfig()
+        self.graph = graph if graph is not None else self.default_graph()
         if not isinstance(self.graph, GraphConfig):
             raise TypeError(f"graph must be a GraphConfig, got {type(self.graph).__name__}")
         if topology is None:
@@ -128,6 +121,175 @@ class DecentralizedCore(ServerCore):
             raise ValueError(f"topology has {topology.num_nodes} nodes but num_partitions = {self.num_partitions}")
         self.topology = topology
         self.allow_disconnected = self.graph.disconnected_ok(topology)
+        self.layout: ModelLayout = ModelLayout.of(self.initial_arrays)
+        self._W_cache: tuple[int, sp.csr_matrix] | None = None
+        self._gap_cache: tuple[int, float] | None = None
+        self._absent: tuple[int, list[int]] = (-1, [])
+        self.mixing_matrix(1)  # a graph that cannot be mixed fails here, before any training
+
+    @classmethod
+    def default_graph(cls, **settings: Any) -> GraphConfig:
+        """The method's :class:`GraphConfig`: its paper graph (:attr:`graph_defaults`) with ``settings``."""
+        return GraphConfig(**{**cls.graph_defaults, **settings})
+
+    @classmethod
+    def graph_arguments(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """Pop the graph settings (:class:`GraphConfig` fields; ``topology`` may also be a
+        :class:`Topology`) from ``settings`` and return the core's ``graph=``/``topology=`` arguments."""
+        found = {k: settings.pop(k) for k in list(settings) if k in GraphConfig.__dataclass_fields__}
+        top = found.get("topology")
+        if isinstance(top, Topology):
+            found["topology"] = top.name
+            return {"graph": cls.default_graph(**found), "topology": top}
+        return {"graph": cls.default_graph(**found)}
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_partitions={self.num_partitions}, d={self.layout.size}, "
+                f"topology={self.topology.name!r}, weights={self.graph.weights!r})")
+
+    # ------------------------------------------------------------------ graph
+    def graph_round(self, server_round: int) -> int:
+        """Index ``t`` of the graph used by ``server_round`` (0 for the first round)."""
+        return int(server_round) - 1
+
+    def mixing_matrix(self, server_round: int) -> sp.csr_matrix:
+        """``W^t`` of ``server_round`` (validated; cached for the round)."""
+        t = self.graph_round(server_round)
+        key = t if self.topology.time_varying else 0
+        if self._W_cache is not None and self._W_cache[0] == key:
+            return self._W_cache[1]
+        W = mixing_matrix(
+            self.topology.graph(t),
+            self.graph.weights,
+            allow_row_stochastic=self.graph.allow_row_stochastic,
+            allow_disconnected=self.allow_disconnected,
+        )
+        self._W_cache = (key, W)
+        return W
+
+    def live_mixing(self, server_round: int, alive: np.ndarray) -> sp.csr_matrix:
+        """``W^t`` restricted to the live peers by ``failure_policy`` (a failed peer keeps its own
+        row only; :func:`~flwr_strategies.decentralized.mixing.restrict_to_alive`)."""
+        W = self.mixing_matrix(server_round)
+        if bool(np.all(alive)):
+            return W
+        return restrict_to_alive(W, alive, "self" if self.graph.failure_policy == "self" else "renormalize")
+
+    def spectral_gap(self, server_round: int) -> float | None:
+        """``1 - |lambda_2(W^t)|`` (None above :data:`SPECTRAL_GAP_MAX_PEERS` peers)."""
+        if self.num_partitions > SPECTRAL_GAP_MAX_PEERS:
+            return None
+        t = self.graph_round(server_round)
+        key = t if self.topology.time_varying else 0
+        if self._gap_cache is None or self._gap_cache[0] != key:
+            self._gap_cache = (key, spectral_gap(self.mixing_matrix(server_round)))
+        return self._gap_cache[1]
+
+    def graph_metrics(self, server_round: int, W: sp.csr_matrix) -> dict[str, Any]:
+        """``links`` (directed peer links of the mixing actually applied, ``W``), ``connected`` and
+        ``spectral_gap`` (of the round's full ``W^t``); ``graph_adjusted = 1`` when the graph is not
+        the one requested (a neighbourhood larger than the network, see
+        :attr:`Topology.adjustment <flwr_strategies.decentralized.topology.Topology.adjustment>`)."""
+        out: dict[str, Any] = {
+            "links": int(W.nnz - self.num_partitions),
+            "connected": int(is_connected(self.topology.graph(self.graph_round(server_round)))),
+        }
+        if self.topology.adjustment is not None:
+            out["graph_adjusted"] = 1
+        gap = self.spectral_gap(server_round)
+        if gap is not None:
+            out["spectral_gap"] = gap
+        return out
+
+    # ------------------------------------------------------------------ participation and failures
+    def expected_peers(self, server_round: int) -> list[int]:
+        """Peers that take part in ``server_round`` (default: all of them)."""
+        return list(range(self.num_partitions))
+
+    def alive_mask(self, partition_ids: Iterable[int]) -> np.ndarray:
+        """Boolean mask of ``partition_ids`` over the m peers."""
+        alive = np.zeros(self.num_partitions, dtype=bool)
+        alive[[int(p) for p in partition_ids]] = True
+        return alive
+
+    def select(self, server_round: int, available: Iterable[int]) -> list[int]:
+        """Every available peer. An expected peer that is not available (its node is no longer
+        connected) is a failed peer of the round: counted, logged, and under ``failure_policy="stop"``
+        the run stops here."""
+        chosen = super().select(server_round, available)
+        absent = sorted(set(self.expected_peers(server_round)) - set(chosen))
+        self._absent = (int(server_round), absent)
+        if absent:
+            log.warning("round %s: peers %s are not connected (failed)", server_round, absent)
+            if self.graph.failure_policy == "stop":
+                raise PeerFailure(f"{type(self).__name__} round {server_round}: peers {absent} are not connected "
+                                  "and failure_policy='stop'")
+        return chosen
+
+    def train_round(self, server_round: int, replies: Iterable[Reply], *, sampled: Iterable[int],
+                    failed: Iterable[int] = (), on_bad_reply: str = "drop") -> RoundResult:
+        """:meth:`ServerCore.train_round` with every expected peer counted: a peer that was not
+        connected at :meth:`select` is a failure too (``failures``; ``absent`` counts them)."""
+        rnd, absent = self._absent
+        absent = absent if rnd == int(server_round) else []
+        self._absent = (-1, [])
+        replies, sampled, failed = list(replies), {int(p) for p in sampled}, [int(p) for p in failed]
+        if self.graph.failure_policy == "stop":
+            missing = sorted((sampled - {r.partition_id for r in replies}) | set(failed) | set(absent))
+            if missing:
+                raise PeerFailure(f"{type(self).__name__} round {server_round}: peers {missing} failed "
+                                  "and failure_policy='stop'")
+            try:
+                result = super().train_round(server_round, replies, sampled=sampled, failed=failed,
+                                             on_bad_reply="raise")
+            except ReplyError as err:
+                raise PeerFailure(f"{err} (failure_policy='stop')") from err
+        else:
+            result = super().train_round(server_round, replies, sampled=sampled | set(absent), failed=failed,
+                                         on_bad_reply=on_bad_reply)
+        result["absent"] = len(absent)
+        return result
+
+
+class GossipCore(DecentralizedCore):
+    """Decentralized FL by gossip of whole models (DFedAvg by default): the server holds one model
+    per peer, sends every peer *its own* start point and applies ``X <- W^t Y`` to the returned
+    models, sparsely (cost ~ edges x model size). The bytes a real deployment would send peer to
+    peer are reported as ``p2p_bytes``.
+
+    Memory is kept at the algorithm's floor: the core owns the mixed models ``X`` and one spare
+    table ``S``; a method adds only the tables its algorithm needs (DFedCata: its extrapolation
+    anchors). Within a round nothing else of table size is allocated: start points are computed row
+    by row into ``S`` (the instruction's arrays are views of the row), replies are written into the
+    same ``S`` (a failed peer's row gets its previous model), mixing runs in place on ``S`` (through
+    one column-block buffer of about 64 MiB) or into the table the method frees, and the tables are
+    rotated by reference. Peak memory is ``X + S`` (+ the method's tables) plus the messages in
+    flight.
+
+    A method implements :meth:`start_point` (default: the mixed model), :meth:`commit` (default:
+    DFedAvg's adapt-then-combine ``X <- W S``), :meth:`client_config` and, when it keeps more
+    tables, :meth:`method_tables` (checkpointed with the models).
+
+    Failures: a failed peer keeps its previous mixed model; the live peers mix over the peers that
+    replied (``failure_policy``). A round in which no peer replied changes nothing.
+
+    Metrics (training): ``consensus_distance`` (``mean_i ||x_i - x_bar||^2``), ``links``,
+    ``p2p_bytes``, ``connected``, ``spectral_gap`` (for m <= 256), ``train_loss`` (mean of the
+    peers'). Evaluation: the network-average model ``x_bar`` (what the DFedCata paper evaluates,
+    Algorithm 1's output) on the central test set, ``consensus_distance`` and, every ``client_eval_every`` rounds,
+    ``client_accuracy_mean``/``client_accuracy_min`` of the peers' own models.
+
+    Parameters
+    ----------
+    initial_arrays, num_partitions, graph, topology, seed, on_train_config, fraction_train, min_train
+        As :class:`DecentralizedCore` (default graph: the DFedCata paper's random graph with
+        neighbourhoods of 10, redrawn every round).
+    dtype : numpy dtype (default: float32)
+        dtype of the model tables.
+    """
+
+    def __init__(self, initial_arrays: Sequence[np.ndarray], *, dtype: Any = np.float32, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
         try:
             self.dtype = np.dtype(dtype)
         except TypeError as err:
@@ -135,17 +297,10 @@ class DecentralizedCore(ServerCore):
         if self.dtype.kind != "f":
             raise ValueError(f"dtype must be a floating dtype, got {self.dtype}")
         self.models = ModelTable.replicate(self.initial_arrays, self.num_partitions, dtype=self.dtype)
-        self.layout: ModelLayout = self.models.layout
         self.spare = np.empty_like(self.models.data)  # start points, then returned models, then the new mix
-        self._W_cache: tuple[int, sp.csr_matrix] | None = None
         self._xbar: tuple[int, list[np.ndarray]] | None = None
         self._version = 0  # bumped whenever the mixed models change
         self._consensus: tuple[int, float] | None = None
-        self.mixing_matrix(1)  # a graph that cannot be mixed fails here, before any training
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_partitions={self.num_partitions}, d={self.layout.size}, "
-                f"topology={self.topology.name!r}, weights={self.graph.weights!r})")
 
     # ------------------------------------------------------------------ method hooks
     def client_config(self, server_round: int) -> dict[str, Any]:
@@ -167,25 +322,6 @@ class DecentralizedCore(ServerCore):
     def method_tables(self) -> dict[str, np.ndarray]:
         """The method's own ``(m, d)`` tables beyond the mixed models, by name (checkpointed)."""
         return {}
-
-    # ------------------------------------------------------------------ graph
-    def graph_round(self, server_round: int) -> int:
-        """Index ``t`` of the graph used by ``server_round`` (0 for the first round)."""
-        return int(server_round) - 1
-
-    def mixing_matrix(self, server_round: int) -> sp.csr_matrix:
-        """``W^t`` of ``server_round`` (validated; cached for the round)."""
-        t = self.graph_round(server_round)
-        if self._W_cache is not None and self._W_cache[0] == t:
-            return self._W_cache[1]
-        W = mixing_matrix(
-            self.topology.graph(t),
-            self.graph.weights,
-            allow_row_stochastic=self.graph.allow_row_stochastic,
-            allow_disconnected=self.allow_disconnected,
-        )
-        self._W_cache = (t, W)
-        return W
 
     # ------------------------------------------------------------------ rows and averages
     def row_arrays(self, pid: int) -> list[np.ndarray]:
@@ -234,44 +370,36 @@ class DecentralizedCore(ServerCore):
         self.layout.flatten(arrays, out=row)
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        m = self.num_partitions
-        alive = np.zeros(m, dtype=bool)
+        alive = self.alive_mask(r.partition_id for r in replies)
         losses = []
         for reply in replies:
             self.write_reply(reply, self.spare[reply.partition_id])
-            alive[reply.partition_id] = True
             loss = reply.metrics.get("train_loss")
             if isinstance(loss, (int, float, np.integer, np.floating)) and not isinstance(loss, bool):
                 losses.append(float(loss))
-        W_full = self.mixing_matrix(server_round)
-        metrics: dict[str, Any] = {}
         if alive.any():
             dead = np.flatnonzero(~alive)
-            W = W_full
             if dead.size:
-                log.warning("round %s: %s of %s peers failed; they keep their previous model", server_round, dead.size, m)
+                log.warning("round %s: %s of %s peers failed; they keep their previous model", server_round,
+                            dead.size, self.num_partitions)
                 self.spare[dead] = self.models.data[dead]
-                W = restrict_to_alive(W_full, alive, self.graph.failure_policy)
+            W = self.live_mixing(server_round, alive)
             self.commit(server_round, W, alive)
             self.touched()
-            links = int(W.nnz - m)
+            links = int(W.nnz - self.num_partitions)
         else:
             links = 0
-        metrics.update(self.round_metrics(server_round, links, W_full))
+        metrics = self.round_metrics(server_round, links)
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         return metrics
 
-    def round_metrics(self, server_round: int, links: int, W: sp.csr_matrix) -> dict[str, Any]:
+    def round_metrics(self, server_round: int, links: int) -> dict[str, Any]:
         """Consensus distance, links, peer-to-peer bytes, connectivity and spectral gap of a round."""
-        out: dict[str, Any] = {
-            "consensus_distance": self.consensus_distance(),
-            "links": links,
-            "p2p_bytes": links * self.layout.size * self.models.data.itemsize,
-            "connected": int(is_connected(self.topology.graph(self.graph_round(server_round)))),
-        }
-        if self.num_partitions <= SPECTRAL_GAP_MAX_PEERS:
-            out["spectral_gap"] = 1.0 - second_eigenvalue_modulus(W)
+        out = self.graph_metrics(server_round, self.mixing_matrix(server_round))
+        out["links"] = int(links)
+        out["p2p_bytes"] = int(links) * self.layout.size * self.models.data.itemsize
+        out["consensus_distance"] = self.consensus_distance()
         return out
 
     def evaluation_round(self, server_round: int) -> int:

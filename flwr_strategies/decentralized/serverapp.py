@@ -16,7 +16,7 @@ import numpy as np
 from ..adapters.message import MessageStrategy
 from ..core.server import ConfigFn
 from .config import GraphConfig
-from .server import DecentralizedCore
+from .server import DecentralizedCore, GossipCore
 from .topology import Topology
 
 __all__ = ["DecentralizedMessageStrategy"]
@@ -104,4 +104,4 @@ client_eval_every, client_eval_max
 
     def build_method_core(self, initial_arrays: list[np.ndarray], **core_kwargs: Any) -> DecentralizedCore:
         """The method's core (``core_kwargs``: the :class:`DecentralizedCore` arguments)."""
-        return DecentralizedCore(initial_arrays, **core_kwargs)
+        return GossipCore(initial_arrays, **core_kwargs)

@@ -401,6 +401,6 @@ client_eval_every, client_eval_max
 
     def build_core(self, initial_arrays: list[np.ndarray], **core_kwargs: Any):
         """The method's core (``core_kwargs``: the :class:`DecentralizedCore` arguments)."""
-        from .server import DecentralizedCore
+        from .server import GossipCore
 
-        return DecentralizedCore(initial_arrays, **core_kwargs)
+        return GossipCore(initial_arrays, **core_kwargs)

@@ -87,6 +87,3 @@ class ModelTable:
 
     def row_arrays(self, i: int) -> list[np.ndarray]:
         return self.layout.unflatten(self.data[i])
-
-    def set_row(self, i: int, arrays: list[np.ndarray]) -> None:
-        self.layout.flatten(arrays, out=self.data[i])

@@ -9,7 +9,7 @@ exponential graph is directed (``A[i, j] = 1`` means *i receives from j*).
 redrawn every round (``time_varying``). ``Topology.graph(t)`` is a pure function
 of ``(seed, t)``, so every backend sees the same graphs.
 
-Names accepted by :func:`make_topology` (m = number of clients):
+Names accepted by :class:`Topology` (m = number of clients):
 
 ========================  ================================================================
 ``ring``                  ``j = i +- 1 mod m`` (2 neighbours)
@@ -19,6 +19,8 @@ Names accepted by :func:`make_topology` (m = number of clients):
                           (directed; doubly stochastic with uniform weights)
 ``exponential_sym``       symmetric variant, offsets ``+-2^k``
 ``full``                  complete graph
+``circulant``             ``j = i +- 1..h mod m`` with ``h = (neighbours - 1) / 2`` (the DO-ADP
+                          paper's graph, Huo et al. Sec. V: ``neighbours = 7``, i.e. ``+-1, 2, 3``)
 ``erdos_renyi``           G(m, p), ``p`` default 0.1, redrawn every round (seed + t)
 ``watts_strogatz``        ring lattice with ``k`` (default 8) nearest neighbours, each edge
                           rewired with probability ``p`` (default 0.02, paper value); static
@@ -29,11 +31,20 @@ Names accepted by :func:`make_topology` (m = number of clients):
 ``random_code``           the same recipe drawn exactly as the official DFedCata code draws it
                           (legacy ``np.random.seed(seed + t)`` stream), so its graphs are the
                           official code's graphs for the same seed.
+``fixed``                 a given adjacency (:meth:`Topology.from_adjacency`)
 ========================  ================================================================
+
+``neighbours`` (``random``, ``random_code``, ``circulant``) is the size of a peer's neighbourhood,
+the peer itself included (its degree + 1; the mean degree + 1 for ``random``). A neighbourhood
+larger than the network (``neighbours > num_nodes``) cannot be drawn: every peer is then linked to
+every other. The :class:`Topology` says so: it logs a warning naming the setting, its value and
+the node count, and records it (``Topology.adjustment``; the decentralized cores report it in every
+round's metrics as ``graph_adjusted``), so the change of graph is never silent.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -43,18 +54,26 @@ import scipy.sparse as sp
 
 __all__ = [
     "Topology",
-    "make_topology",
     "TOPOLOGIES",
     "ring",
     "grid",
     "exponential",
     "full",
+    "circulant",
     "erdos_renyi",
     "watts_strogatz",
     "random_k",
     "random_code",
     "round_rng",
+    "ALIASES",
+    "canonical_topology",
 ]
+
+log = logging.getLogger(__name__)
+
+#: other accepted spellings of the topology names
+ALIASES = {"exp": "exponential", "er": "erdos_renyi", "ws": "watts_strogatz", "complete": "full",
+           "random10": "random", "random_10": "random", "torus": "grid"}
 
 
 def round_rng(seed: int, t: int) -> np.random.Generator:
@@ -125,6 +144,18 @@ def full(m: int) -> sp.csr_matrix:
     return sp.csr_matrix(a)
 
 
+def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
+    """Circulant graph: ``i`` linked to ``(i +- j) mod m`` for ``j = 1..(neighbours - 1) / 2``
+    (Huo et al., Sec. V: ``{(i, (i +- j) mod n) | j = 1, 2, 3}``, i.e. ``neighbours = 7``). The
+    offsets wrap around, so ``neighbours > m`` gives the complete graph."""
+    _check_m(m)
+    h = (int(neighbours) - 1) // 2
+    i = np.arange(m)
+    rows = np.concatenate([i for _ in range(h)]) if h else np.array([], dtype=int)
+    cols = np.concatenate([(i + j) % m for j in range(1, h + 1)]) if h else np.array([], dtype=int)
+    return _from_edges(m, rows, cols)
+
+
 def erdos_renyi(m: int, rng: np.random.Generator, p: float = 0.1) -> sp.csr_matrix:
     """G(m, p): every unordered pair is an edge independently with probability ``p``."""
     _check_m(m)
@@ -172,7 +203,7 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
     ``0..m-1`` without replacement (self dropped); edge ``{i<j}`` exists iff ``i`` picked ``j``.
     Mean degree ~ ``(neighbours - 1)``."""
     _check_m(m)
-    picks = min(max(int(neighbours) - 1, 0), m)
+    picks = min(int(neighbours) - 1, m)
     if picks <= 0:
         return sp.csr_matrix((m, m))
     rows, cols = [], []
@@ -186,8 +217,7 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
 
 def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
-    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order). As in
-    :func:`random_k`, at most ``m`` picks are drawn (the official code fails instead)."""
+    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
     _check_m(m)
     picks = min(int(neighbours) - 1, m)
     if picks <= 0:
@@ -216,11 +246,34 @@ TOPOLOGIES: dict[str, _Gen] = {
     "exponential": _Gen(exponential, False, False, {"symmetric": False}),
     "exponential_sym": _Gen(lambda m: exponential(m, symmetric=True), False, False),
     "full": _Gen(full, False, False),
+    "circulant": _Gen(circulant, False, False, {"neighbours": 7}),
     "erdos_renyi": _Gen(erdos_renyi, True, True, {"p": 0.1}),
     "watts_strogatz": _Gen(watts_strogatz, True, False, {"k": 8, "p": 0.02}),
     "random": _Gen(random_k, True, True, {"neighbours": 10}),
     "random_code": _Gen(random_code, True, True, {"neighbours": 10}, legacy_seed=True),
 }
+
+
+def canonical_topology(name: str) -> str:
+    """The registered topology name for ``name`` (aliases such as ``"er"``, ``"ws"`` resolved)."""
+    if not isinstance(name, str):
+        raise ValueError(f"topology must be a name, got {name!r}")
+    key = name.replace("-", "_").lower()
+    key = ALIASES.get(key, key)
+    if key not in TOPOLOGIES and key != "fixed":
+        raise ValueError(f"unknown topology {name!r}; choose one of {sorted(TOPOLOGIES)}")
+    return key
+
+
+def check_neighbours(name: str, neighbours: Any) -> int:
+    """Validate the ``neighbours`` setting of topology ``name`` (an integer >= 2; odd for ``circulant``)."""
+    if isinstance(neighbours, bool) or not isinstance(neighbours, (int, np.integer)) or neighbours < 2:
+        raise ValueError(f"neighbours must be an integer >= 2 (the peer itself and at least one other), "
+                         f"got neighbours={neighbours!r}")
+    if name == "circulant" and neighbours % 2 == 0:
+        raise ValueError(f"the circulant graph links i to i +- 1..h, so neighbours = 2h + 1 must be odd, "
+                         f"got neighbours={neighbours!r}")
+    return int(neighbours)
 
 
 class Topology:
@@ -239,17 +292,14 @@ class Topology:
         Override whether the graph is redrawn each round (``None``: the generator's default,
         True for ``random`` and ``erdos_renyi``).
     **params
-        Generator parameters (``neighbours`` for ``random``, ``p`` for ``erdos_renyi``,
-        ``k``/``p`` for ``watts_strogatz``, ``rows`` for ``grid``).
+        Generator parameters (``neighbours`` for ``random``/``random_code``/``circulant``, ``p``
+        for ``erdos_renyi``, ``k``/``p`` for ``watts_strogatz``, ``rows`` for ``grid``).
     """
 
     def __init__(self, name: str, num_nodes: int, seed: int = 0, time_varying: bool | None = None, **params: Any):
-        key = name.replace("-", "_").lower()
-        aliases = {"exp": "exponential", "er": "erdos_renyi", "ws": "watts_strogatz", "complete": "full",
-                   "random10": "random", "random_10": "random", "torus": "grid"}
-        key = aliases.get(key, key)
-        if key not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {name!r}; choose one of {sorted(TOPOLOGIES)}")
+        key = canonical_topology(name)
+        if key == "fixed":
+            raise ValueError("a fixed topology is built with Topology.from_adjacency(adjacency)")
         _check_m(num_nodes)
         gen = TOPOLOGIES[key]
         unknown = set(params) - set(gen.defaults)
@@ -261,21 +311,46 @@ class Topology:
         self.seed = int(seed)
         self.params = {**gen.defaults, **params}
         self.time_varying = gen.time_varying if time_varying is None else bool(time_varying)
+        #: why the graph differs from the one requested (None: it does not)
+        self.adjustment: str | None = None
+        if "neighbours" in self.params:
+            n = self.params["neighbours"] = check_neighbours(key, self.params["neighbours"])
+            if n > self.num_nodes:
+                self.adjustment = (f"neighbours={n} exceeds the {self.num_nodes} peers: topology {key!r} links every "
+                                   "peer to every other (the complete graph)")
+                log.warning("%s; set neighbours <= %s for a sparser graph", self.adjustment, self.num_nodes)
+                gen, self.time_varying = TOPOLOGIES["full"], False
         self._gen = gen
+        self._args = {k: v for k, v in self.params.items() if k in gen.defaults}
         self._cache: tuple[int, sp.csr_matrix] | None = None
+
+    @classmethod
+    def from_adjacency(cls, adjacency: Any) -> "Topology":
+        """A static topology with the given 0/1 adjacency (square; ``A[i, j] = 1``: i receives from j)."""
+        a = sp.csr_matrix(adjacency, dtype=np.float64)
+        if a.shape[0] != a.shape[1] or a.shape[0] < 1:
+            raise ValueError(f"adjacency must be a non-empty square matrix, got shape {a.shape}")
+        a.setdiag(0)
+        a.eliminate_zeros()
+        a.data[:] = 1.0
+        a.sort_indices()
+        top = cls.__new__(cls)
+        top.name, top.num_nodes, top.seed, top.params, top.time_varying = "fixed", int(a.shape[0]), 0, {}, False
+        top.adjustment, top._gen, top._args, top._cache = None, None, {}, (0, a)
+        return top
 
     def graph(self, t: int = 0) -> sp.csr_matrix:
         """Adjacency (csr, 0/1, no self loops) of round ``t``'s graph."""
         key = int(t) if self.time_varying else 0
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        args: dict[str, Any] = dict(self.params)
+        args = self._args
         if self._gen.random and self._gen.legacy_seed:
             a = self._gen.fn(self.num_nodes, np.random.RandomState(self.seed + key), **args)
         elif self._gen.random:
             a = self._gen.fn(self.num_nodes, round_rng(self.seed, key), **args)
         else:
-            a = self._gen.fn(self.num_nodes, **{k: v for k, v in args.items()})
+            a = self._gen.fn(self.num_nodes, **args)
         self._cache = (key, a)
         return a
 
@@ -287,8 +362,3 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}, num_nodes={self.num_nodes}, seed={self.seed}, params={self.params})"
-
-
-def make_topology(name: str, num_nodes: int, seed: int = 0, **params: Any) -> Topology:
-    """Shortcut for :class:`Topology`."""
-    return Topology(name, num_nodes, seed=seed, **params)

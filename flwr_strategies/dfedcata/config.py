@@ -1,7 +1,7 @@
 """Hyperparameters of DFedCata and of its baselines' local rules (frozen, validated on construction).
 
 Paper: Q. Li, M. Zhang, Y. Liu, Q. Yin, L. Shen, X. Cao, "Boosting the Performance of Decentralized
-Federated Learning via Catalyst Acceleration", arXiv:2410.07272 (spec ``000_dfedcata.md``).
+Federated Learning via Catalyst Acceleration", arXiv:2410.07272 (Algorithm 1, Sec. V-A).
 Every impossible value raises ``ValueError`` naming the setting and the value.
 """
 
@@ -14,7 +14,8 @@ from .params import ANCHORS, validate_dfedcata
 
 __all__ = ["DFedCataConfig", "LocalRuleConfig", "CLIP_SCOPES", "CODE_OPTIONS"]
 
-#: ``"data"``: clip the data gradient g, then add weight decay and the prox term (ours, spec A4);
+#: ``"data"``: clip the data gradient g, then add weight decay and the prox term (this project's
+#: reading of Algorithm 1, line 7, which clips nothing);
 #: ``"official"``: clip ``g - lam * anchor`` and add ``(lam + weight_decay) * x`` after the clip
 #: (the official code: SGD weight decay ``lam + wd`` plus a linear ``-lam <x, anchor>`` loss term).
 CLIP_SCOPES = ("data", "official")
@@ -57,9 +58,9 @@ class DFedCataConfig:
     extrapolation_anchor : str (default: "prev_mixed")
         ``"prev_mixed"``: the paper's ``x_i^t + beta (x_i^t - x_i^{t-1})`` on consecutive mixed
         models; ``"prev_local"``: the official code's ``x_i^t + beta (x_i^t - x_{i,K}^{t-1})``
-        (the peer's own previous local model; spec A1).
+        (the peer's own previous local model).
     sequential_inplace : bool (default: False)
-        The official code's client order (spec A6): peers train one after another in index order
+        The official code's client order: peers train one after another in index order
         and each overwrites its row at once, so later peers mix this round's models of earlier
         neighbours. Runs one Flower round per peer (``m x T`` Flower rounds for T algorithm rounds).
         Order-dependent by design; for reproduction only.
@@ -101,8 +102,8 @@ class LocalRuleConfig:
         Moreau-envelope penalty used when the server sends none (DFedCata sends ``config["lam"]``),
         >= 0.
     local_momentum : float (default: 0.0)
-        Heavy-ball coefficient of DFedAvgM's local SGD, in [0, 1), reset every round (spec: 0.9,
-        the official code's client momentum). The experiment's ``momentum`` setting is used when
+        Heavy-ball coefficient of DFedAvgM's local SGD, in [0, 1), reset every round (DFedAvgM:
+        0.9, the official code's client momentum). The experiment's ``momentum`` setting is used when
         this is 0; setting both to different non-zero values is an error.
     rho : float (default: 0.0)
         SAM perturbation radius (DFedSAM, FedSAM: 0.1), >= 0.
@@ -110,7 +111,7 @@ class LocalRuleConfig:
         If > 0, exactly this many minibatch steps per round (D-PSGD: 1), replacing the
         experiment's local epochs/steps; 0 uses them.
     clip_scope : str (default: "data")
-        What the gradient-norm clip bounds: ``"data"`` (ours, spec A4) or ``"official"`` (see
+        What the gradient-norm clip bounds: ``"data"`` (this project's) or ``"official"`` (see
         :data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.
     """
 

@@ -1,7 +1,7 @@
 """Nesterov (Catalyst) extrapolation between rounds: ``x_{i,0} = x_i + beta (x_i - a_i)``.
 
 ``a_i`` is ``x_i^{t-1}`` (client i's previous *mixed* model, paper Algorithm 1, default) or
-``x_{i,K}^{t-1}`` (its previous *local* model, public code; spec A1).
+``x_{i,K}^{t-1}`` (its previous *local* model, the official code's relaxed initialisation).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 mixing-matrix function ``W_fn(t)``. Modes:
 
 - synchronous (default, paper): all clients extrapolate, train, then ``X <- W^t @ Y_K``;
-- ``sequential_inplace=True`` (public code order, spec A6): clients are processed in index
+- ``sequential_inplace=True`` (the official code's order): clients are processed in index
   order; client i mixes the *current* table of local models (already holding this round's
   models of clients ``j < i``), extrapolates, trains and overwrites its slot. The table then
   holds local models; the returned ``X`` is the table (its mean is what the code evaluates).

@@ -1,8 +1,8 @@
 """Server cores of DFedCata, DFedAvg (also DFedAvgM's and DFedSAM's server) and D-PSGD.
 
-Framework-neutral (NumPy in, NumPy out), on :class:`~flwr_strategies.decentralized.server.DecentralizedCore`,
-which keeps the tables at the algorithm's floor (see its module docstring). The local rules run on
-the peers (:mod:`flwr_strategies.dfedcata.local`).
+Framework-neutral (NumPy in, NumPy out), on :class:`~flwr_strategies.decentralized.server.GossipCore`,
+which keeps the tables at the algorithm's floor (see its docstring). The local rules run on the
+peers (:mod:`flwr_strategies.dfedcata.local`).
 
 Paper: Q. Li, M. Zhang, Y. Liu, Q. Yin, L. Shen, X. Cao, "Boosting the Performance of Decentralized
 Federated Learning via Catalyst Acceleration", arXiv:2410.07272, Algorithm 1.
@@ -17,21 +17,22 @@ import scipy.sparse as sp
 
 from ..core.messages import Instruction, Reply
 from ..decentralized.mixing import mix, mix_row
-from ..decentralized.server import DecentralizedCore
+from ..decentralized.server import GossipCore
 from .config import DFedCataConfig
 from .extrapolation import extrapolate
 
 __all__ = ["DFedAvgServer", "DPSGDServer", "DFedCataServer"]
 
 
-class DFedAvgServer(DecentralizedCore):
+class DFedAvgServer(GossipCore):
     """DFedAvg (Sun, Li, Wang, "Decentralized Federated Averaging", IEEE TPAMI 2022): K local steps
     from the mixed model, then gossip ``x_i^{t+1} = sum_j w_ij x_{j,K}^t``. The peers' local rule is
     the client's: plain SGD (DFedAvg), heavy-ball SGD (DFedAvgM) or SAM (DFedSAM); the server is the
-    same. Takes every :class:`DecentralizedCore` argument. Tables: mixed models + one spare."""
+    same. Takes every :class:`~flwr_strategies.decentralized.server.GossipCore` argument. Tables:
+    mixed models + one spare."""
 
 
-class DPSGDServer(DecentralizedCore):
+class DPSGDServer(GossipCore):
     """D-PSGD (Lian et al., "Can Decentralized Algorithms Outperform Centralized Algorithms?",
     NeurIPS 2017): ``x_i^{t+1} = sum_j w_ij x_j^t - lr g_i(x_i^t)``, i.e. the mix of the *old*
     models plus the peer's own local displacement ``y_i - x_i^t`` (the client runs one SGD step).
@@ -49,7 +50,7 @@ class DPSGDServer(DecentralizedCore):
         self.models.data, self.spare = S, X
 
 
-class DFedCataServer(DecentralizedCore):
+class DFedCataServer(GossipCore):
     """DFedCata (arXiv:2410.07272, Algorithm 1): DFedAvg whose peers (i) start from the Nesterov-
     extrapolated point ``x_{i,0}^t = x_i^t + beta (x_i^t - a_i)`` and (ii) minimise the Moreau
     envelope ``f_i(x) + lam/2 ||x - x_{i,0}^t||^2`` (``lam`` is sent in every config; the client
@@ -63,14 +64,14 @@ class DFedCataServer(DecentralizedCore):
         beta, lam, extrapolation anchor, sequential mode (paper defaults 0.99 / 0.05 / "prev_mixed"
         / synchronous).
     **kwargs
-        :class:`DecentralizedCore` arguments (num_partitions, graph, topology, seed,
-        on_train_config, dtype).
+        :class:`~flwr_strategies.decentralized.server.GossipCore` arguments (num_partitions, graph,
+        topology, seed, on_train_config, dtype).
 
     State: the mixed models ``x_i^t`` and the anchors ``a_i`` (``x_i^{t-1}`` for "prev_mixed",
     ``x_{i,K}^{t-1}`` for "prev_local"), both ``x^0`` at the start, so round 1 has no
     extrapolation; plus the spare table. A peer that fails keeps both (it skipped the round).
 
-    Sequential mode (``config.sequential_inplace``, the official code's order, spec A6): Flower round
+    Sequential mode (``config.sequential_inplace``, the official code's order): Flower round
     ``r`` is peer ``i = (r-1) % m`` of algorithm round ``t = (r-1) // m``. Peer i mixes the current
     table of *local* models ``z_i = sum_j w_ij L_j`` (rows of earlier peers already hold this round's
     models), extrapolates, trains, and its reply overwrites ``L_i``. The peers get the config of
@@ -151,6 +152,12 @@ class DFedCataServer(DecentralizedCore):
     def should_evaluate(self, server_round: int) -> bool:
         return not self.sequential or server_round % self._seq_m() == 0
 
+    def expected_peers(self, server_round: int) -> list[int]:
+        """All peers; in sequential mode, the peer whose turn it is."""
+        if not self.sequential:
+            return super().expected_peers(server_round)
+        return [self.turn(server_round)[1]]
+
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         if not self.sequential:
             return super().configure_train(server_round, partition_ids)
@@ -186,7 +193,7 @@ class DFedCataServer(DecentralizedCore):
         if i == self._seq_m() - 1:  # end of the algorithm round: bookkeeping once
             self.touched()
             W = self.mixing_matrix(server_round)
-            metrics.update(self.round_metrics(server_round, int(W.nnz - self.num_partitions), W))
+            metrics.update(self.round_metrics(server_round, int(W.nnz - self.num_partitions)))
         return metrics
 
     def extra_state(self) -> dict[str, Any]:

@@ -8,7 +8,10 @@ Folder roles (the same in every method folder):
 - :mod:`.config`: validated hyperparameter dataclasses (paper defaults);
 - :mod:`.algorithm`, :mod:`.baselines`, :mod:`.clipping`, :mod:`.sparsify`, :mod:`.rng`,
   :mod:`.graphs`, :mod:`.theory`: the math, NumPy in / NumPy out, each tested alone;
-- :mod:`.server`, :mod:`.baseline_server` (on :mod:`.peer`): framework-neutral server cores;
+- :mod:`.server`, :mod:`.baseline_server`: framework-neutral server cores on :mod:`.peer`'s
+  :class:`~flwr_strategies.doadp.peer.PublicTableCore`, the decentralized core
+  (:class:`~flwr_strategies.decentralized.server.DecentralizedCore`) of methods whose server holds
+  only public tables;
 - :mod:`.strategy` (legacy Flower API) and :mod:`.serverapp` (Message API): thin adapters;
 - :mod:`.registration`: the registered methods ``doadp``, ``dmsgd``, ``dpdo``, ``dp-dda``, ``cpgt``;
 - :mod:`.simulator`, :mod:`.problems`, :mod:`.torch_oracle`: reference engine for long runs.

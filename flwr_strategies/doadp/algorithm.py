@@ -22,7 +22,7 @@ The same :func:`agent_round` runs in the Flower client and in the reference simu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np

@@ -1,15 +1,17 @@
 """Server cores of DO-ADP's baselines: DPDO, DP-DDA, CPGT (framework-neutral; see :mod:`.baselines`).
 
-Each core holds only public tables (what the agents broadcast), relays to every agent what its
-neighbours sent last round, and sends no randomness: each agent draws its batch, its noise and
-(DP-DDA) its sampling coin from its own private generator. One round = one iteration, pipelined as
-described in :mod:`.baselines`.
+Each core is a :class:`~flwr_strategies.doadp.peer.PublicTableCore`: it holds only public tables
+(what the agents broadcast), relays to every agent what its neighbours sent last round, and sends
+no randomness: each agent draws its batch, its noise and (DP-DDA) its sampling coin from its own
+private generator. One round = one iteration, pipelined as described in :mod:`.baselines`. The
+epsilon each reports is the one of the rounds that ran on the record count the agents report; a
+checkpoint carries what that accounting needs (DP-DDA: the accountant's segments; DPDO and CPGT:
+their Laplace calibration, which a resumed core must share).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -17,48 +19,53 @@ import numpy as np
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
-from ..privacy.accountant import GaussianSteps, calibrate_sigma
+from ..privacy.accountant import calibrate_sigma
 from ..privacy.doadp_accountant import doadp_sigma
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 from .config import CPGTConfig, DPDDAConfig, DPDOConfig, resolve_k
-from .peer import PeerServer
+from .peer import GaussianLedger, PublicTableCore
 from .server import check_topk_message
 
 __all__ = ["DPDOServer", "DPDDAServer", "CPGTServer"]
 
 
-class _BaselineServer(PeerServer):
+class _BaselineServer(PublicTableCore):
     method = "baseline"
     config_cls: type = DPDOConfig
+    #: arrays of one agent's message in a reply
+    message_arrays = 1
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config=None, lr_decay: float = 1.0, **kwargs: Any) -> None:
         config = config if config is not None else self.config_cls()
-        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+        self.config = config
         if lr_decay != 1.0:
             raise ValueError(f"{self.method}: the step size decays by its own rule; lr_decay must be 1, got {lr_decay!r}")
-        if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"alpha must be positive and finite, got alpha={alpha!r}")
-        for name, value in (("batch_size", batch_size), ("dataset_size", dataset_size)):
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {name}={value!r}")
-        if batch_size > dataset_size:
-            raise ValueError(f"batch_size={batch_size} exceeds the local dataset size q={dataset_size}")
-        self.config = config
-        self.alpha = float(alpha)
-        self.batch_size = int(batch_size)
-        self.q = int(dataset_size)
+        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
+                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
+                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+        self._round_W: tuple[int, Any] = (-1, None)
 
     def batch_config(self) -> dict[str, Any]:
         return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
                 "bl_sampling": getattr(self.config, "sampling", "uniform")}
 
+    def mixing_of(self, server_round: int, partition_ids: list[int] | None = None):
+        """The round's W over the agents taking part (set by ``configure_train``)."""
+        if partition_ids is not None:
+            self._round_W = (int(server_round), self.round_mixing(partition_ids))
+        return self._round_W[1] if self._round_W[0] == int(server_round) else self.W
+
+    def p2p_links(self, server_round: int, pids) -> int:
+        """Links the broadcasts of ``pids`` travel this round."""
+        degrees = np.diff(self.mixing_of(server_round).indptr) - 1
+        return int(sum(int(degrees[p]) for p in pids))
+
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)
 
     def _dense(self, server_round: int, reply: Reply) -> np.ndarray:
-        arrays, _ = self.split_report(server_round, reply)
+        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
         if len(arrays) != 1 or arrays[0].shape != (self.d,) or arrays[0].dtype.kind != "f":
             got = [(str(a.dtype), a.shape) for a in arrays]
             raise ReplyError(f"partition {reply.partition_id}: expected one float vector of length {self.d}, got {got}")
@@ -68,10 +75,43 @@ class _BaselineServer(PeerServer):
         self._dense(server_round, reply)
 
 
-class DPDOServer(_BaselineServer):
+class _LaplaceServer(_BaselineServer):
+    """DPDO and CPGT: Laplace noise with geometrically decaying scale, accounted in pure DP."""
+
+    @property
+    def rate(self) -> float:
+        """The batch draw's sampling rate ``b / q`` on the record count that ran."""
+        return self.batch_size / self.q_ran
+
+    def target_epsilon(self) -> float:
+        return float(self.config.epsilon)
+
+    def calibration(self) -> dict[str, float]:
+        """What the pure-DP accounting of earlier rounds depends on (checked when resuming)."""
+        c = self.config
+        return {"b0": float(self.b0), "alpha": self.alpha, "rs": float(c.rs), "rn": float(c.rn),
+                "clip": float(c.clip), "batch_size": float(self.batch_size)}
+
+    def laplace_state(self) -> dict[str, Any]:
+        return {"peer": self.peer_state(), "calibration": self.calibration()}
+
+    def load_laplace_state(self, state: dict[str, Any]) -> None:
+        ran, own = state.get("calibration"), self.calibration()
+        if ran is None:
+            raise ValueError("checkpoint carries no calibration: the rounds it ran cannot be accounted")
+        diff = [f"{k}={ran.get(k)!r} there, {v!r} here" for k, v in own.items()
+                if not math.isclose(float(ran.get(k, math.nan)), v, rel_tol=1e-12)]
+        if diff:
+            raise ValueError(f"{self.method}: the checkpoint ran with another calibration ({'; '.join(diff)}); its "
+                             "pure-DP accounting needs the same: resume with the checkpoint's settings")
+        self.load_peer_state(state["peer"])
+
+
+class DPDOServer(_LaplaceServer):
     """DPDO (Huang, Mitra, Vaidya, "Differentially private distributed optimization", ICDCN 2015),
-    as reconstructed in the DO-ADP spec (Sec. 6.1). Pure epsilon-DP, certified: the Laplace scale b0
-    is the smallest for which the amplified, composed releases stay within ``epsilon`` over
+    the baseline of Huo et al. (Sec. V-A, Table I): broadcast ``y = x + Laplace(b0 rn^t)``, mix
+    ``z = W y``, step ``x = z - c rs^t g(z)``. Pure epsilon-DP, certified: the Laplace scale b0 is
+    the smallest for which the amplified, composed releases stay within ``epsilon`` over
     ``num_rounds`` (see :mod:`.baselines`).
 
     Parameters
@@ -94,20 +134,24 @@ class DPDOServer(_BaselineServer):
         t = np.arange(1, T, dtype=np.float64)
         self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs ** (t - 1) / self.batch_size
         self._decay = c.rn**t
-        self.rate = self.batch_size / self.q
         if T > 1:
             self.b0 = calibrate_laplace_b0(c.epsilon, self._sens, self._decay, self.rate)
         else:  # no release depends on data; use the unbounded-horizon closed form (more noise)
             self.b0 = 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
         self.Y = np.tile(self.x0, (self.n, 1))
 
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        r = max(0, int(rounds) - 1)  # round t releases the broadcast of t - 1 data-dependent steps
+        rate = self.rate if q is None else self.batch_size / int(q)
+        return pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
+
     def spent(self, server_round: int) -> float:
-        r = max(0, int(server_round) - 1)
-        return pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], self.rate) if r else 0.0
+        """Pure-DP epsilon of the releases up to ``server_round``."""
+        return self.epsilon_at(server_round)
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
-        Z = mix(self.W, self.Y)
+        Z = mix(self.mixing_of(server_round, partition_ids), self.Y)
         c = self.config
         cfg = {**self.round_config(server_round), **self.batch_config(), "dpdo_c": self.alpha, "dpdo_rs": c.rs,
                "dpdo_rn": c.rn, "dpdo_b0": self.b0}
@@ -115,40 +159,48 @@ class DPDOServer(_BaselineServer):
                             {**cfg, "bl_init": int(not self.started[pid])}, model_layout=False) for pid in partition_ids]
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         for pid, y in rows.items():
             self.Y[pid] = y
-        self.commit_reports(server_round, replies)
-        metrics: dict[str, Any] = {"broadcasts": len(rows), "p2p_bytes": int(sum(self.degrees[p] for p in rows)) * self.d * 8,
-                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1)}
+        self.q_ran = q
+        self.commit_reports(server_round, replies, self.message_arrays)
+        metrics: dict[str, Any] = {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
+                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1),
+                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.spent(server_round), dp_delta=0.0)
+            metrics.update(dp_epsilon=self.spent(server_round), dp_delta=0.0, dp_dataset_size=int(self.q_ran))
         return metrics
 
-    def global_arrays(self) -> list[np.ndarray]:
-        return self.unflatten(self.Y.mean(axis=0))
+    def public_model(self) -> np.ndarray:
+        return self.Y.mean(axis=0)
 
     def privacy_report(self) -> dict[str, Any]:
         return {"method": "dpdo", "target_epsilon": self.config.epsilon, "target_delta": 0.0, "b0": self.b0,
-                "certified_epsilon_planned": self.spent(self.num_rounds),
+                "q": self.q, "q_ran": self.q_ran, "certified_epsilon_planned": self.spent(self.num_rounds),
                 "accounting": "pure DP: Laplace mechanism per release, amplified by the uniform batch draw "
                               "(replace-one), basic composition"}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"Y": self.Y.copy(), "peer": self.peer_state()}
+        return {"Y": self.Y.copy(), **self.laplace_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.Y = np.array(state["Y"], dtype=np.float64)
-        self.load_peer_state(state["peer"])
+        Y = np.array(state["Y"], dtype=np.float64)
+        if Y.shape != (self.n, self.d):
+            raise ValueError(f"checkpoint table 'Y' has shape {Y.shape}, expected {(self.n, self.d)}")
+        self.load_laplace_state(state)
+        self.Y = Y
 
 
-class DPDDAServer(_BaselineServer):
+class DPDDAServer(GaussianLedger, _BaselineServer):
     """DP-DDA (Liu, Johansson, Shi, "Differentially private distributed dual averaging with node
-    sampling", Automatica 2024), as reconstructed in the DO-ADP spec (Sec. 6.2).
+    sampling", Automatica 2024), the baseline of Huo et al. (Sec. V-A, Table I): node sampling with
+    probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual averaging
+    ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
 
     The reported epsilon is certified by the standard accountant of DO-ADP
-    (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over ``num_rounds`` possible
-    sampled steps; node sampling is not credited (a non-sampled node adds exactly 0).
+    (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over the rounds that ran, every
+    round a possible sampled step; node sampling is not credited (a non-sampled node adds exactly 0).
 
     Parameters
     ----------
@@ -165,6 +217,7 @@ class DPDDAServer(_BaselineServer):
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
+        self.init_ledger()
         c = self.config
         T = self.num_rounds
         if c.sigma is not None:
@@ -186,12 +239,12 @@ class DPDDAServer(_BaselineServer):
         self.Z = np.zeros((self.n, self.d))
         self.sampled_steps = np.zeros(self.n, dtype=np.int64)
 
-    def mechanism(self) -> GaussianSteps:
-        return GaussianSteps(self.sigma, self.config.clip, self.batch_size, self.q, self.config.sampling)
+    def step_counts(self) -> np.ndarray:
+        return self.sampled_steps
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
-        M = mix(self.W, self.Z)
+        M = mix(self.mixing_of(server_round, partition_ids), self.Z)
         c = self.config
         cfg = {**self.round_config(server_round), **self.batch_config(), "dpdda_p_s": c.p_s,
                "dpdda_sigma": self.sigma, "dpdda_reg": self.reg, "dpdda_beta0": c.beta0}
@@ -199,46 +252,56 @@ class DPDDAServer(_BaselineServer):
                             model_layout=False) for pid in partition_ids]
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         sampled = [r.partition_id for r in replies if int(r.metrics.get("dpdda_sampled", 0))]
         for pid, z in rows.items():
             self.Z[pid] = z
         self.sampled_steps[sampled] += 1
-        self.commit_reports(server_round, replies)
+        self.q_ran = q
+        self.commit_reports(server_round, replies, self.message_arrays)
         metrics: dict[str, Any] = {"sampled": len(sampled), "sigma": self.sigma,
-                                   "p2p_bytes": int(sum(self.degrees[p] for p in rows)) * self.d * 8}
+                                   "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
+                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.mechanism().epsilon(server_round, self.config.delta),
-                           dp_delta=self.config.delta)
+            metrics.update(dp_epsilon=self.epsilon_at(server_round), dp_delta=self.config.delta,
+                           dp_dataset_size=int(self.q_ran))
         return metrics
 
-    def global_arrays(self) -> list[np.ndarray]:
+    def public_model(self) -> np.ndarray:
         r = self.server_round
-        if r == 0:
-            return self.unflatten(self.x0)
-        return self.unflatten(-self.Z.mean(axis=0) / (r * self.reg + self.config.beta0 * math.sqrt(r)))
+        return -self.Z.mean(axis=0) / (r * self.reg + self.config.beta0 * math.sqrt(r))
 
     def privacy_report(self) -> dict[str, Any]:
         c = self.config
         return {"method": "dp-dda", "target_epsilon": c.epsilon, "target_delta": c.delta, "sigma": self.sigma,
-                "calibration": "given sigma" if c.sigma is not None else c.calibration,
-                "certified_epsilon_planned": self.planned_epsilon, "accountant": self.mechanism().accountant,
+                "calibration": "given sigma" if c.sigma is not None else c.calibration, "q": self.q,
+                "q_ran": self.q_ran, "certified_epsilon_planned": self.planned_epsilon,
+                "accountant": self.mechanism().accountant, "resumed_segments": len(self.past),
                 "not_credited": "node sampling p_s (a non-sampled node adds exactly 0)"}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"Z": self.Z.copy(), "sampled_steps": self.sampled_steps.copy(), "peer": self.peer_state()}
+        return {"Z": self.Z.copy(), "sampled_steps": self.sampled_steps.copy(), "peer": self.peer_state(),
+                "accountant": self.ledger_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.Z = np.array(state["Z"], dtype=np.float64)
-        self.sampled_steps = np.array(state["sampled_steps"], dtype=np.int64)
+        Z = np.array(state["Z"], dtype=np.float64)
+        if Z.shape != (self.n, self.d):
+            raise ValueError(f"checkpoint table 'Z' has shape {Z.shape}, expected {(self.n, self.d)}")
+        if "accountant" not in state:
+            raise ValueError("checkpoint carries no privacy accountant: the steps it ran cannot be accounted")
         self.load_peer_state(state["peer"])
+        self.Z = Z
+        self.sampled_steps = np.array(state["sampled_steps"], dtype=np.int64)
+        self.load_ledger(state["accountant"])
 
 
-class CPGTServer(_BaselineServer):
+class CPGTServer(_LaplaceServer):
     """CPGT (Xie, Yi, Wang, Cao, Ren, "Compressed differentially private distributed optimization
-    with linear convergence", IFAC 2023), as reconstructed in the DO-ADP spec (Sec. 6.3).
+    with linear convergence", IFAC 2023), the baseline of Huo et al. (Sec. V-A, Table I): compressed
+    gradient tracking with Laplace noise on both transmitted variables before Top-k.
 
-    The Laplace scale follows the spec's heuristic (half the budget per variable, per-release L1
+    The Laplace scale follows a heuristic calibration (half the budget per variable, per-release L1
     sensitivity ``2 G sqrt(d) lr rs^t / b``, amplified by the batch draw). It is NOT a certified
     guarantee: the tracker y carries every past gradient, so one release's sensitivity is not bounded
     by one step's. Reported as ``epsilon_heuristic`` (``dp_certified = 0``).
@@ -255,6 +318,7 @@ class CPGTServer(_BaselineServer):
 
     method = "cpgt"
     config_cls = CPGTConfig
+    message_arrays = 4
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -263,13 +327,18 @@ class CPGTServer(_BaselineServer):
         t = np.arange(self.num_rounds, dtype=np.float64)
         self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs**t / self.batch_size
         self._decay = c.rn**t
-        self.rate = self.batch_size / self.q
         self.b0 = calibrate_laplace_b0(c.epsilon / 2.0, self._sens, self._decay, self.rate)
         self.H = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
         self.completion: list[np.ndarray] | None = None  # hat_x, hatw_x, hat_y, hatw_y of the last round
 
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        r = int(rounds)
+        rate = self.rate if q is None else self.batch_size / int(q)
+        return 2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
+
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
+        self.mixing_of(server_round, partition_ids)
         c = self.config
         cfg = {**self.round_config(server_round), **self.batch_config(), "cpgt_k": self.k, "cpgt_lr": self.alpha,
                "cpgt_rs": c.rs, "cpgt_rn": c.rn, "cpgt_b0": self.b0, "cpgt_g_cons": c.g_cons}
@@ -286,7 +355,7 @@ class CPGTServer(_BaselineServer):
         return out
 
     def _messages(self, server_round: int, reply: Reply):
-        arrays, _ = self.split_report(server_round, reply)
+        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
         if len(arrays) != 4:
             raise ReplyError(f"partition {reply.partition_id}: expected 4 arrays (idx_x, val_x, idx_y, val_y), "
                              f"got {len(arrays)}")
@@ -302,15 +371,18 @@ class CPGTServer(_BaselineServer):
         self._messages(server_round, reply)
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)
         if replies:  # a round with no valid reply leaves every table as it was
             self._absorb(server_round, replies)
+        self.q_ran = q
         metrics: dict[str, Any] = {"broadcasts": len(replies),
-                                   "p2p_bytes": int(sum(self.degrees[r.partition_id] for r in replies)) * 2 * self.k * 16,
-                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1)}
+                                   "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies])
+                                   * 2 * self.k * 16,
+                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1),
+                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
-            r = int(server_round)
-            metrics.update(epsilon_heuristic=2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], self.rate),
-                           dp_certified=0)
+            metrics.update(epsilon_heuristic=self.epsilon_at(server_round), dp_certified=0,
+                           dp_dataset_size=int(self.q_ran))
         return metrics
 
     def _absorb(self, server_round: int, replies: list[Reply]) -> None:
@@ -320,30 +392,33 @@ class CPGTServer(_BaselineServer):
             Q["x"][r.partition_id, ix] = vx
             Q["y"][r.partition_id, iy] = vy
         a = self.config.a
+        W = self.mixing_of(server_round)
         new = {}
         for v in ("x", "y"):
             hat = self.H[v] + Q[v]
-            new[v] = (hat, mix(self.W, hat), (1.0 - a) * self.H[v] + a * hat)
+            new[v] = (hat, mix(W, hat), (1.0 - a) * self.H[v] + a * hat)
         self.completion = [new["x"][0], new["x"][1], new["y"][0], new["y"][1]]
         self.H = {v: new[v][2] for v in ("x", "y")}
-        self.commit_reports(server_round, replies)
+        self.commit_reports(server_round, replies, self.message_arrays)
 
-    def global_arrays(self) -> list[np.ndarray]:
-        if self.server_round == 0:
-            return self.unflatten(self.x0)
-        return self.unflatten(self.H["x"].mean(axis=0))
+    def public_model(self) -> np.ndarray:
+        return self.H["x"].mean(axis=0)
 
     def privacy_report(self) -> dict[str, Any]:
         return {"method": "cpgt", "nominal_epsilon": self.config.epsilon, "b0": self.b0, "certified": False,
-                "note": "the spec's heuristic Laplace calibration; the tracker's sensitivity is not bounded per step"}
+                "q": self.q, "q_ran": self.q_ran,
+                "note": "a heuristic Laplace calibration; the tracker's sensitivity is not bounded per step"}
 
     def extra_state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"Hx": self.H["x"].copy(), "Hy": self.H["y"].copy(), "peer": self.peer_state()}
+        out: dict[str, Any] = {"Hx": self.H["x"].copy(), "Hy": self.H["y"].copy(), **self.laplace_state()}
         if self.completion is not None:
             out["completion"] = [a.copy() for a in self.completion]
         return out
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.H = {"x": np.array(state["Hx"], dtype=np.float64), "y": np.array(state["Hy"], dtype=np.float64)}
+        H = {"x": np.array(state["Hx"], dtype=np.float64), "y": np.array(state["Hy"], dtype=np.float64)}
+        if any(h.shape != (self.n, self.d) for h in H.values()):
+            raise ValueError(f"checkpoint tables 'Hx'/'Hy' must have shape {(self.n, self.d)}")
+        self.load_laplace_state(state)
+        self.H = H
         self.completion = [np.array(a) for a in state["completion"]] if "completion" in state else None
-        self.load_peer_state(state["peer"])

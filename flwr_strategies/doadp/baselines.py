@@ -1,8 +1,8 @@
 """Baselines of Table I / Fig. 3 of Huo et al. (DPDO, DP-DDA, CPGT): one agent's round, and
 reference simulators of the whole network (NumPy; framework neutral).
 
-The paper describes each baseline in one sentence; the update rules are the standard forms of the
-cited works as reconstructed in the spec (Sec. 6), with its [CHOICE] constants. All of them use the
+The paper describes each baseline in one sentence (Sec. V-A); the update rules are the standard
+forms of the cited works, with the project's constants where the paper gives none. All of them use the
 same per-sample clipped minibatch gradient as DO-ADP (batch b drawn from the agent's private
 generator), so they can be compared at the same batch size.
 
@@ -21,9 +21,9 @@ with the same per-agent generators, so they equal the Flower path for the same c
   same standard accountant as DO-ADP; no credit for p_s (a non-sampled agent adds exactly 0, which
   an observer of consecutive z's sees).
 * CPGT (Xie et al. 2023): compressed gradient tracking; both x and the tracker y are perturbed with
-  Laplace noise, Top-k compressed against references h (CHOCO-style), and mixed. Its epsilon is the
-  spec's heuristic (the tracker accumulates every past gradient, so its per-release sensitivity is
-  not bounded by one step's): NOT certified.
+  Laplace noise, Top-k compressed against references h (CHOCO-style), and mixed. Its epsilon is a
+  heuristic (the tracker accumulates every past gradient, so its per-release sensitivity is not
+  bounded by one step's): NOT certified.
 """
 
 from __future__ import annotations

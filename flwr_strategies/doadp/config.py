@@ -2,7 +2,7 @@
 
 Paper: W. Huo, C. Liu, K. Ding, K. H. Johansson, L. Shi, "Decentralized Optimization with Amplified
 Privacy via Efficient Communication" (arXiv 2506.07102). Defaults are the paper's CNN setting
-(Sec. V-B, Table II) where it gives one; ``[spec]`` marks the project's choice where it does not.
+(Sec. V-B, Table II) where it gives one; ``[project]`` marks the project's choice where it does not.
 
 Every config is a frozen dataclass that validates itself on construction: an impossible value raises
 ``ValueError`` naming the setting and the value. Nothing is clamped.
@@ -110,7 +110,7 @@ class DOADPConfig:
     epsilon : float (default: 1.0, the paper's Fig. 4 / Table II first row)
         Target privacy budget of every agent over the whole run, > 0 and finite. With
         ``calibration="theorem1"`` also <= 1 (Theorem 1 assumes it).
-    delta : float (default: 1e-5, [spec])
+    delta : float (default: 1e-5, [project])
         Target delta of the certified guarantee, in (0, 1). The paper never states its delta.
     p : float (default: 0.8, paper)
         Activation probability of an agent per iteration, in [1/2, 1] (the convergence proof needs
@@ -122,7 +122,7 @@ class DOADPConfig:
         Consensus step size, > 0 and finite.
     beta : float (default: 0.15, paper)
         Momentum factor, in [0, 1).
-    clip : float (default: 1.0, [spec])
+    clip : float (default: 1.0, [project])
         G: per-sample gradients are clipped to ``|g_j| <= G/sqrt(d)`` per coordinate
         (``clip_mode="coordinate"``, Assumption 2) or to L2 norm G (``"l2"``). > 0, finite.
     clip_mode : str (default: "coordinate")
@@ -136,7 +136,7 @@ class DOADPConfig:
         sigma_floor)``, which credits the factors p^2 and k/d). The run is refused when a standard
         accountant certifies less than (epsilon, delta) for that sigma. ``"accountant"``: the
         smallest sigma a standard accountant certifies at (epsilon, delta) over the planned rounds.
-    delta0 : float (default: 1e-5, [spec] for the CNN)
+    delta0 : float (default: 1e-5, [project] for the CNN)
         Per-step delta of Theorem 1's chain (only used by ``calibration="theorem1"`` and the
         Theorem 1 bound reported beside the certified one), in (0, 1).
     sigma : float | None (default: None)
@@ -144,13 +144,16 @@ class DOADPConfig:
         epsilon at ``delta`` is then reported (and must not exceed ``epsilon``).
     public_copy : str (default: "zero", paper)
         Initial public copies: ``"zero"`` (paper) or ``"x0"`` (x0 is public anyway).
-    eval_every : int (default: 10, [spec])
-        Central evaluation every this many rounds, and always after the last round, >= 1.
+    eval_every : int (default: 1, as Flower's strategies)
+        Central evaluation every this many rounds (round 0, the initial model, and the last round
+        are always evaluated), >= 1. Long runs such as the paper's 2,000 iterations may set 10.
     evaluate_private : bool (default: False)
-        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the clients also send
-        their private models x_i and the server evaluates their average (the paper's xbar). By
-        default the server evaluates the average of the public copies, a post-processing of the
-        private messages (inside the guarantee).
+        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the server asks the
+        clients for their private models x_i (config ``report_model = 1``) and evaluates the
+        average of those it receives (the paper's xbar). A client sends its model only when its
+        own node config consents; the server's request alone releases nothing. By default the
+        server evaluates the average of the public copies, a post-processing of the private
+        messages (inside the guarantee).
     msg_dtype : str (default: "float32")
         dtype of the transmitted values; both ends apply the same rounded values.
     allow_low_p : bool (default: False)
@@ -170,7 +173,7 @@ class DOADPConfig:
     delta0: float = 1e-5
     sigma: float | None = None
     public_copy: str = "zero"
-    eval_every: int = 10
+    eval_every: int = 1
     evaluate_private: bool = False
     msg_dtype: str = "float32"
     allow_low_p: bool = False
@@ -219,15 +222,15 @@ class DMSGDConfig:
         Consensus step size, > 0.
     beta : float (default: 0.15)
         Momentum factor, in [0, 1).
-    eval_every : int (default: 10)
-        Central evaluation period (and always after the last round), >= 1.
+    eval_every : int (default: 1)
+        Central evaluation period (and always after round 0 and the last round), >= 1.
     msg_dtype : str (default: "float64")
         dtype of the transmitted model.
     """
 
     gamma: float = 0.05
     beta: float = 0.15
-    eval_every: int = 10
+    eval_every: int = 1
     msg_dtype: str = "float64"
 
     def __post_init__(self) -> None:
@@ -244,7 +247,7 @@ class DMSGDConfig:
 class _BaselinePrivacy:
     epsilon: float = 1.0
     clip: float = 1.0
-    eval_every: int = 10
+    eval_every: int = 1
     evaluate_private: bool = False
 
     def _check_common(self) -> None:
@@ -260,7 +263,7 @@ class _BaselinePrivacy:
 
 @dataclass(frozen=True)
 class DPDOConfig(_BaselinePrivacy):
-    """DPDO (Huang, Mitra, Vaidya, ICDCN 2015) as reconstructed in the DO-ADP spec (Sec. 6.1):
+    """DPDO (Huang, Mitra, Vaidya, ICDCN 2015), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     broadcast ``y = x + Laplace(b0 rn^t)``, mix ``z = W y``, step ``x = z - c rs^t g(z)`` on a
     per-sample-clipped minibatch gradient. Pure epsilon-DP.
 
@@ -270,9 +273,9 @@ class DPDOConfig(_BaselinePrivacy):
         Pure-DP budget over an unbounded horizon, > 0.
     clip : float (default: 1.0)
         Coordinate clip G (|g_j| <= G/sqrt(d)), > 0.
-    rs : float (default: 0.99, [spec])
+    rs : float (default: 0.99, [project])
         Step-size decay, ``0 < rs < rn``.
-    rn : float (default: 0.995, [spec])
+    rn : float (default: 0.995, [project])
         Noise decay, ``rs < rn <= 1``.
     eval_every, evaluate_private
         As :class:`DOADPConfig`.
@@ -290,7 +293,7 @@ class DPDOConfig(_BaselinePrivacy):
 
 @dataclass(frozen=True)
 class DPDDAConfig(_BaselinePrivacy):
-    """DP-DDA (Liu, Johansson, Shi, Automatica 2024) as reconstructed in the DO-ADP spec (Sec. 6.2):
+    """DP-DDA (Liu, Johansson, Shi, Automatica 2024), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     node sampling with probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual
     averaging ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
 
@@ -301,14 +304,14 @@ class DPDDAConfig(_BaselinePrivacy):
         non-sampled node adds exactly 0, which an observer of consecutive z's sees).
     p_s : float (default: 0.24, the paper's Fig. 3)
         Node sampling probability, in (0, 1].
-    beta0 : float (default: 100.0, [spec] 1/alpha)
+    beta0 : float (default: 100.0, [project] 1/alpha)
         Proximal coefficient scale beta_t = beta0 sqrt(t+1), > 0.
     reg : float | None (default: None = 1/q)
         Coefficient of the shared regulariser h(x) = reg ||x||^2/2 (>= 0).
     sampling : str (default: "uniform")
         As :class:`DOADPConfig`.
     calibration : str (default: "theorem1")
-        ``"theorem1"``: the spec's calibration, DO-ADP's Theorem 1 chain with p = p_s and k = d
+        ``"theorem1"``: DO-ADP's Theorem 1 chain (Huo et al.) with p = p_s and k = d
         (credits p_s^2; refused when a standard accountant certifies less than (epsilon, delta));
         ``"accountant"``: the smallest sigma a standard accountant certifies.
     delta0 : float (default: 1e-5)
@@ -346,23 +349,23 @@ class DPDDAConfig(_BaselinePrivacy):
 
 @dataclass(frozen=True)
 class CPGTConfig(_BaselinePrivacy):
-    """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023) as reconstructed in the DO-ADP spec (Sec. 6.3):
+    """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     compressed gradient tracking with Laplace noise on both transmitted variables before Top-k.
 
     Parameters
     ----------
     epsilon : float (default: 1.0)
-        Nominal pure-DP budget of the spec's heuristic calibration (NOT certified, see
-        :func:`flwr_strategies.privacy.cpgt_laplace_scale`), > 0.
+        Nominal pure-DP budget of a heuristic calibration (NOT certified, see
+        :class:`~flwr_strategies.doadp.baseline_server.CPGTServer`), > 0.
     k_frac : float (default: 0.12, the paper's Fig. 3)
         Top-k fraction per variable, in (0, 1].
-    a : float (default: 0.5, [spec])
+    a : float (default: 0.5, [project])
         Reference update rate a_x = a_y, in (0, 1].
-    g_cons : float (default: 0.05, [spec])
+    g_cons : float (default: 0.05, [project])
         Consensus step g_x = g_y, > 0.
-    rs : float (default: 0.999, [spec])
+    rs : float (default: 0.999, [project])
         Step-size decay, ``0 < rs < rn``.
-    rn : float (default: 0.9995, [spec])
+    rn : float (default: 0.9995, [project])
         Noise decay, ``rs < rn <= 1``.
     """
 

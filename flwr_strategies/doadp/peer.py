@@ -1,23 +1,38 @@
-"""Shared server side of the peer-graph methods of this folder (DO-ADP, D-mSGD, DPDO, DP-DDA, CPGT).
+"""The decentralized core of the methods whose server holds only public tables (DO-ADP, D-mSGD,
+DPDO, DP-DDA, CPGT), on :class:`~flwr_strategies.decentralized.server.DecentralizedCore`.
 
 The server emulates the peer network: it holds the graph, the mixing matrix W and the *public*
 tables (what every agent broadcasts), relays to each agent what its neighbours sent, and never
-holds a client's private randomness. Every agent takes part in every round
-(``full_participation``); an agent that fails or whose reply is rejected simply skips the round.
+holds a client's private model or randomness. Every agent takes part in every round; an agent that
+fails or whose reply is rejected skips the round, as an inactive agent does (Huo et al.,
+Algorithm 1, lines 14-15: its neighbours keep its public copy), and is counted in ``failures``. An
+agent whose node is no longer connected is left out of the mixing (``failure_policy``).
 
-:class:`PeerServer` does what all five share:
+:class:`PublicTableCore` adds what the five share to the decentralized core:
 
-- the model layout (flatten / unflatten; parameters must be floating point);
-- the peer graph (``adjacency``, or the paper's circulant with ``hops``) and its mixing matrix;
+- the graph must be fixed and undirected with a doubly stochastic W (Huo et al., Assumption 1):
+  every neighbour keeps the public copy of agent j (Algorithm 1, line 15); the default is the
+  paper's circulant graph with neighbourhoods of 7 (``i +- 1, 2, 3``, Sec. V);
 - the planned number of rounds T (privacy calibration covers T rounds; more are refused);
-- the initial model x0 sent to each agent until it has answered once;
-- evaluation after round 0, every ``eval_every`` rounds and always after the last round; with
-  ``evaluate_private`` (simulation only, outside the privacy guarantee) the agents also send their
-  private models in those rounds and the server evaluates their average.
+- the initial model x0 sent to each agent until it has answered once; x0 is also the global model
+  before round 1;
+- the record counts the agents sample from: each reply's ``num_examples`` is checked against the
+  declared ``dataset_size`` q. A smaller count is what ran, so it replaces q in every reported
+  epsilon; when the noise calibrated for q no longer certifies the target over the planned rounds,
+  the run stops with :class:`DatasetSizeError` before the round is applied;
+- evaluation after round 0, every ``eval_every`` rounds and always after the last round. No
+  federated evaluation (:attr:`PublicTableCore.federated_evaluation_allowed` is False): an agent
+  scoring the model on its training records would release their loss outside the accounted
+  mechanism. With ``evaluate_private`` (simulation only, outside the privacy guarantee) the server
+  asks the agents for their private models in evaluation rounds (config ``report_model = 1``); an
+  agent sends it only if it consents (its node config), and the server scores the average of the
+  models it received.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,48 +40,62 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..core.messages import Reply
-from ..core.server import EvalFn, ServerCore
+from ..core.server import EvalFn
 from ..core.validation import ReplyError
-from .graphs import circulant_adjacency, graph_mixing
+from ..decentralized.server import DecentralizedCore
+from ..privacy.accountant import GaussianSteps, composed_certified_epsilon
 
-__all__ = ["PeerServer", "flatten_arrays"]
+__all__ = ["PublicTableCore", "DatasetSizeError", "GaussianLedger", "REPORT_KEY"]
+
+log = logging.getLogger(__name__)
+
+#: config key of the request for an agent's private model (``evaluate_private``); the agent answers
+#: only if its own node config consents
+REPORT_KEY = "report_model"
 
 
-def flatten_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """One float64 vector of all arrays in order."""
-    return np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+class DatasetSizeError(ValueError):
+    """The agents sample from fewer records than declared, and the noise no longer certifies the target."""
 
 
-class PeerServer(ServerCore):
-    """Base of the peer-graph cores (see the module docstring).
+def _check_int(value: Any, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {name}={value!r}")
+    return int(value)
+
+
+class PublicTableCore(DecentralizedCore):
+    """Base of the public-table cores (see the module docstring).
 
     Parameters
     ----------
     initial_arrays : list[np.ndarray]
         Initial model x0 (floating-point arrays only), shared by every agent.
     num_partitions : int
-        Number of agents n (partition ids 0..n-1), >= 1.
+        Number of agents n (partition ids 0..n-1), >= 2.
     num_rounds : int
         Planned rounds T (one round = one iteration of the algorithm), >= 1.
-    adjacency : array | scipy.sparse matrix | None (default: None)
-        Undirected connected peer graph (n x n, 0/1). None: the paper's circulant with ``hops``.
-    hops : int (default: 3, paper)
-        Offsets ``+-1..+-hops`` of the circulant graph (ignored with ``adjacency``), >= 1.
-    weights : str (default: "auto")
-        Mixing weights (``"auto"``, ``"uniform"``, ``"metropolis_hastings"``); on the circulant,
-        ``"auto"`` is the paper's ``W = I - L / (d_max + 1)``.
-    eval_every : int (default: 10)
+    dataset_size : int
+        q, the smallest local dataset of an agent (records), >= batch_size. Checked against the
+        ``num_examples`` the agents report (see the module docstring).
+    alpha : float (default: 0.01)
+        Step size, > 0 and finite.
+    batch_size : int (default: 32)
+        Records per step, in [1, q].
+    eval_every : int (default: 1)
         Central evaluation period, >= 1 (round 0 and the last round are always evaluated).
     evaluate_private : bool (default: False)
         Ask for the agents' private models in evaluation rounds (simulation only; outside the
-        guarantee).
-    seed : int (default: 0)
-        Seed of the server's own generator (unused by the methods here: no server randomness).
-    on_train_config : callable | None
-        Standard per-round client config (its ``seed`` entry is never forwarded).
+        guarantee; each agent must consent).
+    graph, topology, seed, on_train_config, fraction_train, min_train
+        As :class:`~flwr_strategies.decentralized.server.DecentralizedCore` (default graph: the
+        paper's circulant with ``neighbours=7``). The graph must be fixed and undirected.
     """
 
-    full_participation = True
+    #: True for the private methods (D-mSGD is not)
+    private = True
+    federated_evaluation_allowed = False
+    graph_defaults = {"topology": "circulant", "neighbours": 7, "client_eval_every": 0}
 
     def __init__(
         self,
@@ -74,54 +103,66 @@ class PeerServer(ServerCore):
         *,
         num_partitions: int,
         num_rounds: int,
-        adjacency=None,
-        hops: int = 3,
-        weights: str = "auto",
-        eval_every: int = 10,
+        dataset_size: int,
+        alpha: float = 0.01,
+        batch_size: int = 32,
+        eval_every: int = 1,
         evaluate_private: bool = False,
-        seed: int = 0,
-        on_train_config=None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(initial_arrays, num_partitions=num_partitions, fraction_train=1.0, min_train=1, seed=seed,
-                         on_train_config=on_train_config)
+        super().__init__(initial_arrays, num_partitions=num_partitions, **kwargs)
+        name = type(self).__name__
         bad = [j for j, a in enumerate(self.initial_arrays) if a.dtype.kind != "f"]
         if bad:
             raise ValueError(
-                f"{type(self).__name__} needs floating-point parameters only (no integer buffers such as "
-                f"BatchNorm's counters); arrays {bad} are {[str(self.initial_arrays[j].dtype) for j in bad]}"
+                f"{name} needs floating-point parameters only (no integer buffers such as BatchNorm's "
+                f"counters); arrays {bad} are {[str(self.initial_arrays[j].dtype) for j in bad]}"
             )
-        if isinstance(num_rounds, bool) or int(num_rounds) != num_rounds or num_rounds < 1:
-            raise ValueError(f"num_rounds must be an integer >= 1, got num_rounds={num_rounds!r}")
-        if isinstance(eval_every, bool) or int(eval_every) != eval_every or eval_every < 1:
-            raise ValueError(f"eval_every must be an integer >= 1, got eval_every={eval_every!r}")
-        self.n = int(num_partitions)
-        self.num_rounds = int(num_rounds)
-        self.eval_every = int(eval_every)
+        self.num_rounds = _check_int(num_rounds, "num_rounds")
+        self.eval_every = _check_int(eval_every, "eval_every")
+        if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be positive and finite, got alpha={alpha!r}")
+        self.batch_size = _check_int(batch_size, "batch_size")
+        self.q = _check_int(dataset_size, "dataset_size")
+        if self.batch_size > self.q:
+            raise ValueError(f"batch_size={self.batch_size} exceeds the local dataset size q={self.q}")
+        self.alpha = float(alpha)
         self.evaluate_private = bool(evaluate_private)
-        self.shapes = [a.shape for a in self.initial_arrays]
-        self.dtypes = [a.dtype for a in self.initial_arrays]
-        self.sizes = [int(a.size) for a in self.initial_arrays]
-        self.x0 = flatten_arrays(self.initial_arrays)
+        self._check_graph()
+        self.n = int(self.num_partitions)
+        self.x0 = self.layout.flatten(self.initial_arrays, dtype=np.float64)
         self.d = int(self.x0.size)
-        if adjacency is None:
-            adjacency = circulant_adjacency(self.n, hops)
-        A = sp.csr_matrix(adjacency)
-        if A.shape != (self.n, self.n):
-            raise ValueError(f"adjacency must be {self.n} x {self.n}, got shape {A.shape}")
-        self.W = graph_mixing(A, weights)
-        self.degrees = np.diff(self.W.indptr) - 1
+        self.q_ran = self.q  # the smallest record count that ran (declared, or smaller when reported)
         self.started = np.zeros(self.n, dtype=bool)
         self.private_models = np.zeros((self.n, self.d)) if self.evaluate_private else None
-        self.reported = np.zeros(self.n, dtype=bool)
+        self.reported = np.zeros(self.n, dtype=bool)  # reported a private model in the last evaluation round
+
+    def _check_graph(self) -> None:
+        g, name = self.graph, type(self).__name__
+        if self.topology.time_varying:
+            raise ValueError(f"{name}: topology {self.topology.name!r} is redrawn every round, but every agent "
+                             "keeps its neighbours' public copies (Huo et al., Algorithm 1): use a fixed graph")
+        A = self.topology.graph(0)
+        if (abs(A - A.T)).nnz:
+            raise ValueError(f"{name}: the peer graph must be undirected (the public copies live on edges); "
+                             f"topology {self.topology.name!r} is directed")
+        if g.allow_row_stochastic or g.allow_disconnected:
+            raise ValueError(f"{name} needs a connected graph with a doubly stochastic W (Huo et al., Assumption 1); "
+                             f"got allow_row_stochastic={g.allow_row_stochastic}, "
+                             f"allow_disconnected={g.allow_disconnected}")
+        if g.client_eval_every:
+            raise ValueError(f"{name}: the server holds no agent's private model, so it cannot score them; got "
+                             f"client_eval_every={g.client_eval_every} (use evaluate_private in simulations)")
+
+    @property
+    def W(self) -> sp.csr_matrix:
+        """The fixed mixing matrix."""
+        return self.mixing_matrix(1)
 
     # ------------------------------------------------------------------ layout
     def unflatten(self, vec: np.ndarray) -> list[np.ndarray]:
         """Arrays of the initial layout (and dtypes) from a flat vector."""
-        out, pos = [], 0
-        for shape, dt, size in zip(self.shapes, self.dtypes, self.sizes):
-            out.append(np.asarray(vec[pos:pos + size], dtype=dt).reshape(shape).copy())
-            pos += size
-        return out
+        return self.layout.unflatten(np.asarray(vec))
 
     # ------------------------------------------------------------------ rounds
     def check_round(self, server_round: int) -> None:
@@ -131,11 +172,16 @@ class PeerServer(ServerCore):
                 f"round {server_round} is beyond it"
             )
 
+    def round_mixing(self, partition_ids: Sequence[int]) -> sp.csr_matrix:
+        """W over the agents taking part this round (an agent whose node is gone is left out by
+        ``failure_policy``; W itself when every agent is there)."""
+        return self.live_mixing(1, self.alive_mask(partition_ids))
+
     def should_evaluate(self, server_round: int) -> bool:
         return server_round == 0 or server_round % self.eval_every == 0 or server_round == self.num_rounds
 
     def report_round(self, server_round: int) -> bool:
-        """True when the agents send their private models this round (``evaluate_private`` only)."""
+        """True when the agents are asked for their private models this round (``evaluate_private``)."""
         return self.evaluate_private and self.should_evaluate(server_round)
 
     def round_config(self, server_round: int) -> dict[str, Any]:
@@ -143,7 +189,7 @@ class PeerServer(ServerCore):
         cfg = self.base_config(server_round)
         cfg.pop("seed", None)
         cfg["t"] = int(server_round) - 1
-        cfg["report_model"] = int(self.report_round(server_round))
+        cfg[REPORT_KEY] = int(self.report_round(server_round))
         return cfg
 
     def start_arrays(self, pid: int) -> list[np.ndarray]:
@@ -151,13 +197,15 @@ class PeerServer(ServerCore):
         return [] if self.started[pid] else [self.x0]
 
     # ------------------------------------------------------------------ replies
-    def split_report(self, server_round: int, reply: Reply) -> tuple[list[np.ndarray], np.ndarray | None]:
-        """``(message arrays, private model or None)``; checks the private model's shape."""
+    def split_report(self, server_round: int, reply: Reply, message_arrays: int | tuple[int, ...]
+                     ) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """``(message arrays, private model or None)``. In a report round an agent that consents sends
+        its private model after its message (``message_arrays`` arrays: one count, or the counts a
+        message may have); its shape is checked."""
         arrays = list(reply.arrays)
-        if not self.report_round(server_round):
+        counts = (message_arrays,) if isinstance(message_arrays, int) else tuple(message_arrays)
+        if not self.report_round(server_round) or len(arrays) - 1 not in counts:
             return arrays, None
-        if not arrays:
-            raise ReplyError(f"partition {reply.partition_id}: evaluation round without the private model")
         x = arrays[-1]
         if x.dtype.kind != "f" or x.shape != (self.d,):
             raise ReplyError(
@@ -166,19 +214,67 @@ class PeerServer(ServerCore):
             )
         return arrays[:-1], x
 
-    def commit_reports(self, server_round: int, replies: list[Reply]) -> None:
-        """Store the private models of an evaluation round (call in the commit phase)."""
+    def dataset_size_of(self, server_round: int, replies: list[Reply]) -> int:
+        """The record count to account with after this round's replies: the smallest of q and the
+        ``num_examples`` the agents report (the larger ones leave the conservative q). Raises
+        :class:`DatasetSizeError` when that count no longer certifies the target over the planned
+        rounds (nothing is changed)."""
+        if not self.private or not replies:
+            return self.q_ran
+        low = min(replies, key=lambda r: r.num_examples)
+        q = int(low.num_examples)
+        if q >= self.q_ran:
+            return self.q_ran
+        name = type(self).__name__
+        if q < self.batch_size:
+            raise DatasetSizeError(f"{name}: partition {low.partition_id} samples from {q} records (num-examples), "
+                                   f"fewer than batch_size={self.batch_size}")
+        planned, target = self.epsilon_at(self.num_rounds, q), self.target_epsilon()
+        spent = self.epsilon_at(int(server_round), q)
+        if planned > target * (1 + 1e-9):
+            raise DatasetSizeError(
+                f"{name}: partition {low.partition_id} samples from {q} records (num-examples), not the declared "
+                f"local_dataset_size={self.q}; the noise calibrated for {self.q} gives epsilon={planned:.4g} over "
+                f"{self.num_rounds} rounds, above the target epsilon={target:g}. Spent so far, with this round: "
+                f"epsilon={spent:.4g}. Declare local_dataset_size={q} (the smallest partition)"
+            )
+        log.warning("%s: partition %s samples from %s records, not the declared %s; epsilon is accounted with %s",
+                    name, low.partition_id, q, self.q, q)
+        return q
+
+    def commit_reports(self, server_round: int, replies: list[Reply], message_arrays: int | tuple[int, ...]) -> None:
+        """Mark the agents as started and store the private models of a report round (commit phase)."""
+        report = self.report_round(server_round)
+        if report:
+            self.reported[:] = False
         for r in replies:
             self.started[r.partition_id] = True
-            if self.report_round(server_round):
-                _, x = self.split_report(server_round, r)
-                self.private_models[r.partition_id] = x
-                self.reported[r.partition_id] = True
+            if report:
+                _, x = self.split_report(server_round, r, message_arrays)
+                if x is not None:
+                    self.private_models[r.partition_id] = x
+                    self.reported[r.partition_id] = True
+
+    # ------------------------------------------------------------------ privacy (per method)
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        """The epsilon the method reports after ``rounds`` rounds on ``q`` records (default: what ran)."""
+        return math.inf
+
+    def target_epsilon(self) -> float:
+        return math.inf
 
     # ------------------------------------------------------------------ evaluation
+    def public_model(self) -> np.ndarray:
+        """The flat public model after round 1 (the method's average of its public tables)."""
+        raise NotImplementedError
+
+    def global_arrays(self) -> list[np.ndarray]:
+        """x0 before round 1, then the method's public model, in the initial layout."""
+        return self.unflatten(self.x0 if self.server_round == 0 else self.public_model())
+
     def evaluate(self, server_round: int, evaluate_fn: EvalFn):
         res = evaluate_fn(server_round, self.global_arrays())
-        if res is None or not self.evaluate_private or not self.reported.any():
+        if res is None or not self.report_round(server_round) or not self.reported.any():
             return res
         loss, metrics = res
         metrics = dict(metrics)
@@ -191,18 +287,108 @@ class PeerServer(ServerCore):
                 if isinstance(value, (int, float, np.integer, np.floating)):
                     metrics[f"private_xbar_{key}"] = float(value)
         metrics["private_consensus_distance"] = float(np.mean(np.sum((X - X.mean(0)) ** 2, axis=1)))
+        metrics["private_models_reported"] = int(self.reported.sum())
         metrics["private_models_outside_guarantee"] = 1
         return loss, metrics
 
     # ------------------------------------------------------------------ checkpoints
     def peer_state(self) -> dict[str, Any]:
-        out = {"started": self.started.copy(), "reported": self.reported.copy()}
+        out: dict[str, Any] = {"started": self.started.copy(), "reported": self.reported.copy(), "q_ran": int(self.q_ran)}
         if self.private_models is not None:
             out["private_models"] = self.private_models.copy()
         return out
 
     def load_peer_state(self, state: dict[str, Any]) -> None:
-        self.started = np.array(state["started"], dtype=bool)
+        started = np.array(state["started"], dtype=bool)
+        if started.shape != (self.n,):
+            raise ValueError(f"checkpoint has {started.shape[0]} agents, this core {self.n}")
+        self.started = started
         self.reported = np.array(state["reported"], dtype=bool)
-        if self.private_models is not None:
+        self.q_ran = min(self.q, int(state.get("q_ran", self.q)))
+        if self.private_models is not None and "private_models" in state:
             self.private_models = np.array(state["private_models"], dtype=np.float64)
+
+
+class GaussianLedger:
+    """Accounting of the Gaussian-noise cores (DO-ADP, DP-DDA) over the steps that ran.
+
+    Each run of a core is one segment of steps with one mechanism (noise std, clip, batch size,
+    sampling). A checkpoint carries the segments that ran and the record count they ran on; a core
+    resumed from it (even one calibrated differently) composes them with its own steps, so the
+    reported epsilon is the one of every step that ran. Mixin of a :class:`PublicTableCore` with
+    ``sigma``, ``config.clip``, ``config.sampling``, ``config.delta`` and a per-agent step count
+    (:meth:`step_counts`).
+    """
+
+    def init_ledger(self) -> None:
+        self.past: list[dict[str, Any]] = []  # earlier segments: sigma, clip, batch_size, sampling, rounds, steps
+        self.rounds_before = 0
+
+    def mechanism(self, q: int | None = None) -> GaussianSteps:
+        """The per-step mechanism every agent runs now, on ``q`` records (default: what ran)."""
+        return GaussianSteps(self.sigma, self.config.clip, self.batch_size, self.q_ran if q is None else int(q),
+                             self.config.sampling)
+
+    def step_counts(self) -> np.ndarray:
+        """Per-agent private steps over the whole run (cumulative, checkpointed)."""
+        raise NotImplementedError
+
+    def _segment(self) -> dict[str, Any]:
+        return {"sigma": float(self.sigma), "clip": float(self.config.clip), "batch_size": int(self.batch_size),
+                "sampling": str(self.config.sampling)}
+
+    def _mech(self, seg: dict[str, Any], q: int) -> GaussianSteps:
+        return GaussianSteps(seg["sigma"], seg["clip"], seg["batch_size"], q, seg["sampling"])
+
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        """Certified epsilon at ``delta`` after ``rounds`` rounds in all (earlier segments, then this
+        core's), every agent stepping every round (activation is not credited)."""
+        q = self.q_ran if q is None else int(q)
+        parts = [(self._mech(s, q), s["rounds"]) for s in self.past]
+        parts.append((self.mechanism(q), int(rounds) - self.rounds_before))
+        return composed_certified_epsilon(parts, self.config.delta)
+
+    def observed_epsilon(self) -> float:
+        """Certified epsilon of the agent with the most private steps that ran (exact per agent)."""
+        current = self.step_counts() - sum((np.asarray(s["steps"], dtype=np.int64) for s in self.past),
+                                           np.zeros(self.n, dtype=np.int64))
+        if not self.past:  # one mechanism: epsilon grows with the steps, so the busiest agent's
+            return composed_certified_epsilon([(self.mechanism(), int(current.max()))], self.config.delta)
+        counts = np.column_stack([np.asarray(s["steps"], dtype=np.int64) for s in self.past] + [current])
+        mechs = [self._mech(s, self.q_ran) for s in self.past] + [self.mechanism()]
+        return max(composed_certified_epsilon(list(zip(mechs, row)), self.config.delta)
+                   for row in {tuple(int(c) for c in r) for r in counts})
+
+    def target_epsilon(self) -> float:
+        return float(self.config.epsilon)
+
+    def ledger_state(self) -> dict[str, Any]:
+        """The earlier segments, and this core's mechanism with the round it started at (checkpointed;
+        its round count follows from the checkpoint's round)."""
+        return {"segments": [dict(s) for s in self.past], "current": {**self._segment(), "start": self.rounds_before}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._checkpoint_round = int(state["server_round"])
+        super().load_state_dict(state)
+
+    def load_ledger(self, state: dict[str, Any]) -> None:
+        """Continue the checkpoint's accounting: its segments, plus the segment it was running,
+        which this core continues when it runs the same mechanism."""
+        segments, current = [dict(s) for s in state["segments"]], dict(state["current"])
+        for s in segments + [current]:
+            if s["sampling"] != self.config.sampling:
+                raise ValueError(
+                    f"checkpoint's steps sampled batches by {s['sampling']!r}, this core by "
+                    f"{self.config.sampling!r}: one accountant cannot compose both; resume with "
+                    f"sampling={s['sampling']!r}")
+        for s in segments:
+            if len(s["steps"]) != self.n:
+                raise ValueError(f"checkpoint's ledger has {len(s['steps'])} agents, this core {self.n}")
+        start = int(current.pop("start"))
+        if all(current[k] == v for k, v in self._segment().items()):
+            self.past, self.rounds_before = segments, start
+            return
+        previous = sum((np.asarray(s["steps"], dtype=np.int64) for s in segments), np.zeros(self.n, dtype=np.int64))
+        ran = getattr(self, "_checkpoint_round", start)
+        current.update(rounds=ran - start, steps=(self.step_counts() - previous).tolist())
+        self.past, self.rounds_before = segments + [current], ran

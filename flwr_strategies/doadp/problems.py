@@ -103,10 +103,6 @@ class LogRegProblem:
             g = g + X[:, None, :] / self.q
         return g
 
-    def local_full_grad(self, i: int, x: np.ndarray, ridge: bool = True) -> np.ndarray:
-        """Gradient of f_i at x (mean over the q local samples)."""
-        return self.per_sample_grads(i, x, np.arange(self.q), ridge).mean(axis=0)
-
     def objective(self, x: np.ndarray) -> float:
         """Global objective f(x) = (1/n) sum_i f_i(x)."""
         z = self.B * np.einsum("nqd,d->nq", self.A, x)

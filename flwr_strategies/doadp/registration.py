@@ -1,8 +1,8 @@
 """Registrations: ``doadp``, ``dmsgd`` (non-private) and the paper's baselines ``dpdo``, ``dp-dda``, ``cpgt``.
 
 Method hyperparameters (``--set key=value``) are the fields of each config dataclass in
-:mod:`.config` plus the graph (``hops``, ``weights``). From the experiment: the step size alpha is
-``lr`` (with ``lr_decay`` for DO-ADP / D-mSGD), the batch size b is ``batch_size``, T is the number of
+:mod:`.config` plus the graph (``topology``, ``neighbours``, ``weights``, ``failure_policy``). From the
+experiment: the step size alpha is ``lr`` (with ``lr_decay`` for DO-ADP / D-mSGD), the batch size b is ``batch_size``, T is the number of
 rounds (one round = one iteration), q is the smallest local dataset. Training settings a peer method
 does not have are rejected before training: ``weight_decay`` (none in Algorithm 1), ``momentum`` (use
 ``--set beta=``), ``grad_clip`` (use ``--set clip=``), more than one local step or epoch per round,
@@ -18,12 +18,13 @@ from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
+from .peer import PublicTableCore
 from .server import DMSGDServer, DOADPServer
 
 PAPER = ("Huo, Liu, Ding, Johansson, Shi, 'Decentralized Optimization with Amplified Privacy via "
          "Efficient Communication', arXiv 2506.07102")
 
-GRAPH_DEFAULTS = {"hops": 3, "weights": "auto"}
+GRAPH_DEFAULTS = {"topology": "circulant", "neighbours": 7, "weights": "auto", "failure_policy": "renormalize"}
 
 #: The paper's training settings (CNN on MNIST, Sec. V-B) where it states them; the spec's choices else.
 #: On the default dataset (scikit-learn digits) the paper's other workload applies: logistic regression
@@ -71,8 +72,8 @@ def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str
     check_train_settings(setup, method)
     return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
                 dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
-                batch_size=setup.train.batch_size, hops=int(params["hops"]), weights=str(params["weights"]),
-                seed=setup.seed, on_train_config=setup.fit_config)
+                batch_size=setup.train.batch_size, seed=setup.seed, on_train_config=setup.fit_config,
+                **PublicTableCore.graph_arguments({k: params[k] for k in GRAPH_DEFAULTS}))
 
 
 def _doadp(setup: ServerSetup, params: dict) -> DOADPServer:

@@ -21,7 +21,12 @@ runs (``dp_epsilon`` at ``dp_delta``), with no credit for the activation probabi
 (neither is certifiable: activation is visible, and error feedback eventually sends every noisy
 coordinate). The paper's Theorem 1 bound is reported beside it as ``theorem1_epsilon`` /
 ``theorem1_delta`` (it credits p^2 and k/d). A run whose sigma does not certify the target
-(epsilon, delta) is refused at construction.
+(epsilon, delta) is refused at construction. The reported epsilon is the one of what ran: the
+rounds that ran (composed over resumed runs, even ones calibrated differently; the checkpoint
+carries the accountant's segments, :class:`~flwr_strategies.doadp.peer.GaussianLedger`) on the
+record count the agents report (``num_examples``; a count below the declared q replaces it, and a
+run whose noise then no longer certifies the target stops,
+:class:`~flwr_strategies.doadp.peer.DatasetSizeError`).
 """
 
 from __future__ import annotations
@@ -35,10 +40,10 @@ import numpy as np
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
-from ..privacy.accountant import GaussianSteps, calibrate_sigma
+from ..privacy.accountant import calibrate_sigma
 from ..privacy.doadp_accountant import doadp_privacy, doadp_sigma
 from .config import DMSGDConfig, DOADPConfig, resolve_k
-from .peer import PeerServer
+from .peer import GaussianLedger, PublicTableCore
 
 __all__ = ["DOADPServer", "DMSGDServer", "check_topk_message"]
 
@@ -60,7 +65,7 @@ def check_topk_message(idx: np.ndarray, val: np.ndarray, k: int, d: int) -> str 
     return None
 
 
-class DOADPServer(PeerServer):
+class DOADPServer(GaussianLedger, PublicTableCore):
     """DO-ADP (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified Privacy via
     Efficient Communication", arXiv 2506.07102): the peer network's public side.
 
@@ -73,79 +78,58 @@ class DOADPServer(PeerServer):
     num_rounds : int
         T, the planned iterations; the noise is calibrated for T private steps.
     dataset_size : int
-        q: the smallest local dataset (records) of an agent; the sampling rate is b/q.
+        q: the smallest local dataset (records) of an agent; the sampling rate is b/q. Checked
+        against the agents' ``num_examples`` (see :class:`~flwr_strategies.doadp.peer.PublicTableCore`).
     alpha : float (default: 0.01, paper CNN)
-        Step size, > 0.
+        Step size, > 0. Each step adds Gaussian noise of norm about ``alpha * sigma * sqrt(d)`` to an
+        agent's model (reported as ``step_noise_norm``). Measured on Flower's quickstart CNN on
+        MNIST (44k parameters, 200 rounds, ``python -m simulations bench doadp_stepsize``): the
+        training loss stayed bounded up to a noise norm of 2.5 and diverged from 4.5 on, so keep
+        ``alpha <= 2.5 / (sigma sqrt(d))``.
     lr_decay : float (default: 1.0, paper: constant)
         Per-round decay of the step size (round r uses ``alpha * lr_decay**(r-1)``), in (0, 1].
-    batch_size : int (default: 32, [spec] CNN; the paper uses 1)
-        b, 1 <= b <= q.
+    batch_size : int (default: 32; the paper uses 1)
+        b, records per private step, in [1, q].
     config : DOADPConfig (default: DOADPConfig())
-        Privacy, activation, Top-k, consensus and evaluation settings.
+        Privacy, activation, sparsification, consensus and evaluation settings.
     **kwargs
-        :class:`~flwr_strategies.doadp.peer.PeerServer` arguments (adjacency, hops, weights, seed,
-        on_train_config); ``eval_every``/``evaluate_private`` come from ``config``.
+        :class:`~flwr_strategies.doadp.peer.PublicTableCore` graph arguments (graph, topology,
+        seed, on_train_config); ``eval_every``/``evaluate_private`` come from ``config``.
     """
-
-    private = True
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config: DOADPConfig | None = None, lr_decay: float = 1.0,
                  **kwargs: Any) -> None:
         config = config if config is not None else DOADPConfig()
-        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
         self.config = config
-        if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"alpha must be positive and finite, got alpha={alpha!r}")
-        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got batch_size={batch_size!r}")
-        if isinstance(dataset_size, bool) or int(dataset_size) != dataset_size or dataset_size < 1:
-            raise ValueError(f"dataset_size must be an integer >= 1, got dataset_size={dataset_size!r}")
-        if batch_size > dataset_size:
-            raise ValueError(f"batch_size={batch_size} exceeds the local dataset size q={dataset_size}")
+        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
+                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
+                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
         if not (isinstance(lr_decay, (int, float)) and 0.0 < lr_decay <= 1.0):
             raise ValueError(f"lr_decay must lie in (0, 1], got lr_decay={lr_decay!r}")
-        self.alpha = float(alpha)
         self.lr_decay = float(lr_decay)
-        self.batch_size = int(batch_size)
-        self.q = int(dataset_size)
-        self.k = self._resolve_k()
+        self.init_ledger()
+        self.k = resolve_k(self.config.k_frac, self.d)
         self.sigma = self._calibrate()
-        self.XHAT = np.zeros((self.n, self.d)) if self.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
+        self.XHAT = np.zeros((self.n, self.d)) if self.config.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
         self.accepted = np.zeros(self.n, dtype=np.int64)
         self.active_steps = np.zeros(self.n, dtype=np.int64)
         self.seeded_replies = 0
         self.entropy_replies = 0
         self._parsed: dict = {}  # (round, partition) -> (reply, parsed message), filled by check_reply
+        self._round_W: tuple[int, Any] = (-1, None)  # the round's W over the agents taking part
 
     # ------------------------------------------------------------------ settings
-    @property
-    def public_copy(self) -> str:
-        return self.config.public_copy
-
     @property
     def gamma(self) -> float:
         return self.config.gamma
 
     @property
-    def beta(self) -> float:
-        return self.config.beta
-
-    @property
-    def p(self) -> float:
-        return self.config.p
-
-    @property
     def msg_dtype(self) -> str:
         return self.config.msg_dtype
 
-    def _resolve_k(self) -> int:
-        return resolve_k(self.config.k_frac, self.d)
-
-    def mechanism(self) -> GaussianSteps:
-        """The per-step mechanism every agent runs (for the standard accountant)."""
-        return GaussianSteps(self.sigma, self.config.clip, self.batch_size, self.q, self.config.sampling)
+    def step_counts(self) -> np.ndarray:
+        return self.active_steps
 
     def _calibrate(self) -> float:
         c = self.config
@@ -175,6 +159,10 @@ class DOADPServer(PeerServer):
         """Step size of ``server_round``: ``alpha * lr_decay**(server_round - 1)``."""
         return self.alpha * self.lr_decay ** max(0, int(server_round) - 1)
 
+    def step_noise_norm(self, server_round: int) -> float:
+        """``alpha_t * sigma * sqrt(d)``: the expected norm of the noise one step adds to a model."""
+        return float(self.alpha_at(server_round) * self.sigma * math.sqrt(self.d))
+
     def params_config(self, server_round: int = 1) -> dict[str, Any]:
         """The per-step hyperparameters every agent gets (``doadp_*`` keys)."""
         c = self.config
@@ -186,14 +174,16 @@ class DOADPServer(PeerServer):
         }
 
     # ------------------------------------------------------------------ privacy reports
-    def guarantee(self, steps: int) -> dict[str, float]:
-        """Certified (epsilon, delta) after ``steps`` private steps, and Theorem 1's bound beside it."""
+    def guarantee(self, rounds: int) -> dict[str, float]:
+        """Certified (epsilon, delta) after ``rounds`` rounds that ran (every agent stepping in every
+        round, on the record count that ran, composed over resumed runs), and Theorem 1's bound beside it."""
         c = self.config
-        out = {"dp_epsilon": self.mechanism().epsilon(steps, c.delta) if steps else 0.0, "dp_delta": c.delta}
-        if steps:
+        out = {"dp_epsilon": self.epsilon_at(rounds) if rounds else 0.0, "dp_delta": c.delta}
+        if rounds:
+            sigma = min([self.sigma] + [s["sigma"] for s in self.past])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                rep = doadp_privacy(self.sigma, c.delta0, int(steps), c.p, self.k, self.d, self.q, c.clip,
+                rep = doadp_privacy(sigma, c.delta0, int(rounds), c.p, self.k, self.d, self.q_ran, c.clip,
                                     batch_size=self.batch_size, clip_mode=c.clip_mode, mode="paper",
                                     allow_low_p=c.allow_low_p)
             out["theorem1_epsilon"] = rep.eps_tilde
@@ -208,11 +198,13 @@ class DOADPServer(PeerServer):
             "method": "doadp",
             "target_epsilon": c.epsilon, "target_delta": c.delta,
             "calibration": "given sigma" if c.sigma is not None else c.calibration,
-            "sigma": self.sigma, "k": self.k, "d": self.d, "q": self.q, "batch_size": self.batch_size,
-            "rounds": self.num_rounds, "sampling": c.sampling, "accountant": mech.accountant,
-            "adjacency": "replace-one", "noise_multiplier": mech.noise_multiplier,
+            "sigma": self.sigma, "step_noise_norm": self.step_noise_norm(1), "k": self.k, "d": self.d, "q": self.q,
+            "q_ran": self.q_ran,
+            "batch_size": self.batch_size, "rounds": self.num_rounds, "sampling": c.sampling,
+            "accountant": mech.accountant, "adjacency": "replace-one", "noise_multiplier": mech.noise_multiplier,
             "certified_epsilon_planned": self.planned_epsilon,
             **{f"planned_{k}": v for k, v in self.guarantee(self.num_rounds).items()},
+            "resumed_segments": len(self.past),
             "not_credited": "activation probability p (activation is visible) and Top-k k/d "
                             "(error feedback eventually sends every noisy coordinate); Theorem 1 credits both",
             "evaluation": "average of private models x_i (simulation only, OUTSIDE the guarantee)"
@@ -220,16 +212,18 @@ class DOADPServer(PeerServer):
         }
 
     # ------------------------------------------------------------------ rounds
-    def consensus(self) -> np.ndarray:
+    def consensus(self, W) -> np.ndarray:
         """``gamma * (W XHAT - XHAT)`` for every agent (one extra table)."""
-        C = mix(self.W, self.XHAT)
+        C = mix(W, self.XHAT)
         np.subtract(C, self.XHAT, out=C)
         C *= self.gamma
         return C
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
-        C = self.consensus()
+        W = self.round_mixing(partition_ids)
+        self._round_W = (int(server_round), W)
+        C = self.consensus(W)
         cfg = {**self.round_config(server_round), **self.params_config(server_round)}
         out = []
         for pid in partition_ids:
@@ -245,7 +239,7 @@ class DOADPServer(PeerServer):
         cached = self._parsed.get((server_round, reply.partition_id))
         if cached is not None and cached[0] is reply:
             return cached[1]
-        arrays, _ = self.split_report(server_round, reply)
+        arrays, _ = self.split_report(server_round, reply, (0, 2))
         if len(arrays) not in (0, 2):
             raise ReplyError(
                 f"partition {reply.partition_id}: expected a Top-k message [indices, values] or no message, "
@@ -270,6 +264,7 @@ class DOADPServer(PeerServer):
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         # compute everything first (parse and check every message; no table is touched) ...
         self._parsed = {key: v for key, v in self._parsed.items() if key[0] == server_round}
+        q = self.dataset_size_of(server_round, replies)
         rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         losses, seeded = [], 0
         for r in replies:
@@ -281,15 +276,18 @@ class DOADPServer(PeerServer):
             rows[r.partition_id] = msg
             if "train_loss" in r.metrics:
                 losses.append(float(r.metrics["train_loss"]))
+        W = self._round_W[1] if self._round_W[0] == int(server_round) else self.W
+        degrees = np.diff(W.indptr) - 1
         vbytes = np.dtype(self.msg_dtype).itemsize
         ibytes = 8
-        p2p = int(sum(int(self.degrees[pid]) for pid in rows)) * int(self.k) * (vbytes + ibytes)
+        p2p = int(sum(int(degrees[pid]) for pid in rows)) * int(self.k) * (vbytes + ibytes)
         # ... then commit: validated, distinct in-range indices, so the in-place adds cannot fail
         for pid, (idx, val) in rows.items():
             self.XHAT[pid, idx] += val
             self.accepted[pid] += 1
             self.active_steps[pid] += 1
-        self.commit_reports(server_round, replies)
+        self.q_ran = q
+        self.commit_reports(server_round, replies, (0, 2))
         self._parsed = {}
         self.seeded_replies += seeded
         self.entropy_replies += len(replies) - seeded
@@ -301,37 +299,46 @@ class DOADPServer(PeerServer):
             "p2p_bytes": p2p,
             "noise_client_seeded": seeded,
             "noise_os_entropy": len(replies) - seeded,
+            **self.graph_metrics(server_round, W),
         }
         if self.private:
             metrics["sigma"] = float(self.sigma)
+            metrics["step_noise_norm"] = self.step_noise_norm(server_round)
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         if self.private and self.should_evaluate(server_round):
             metrics.update(self.guarantee(server_round))  # worst case: every agent active every round
-            metrics["dp_epsilon_observed"] = self.mechanism().epsilon(int(self.active_steps.max()), self.config.delta) \
-                if self.active_steps.max() else 0.0
+            metrics["dp_epsilon_observed"] = self.observed_epsilon()
+            metrics["dp_dataset_size"] = int(self.q_ran)
         return metrics
 
-    def global_arrays(self) -> list[np.ndarray]:
-        """The average of the public copies (inside the guarantee), in the initial layout."""
-        return self.unflatten(self.XHAT.mean(axis=0))
+    def public_model(self) -> np.ndarray:
+        """The average of the public copies (inside the guarantee)."""
+        return self.XHAT.mean(axis=0)
 
     # ------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
-        return {"XHAT": self.XHAT.copy(), "accepted": self.accepted.copy(), "active_steps": self.active_steps.copy(),
-                "seeded_replies": int(self.seeded_replies), "entropy_replies": int(self.entropy_replies),
-                "peer": self.peer_state()}
+        out = {"XHAT": self.XHAT.copy(), "accepted": self.accepted.copy(), "active_steps": self.active_steps.copy(),
+               "seeded_replies": int(self.seeded_replies), "entropy_replies": int(self.entropy_replies),
+               "peer": self.peer_state()}
+        if self.private:
+            out["accountant"] = self.ledger_state()
+        return out
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         XHAT = np.array(state["XHAT"], dtype=np.float64)
         if XHAT.shape != (self.n, self.d):
             raise ValueError(f"checkpoint public copies have shape {XHAT.shape}, expected {(self.n, self.d)}")
+        if self.private and "accountant" not in state:
+            raise ValueError("checkpoint carries no privacy accountant: the steps it ran cannot be accounted")
+        self.load_peer_state(state["peer"])
         self.XHAT = XHAT
         self.accepted = np.array(state["accepted"], dtype=np.int64)
         self.active_steps = np.array(state["active_steps"], dtype=np.int64)
         self.seeded_replies = int(state["seeded_replies"])
         self.entropy_replies = int(state["entropy_replies"])
-        self.load_peer_state(state["peer"])
+        if self.private:
+            self.load_ledger(state["accountant"])
 
 
 class DMSGDServer(DOADPServer):
@@ -341,14 +348,15 @@ class DMSGDServer(DOADPServer):
     Parameters
     ----------
     initial_arrays, num_partitions, num_rounds, dataset_size, alpha, batch_size
-        As :class:`DOADPServer` (paper: alpha 0.01, the spec's b = 32).
+        As :class:`DOADPServer` (paper: alpha 0.01; b = 32).
     config : DMSGDConfig (default: DMSGDConfig())
         gamma, beta, eval_every, msg_dtype.
     **kwargs
-        :class:`~flwr_strategies.doadp.peer.PeerServer` arguments.
+        :class:`~flwr_strategies.doadp.peer.PublicTableCore` graph arguments.
     """
 
     private = False
+    federated_evaluation_allowed = True  # nothing private to protect
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config: DMSGDConfig | None = None, **kwargs: Any) -> None:
@@ -367,7 +375,7 @@ class DMSGDServer(DOADPServer):
         cfg.update({"doadp_private": 0, "doadp_sigma": 0.0, "doadp_clip": -1.0})
         return cfg
 
-    def guarantee(self, steps: int) -> dict[str, float]:
+    def guarantee(self, rounds: int) -> dict[str, float]:
         return {}
 
     def privacy_report(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class _PeerMessage(MessageStrategy):
                  **kwargs: Any) -> None:
         config, rest = split_config(self.config_cls, kwargs)
         self._peer_kwargs = {k: rest.pop(k) for k in _CORE_KEYS if k in rest}
+        self._peer_kwargs.update(self.server_cls.graph_arguments(rest))
         if "seed" in self._peer_kwargs:
             rest["seed"] = self._peer_kwargs["seed"]
         self.method_config = config

@@ -1,4 +1,4 @@
-"""Pure-NumPy reference simulator of the whole DO-ADP network (spec Sec. 2.2, compact form).
+"""Pure-NumPy reference simulator of the whole DO-ADP network (Huo et al., Algorithm 1, in compact matrix form).
 
 It runs exactly the per-agent code of :func:`.algorithm.agent_round` with each agent's private
 generator :func:`.rng.agent_generator` (client seed, t), so for the same client seeds its trajectory
@@ -73,7 +73,7 @@ class DOADPNetwork:
     public_copy : str
         ``"zero"`` (paper) or ``"x0"``.
     X0 : np.ndarray or None
-        Optional distinct initial models (n, d) (consensus oracle).
+        Optional distinct initial models (n, d) (to test consensus from different starts).
     """
 
     def __init__(self, problem, W, x0, params: DOADPParams, gamma: float, client_seeds: Sequence[int] | None = None,
@@ -171,7 +171,7 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
 
     ``m <- g + beta m; x <- x - alpha m + gamma sum_j w_ij (x_j - x_i)``, g the batch-mean gradient
     (no clipping). Each agent draws its coin (always active, p = 1) and batch from the same generator
-    as DO-ADP, so DO-ADP with p=1, k=d, sigma=0, no clipping reproduces it (oracle 1).
+    as DO-ADP, so DO-ADP with p=1, k=d, sigma=0, no clipping reproduces it exactly.
     """
     W = check_mixing(W)
     n = W.shape[0]

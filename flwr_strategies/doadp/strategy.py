@@ -27,7 +27,7 @@ from .server import DMSGDServer, DOADPServer
 
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "split_config"]
 
-_CORE_KEYS = ("adjacency", "hops", "weights", "seed", "lr_decay")
+_CORE_KEYS = ("seed", "lr_decay")
 
 
 def split_config(config_cls, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -46,6 +46,7 @@ class _PeerLegacy(LegacyStrategy):
                  on_bad_reply: str = "drop", min_available_clients: int | None = None, **kwargs: Any) -> None:
         config, rest = split_config(self.config_cls, kwargs)
         core_kwargs = {k: rest.pop(k) for k in _CORE_KEYS if k in rest}
+        core_kwargs.update(self.server_cls.graph_arguments(rest))
         core = self.server_cls(initial_ndarrays(initial_parameters), num_partitions=num_clients,
                                num_rounds=num_rounds, dataset_size=local_dataset_size, alpha=alpha,
                                batch_size=batch_size, config=config, on_train_config=on_fit_config_fn, **core_kwargs)
@@ -71,13 +72,17 @@ _COMMON = """
         Records per private step, in [1, q].
     lr_decay : float (default: 1.0)
         Per-round step-size decay, in (0, 1].
-    adjacency : array | sparse matrix | None (default: None)
-        Undirected connected peer graph; None: the paper's circulant ``(i +- 1..hops) mod n``.
-    hops : int (default: 3, paper)
-        Offsets of the circulant graph.
+    topology : str | Topology (default: "circulant", paper)
+        Fixed undirected peer graph (see :class:`~flwr_strategies.decentralized.config.GraphConfig`),
+        or ``Topology.from_adjacency(A)``.
+    neighbours : int (default: 7, paper: ``i +- 1, 2, 3``)
+        Neighbourhood size, the agent itself included; at most the number of agents.
     weights : str (default: "auto")
         Mixing weights: ``"auto"`` (paper's ``I - L/(d_max+1)`` on regular graphs), ``"uniform"``,
         ``"metropolis_hastings"``.
+    failure_policy : str (default: "renormalize")
+        An agent whose node is gone is left out of the mixing (``"renormalize"``, ``"self"``) or
+        stops the run (``"stop"``).
     evaluate_fn : callable | None
         Flower's ``evaluate_fn(server_round, ndarrays, config)`` on the public average model (and,
         with ``evaluate_private``, on the private average too; simulation only).

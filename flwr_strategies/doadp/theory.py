@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def spectral_gap(W: np.ndarray) -> float:
-    """``rho = 1 - |lambda_2(W)|`` with eigenvalues sorted by modulus (W symmetric)."""
-    ev = np.sort(np.abs(np.linalg.eigvalsh(np.asarray(W, dtype=np.float64))))[::-1]
-    return float(1.0 - ev[1])
+from ..decentralized.mixing import spectral_gap  # noqa: F401  (rho = 1 - |lambda_2(W)|, defined once)
 
 
 def phi(W: np.ndarray) -> float:
