@@ -79,7 +79,7 @@ def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
     (acc0, loss0), (acc, loss) = record[0], record[4]
     assert math.isfinite(loss), detail
     if method == "doadp":
-        assert set(record) == {0, 4} and loss <= loss0 + 0.1, detail  # evaluated at its eval_every and the last round
+        assert {0, 4} <= set(record) and loss <= loss0 + 0.1, detail  # runs every round, its loss does not grow
     elif method == "fedli-lu" and lr == 0.05:
         warned = [r.getMessage() for r in caplog.records if "FedLi-LU round 1" in r.getMessage()]
         assert warned and "gamma=" in warned[0] and "momentum" in warned[0], (detail, caplog.text[-2000:])
