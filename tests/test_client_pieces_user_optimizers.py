@@ -95,22 +95,36 @@ def _scaffold_run(make_opt, steps=6):
         raw = [r + p.grad.double().numpy() for r, p in zip(raw, params)]
         corr.apply()
         opt.step()
-    c_new, dc = corr.control_update(0.05)
+    group = opt.param_groups[0]
+    c_new, dc = corr.control_update(group["lr"])
     return c_new, [r / steps for r in raw], corr.rule, (start, [p.detach().numpy() for p in params], c_glob, c_loc)
 
 
-@pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-                                      lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
+@pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.9),
+                                      lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.9, nesterov=True),
                                       lambda p: torch.optim.Adam(p, lr=0.01)], ids=["momentum", "nesterov", "adam"])
 def test_scaffold_control_is_the_mean_local_gradient_under_any_optimizer(make_opt):
     c_new, mean_grad, rule, (w0, w1, c_glob, c_loc) = _scaffold_run(make_opt)
     assert rule == "gradients"
     for c, g in zip(c_new, mean_grad):
         np.testing.assert_allclose(c, g, rtol=1e-5, atol=1e-7)
-    # the displacement formula would have been far off (momentum inflates it about tenfold)
-    wrong, _ = scaffold_client_control_update(c_loc, c_glob, w0, w1, 6, 0.05)
+    # the displacement formula would have been far off (momentum inflates it)
+    wrong, _ = scaffold_client_control_update(c_loc, c_glob, w0, w1, 6, 0.02)
     assert max(float(np.abs(a - g).max()) for a, g in zip(wrong, mean_grad)) > 10 * max(
         float(np.abs(a - g).max()) for a, g in zip(c_new, mean_grad))
+
+
+def test_scaffold_refuses_a_momentum_step_above_its_measured_limit():
+    model = _mlp()
+    corr = ScaffoldCorrection(model, [np.zeros(tuple(p.shape)) for p in model.parameters()])
+    x, y = _data(8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    F.cross_entropy(model(x), y).backward()
+    corr.apply()
+    with pytest.raises(ValueError, match=r"SCAFFOLD refuses SGD\(lr=0.05, momentum=0.9\).*lr <= 0.02 with momentum 0.9"):
+        opt.step()
+    plain = torch.optim.SGD(model.parameters(), lr=1.0)  # plain SGD (the paper's client) is never refused
+    plain.step()
 
 
 def test_scaffold_keeps_the_papers_formula_bit_for_bit_under_plain_sgd():

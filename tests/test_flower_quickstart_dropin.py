@@ -14,8 +14,9 @@ epochs. Each method learns, or says why it cannot:
 - FedLi-LU's server step is capped by the clients' displacement: with momentum 0.9 at lr 0.05 its
   DFW step takes gamma < 1 from round 1, which the server says in a warning (the README gives the
   range where FedLi-LU is FedAvg);
-- FedLMT (weights W = U V, factors averaged directly) refuses an SGD step lr / (1 - momentum) above
-  its measured limit at the first optimizer step, naming the setting and the range that works.
+- FedLMT (weights W = U V, factors averaged directly) and SCAFFOLD (with momentum) refuse an SGD step
+  lr / (1 - momentum) above their measured limits at the first optimizer step, naming the setting
+  and the range that works.
 
 The ``flwr run`` path of the same apps is ``tests/test_dropin_apps.py``.
 """
@@ -33,6 +34,9 @@ from quickstart_fixture import APPS, FIXTURES, apply_diff, run_config, run_legac
 NODES = 4
 MATRIX = ["dfedcata", "fedli-ls", "fedli-lu", "doadp", "fedmud", "scaffold", "fedexp", "dfedavg", "fedlmt"]
 LEARNING_RATES = [0.01, 0.05]
+#: (method, lr) refused at the first optimizer step: what the error must say
+REFUSED = {("fedlmt", 0.05): ("FedLMT refuses SGD(lr=0.05, momentum=0.9", "lr <= 0.03 with momentum 0.9"),
+           ("scaffold", 0.05): ("SCAFFOLD refuses SGD(lr=0.05, momentum=0.9)", "lr <= 0.02 with momentum 0.9")}
 
 
 def _diffs(api: str) -> list[str]:
@@ -71,9 +75,9 @@ def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
             record, errors = {}, [str(err)]
     detail = f"{method} at lr {lr}: {record} {errors[:2]}"
     print(f"\nmatrix {detail}")  # the README's table of working ranges quotes these lines (pytest -s)
-    if method == "fedlmt" and lr == 0.05:  # refused at the first optimizer step of every client
-        assert errors and all("FedLMT refuses SGD(lr=0.05, momentum=0.9" in e for e in errors), detail
-        assert "lr <= 0.03 with momentum 0.9" in errors[0], detail
+    if (method, lr) in REFUSED:  # refused at the first optimizer step of every client
+        setting, working = REFUSED[method, lr]
+        assert errors and all(setting in e for e in errors) and working in errors[0], detail
         return
     assert not errors, detail
     (acc0, loss0), (acc, loss) = record[0], record[4]
