@@ -77,7 +77,8 @@ class MeZO(torch.optim.Optimizer):
     mu : float (default: 1e-3)
         Perturbation scale, > 0 (paper).
     weight_decay : float (default: 0.0)
-        Decoupled weight decay, >= 0, skipped for tensors named bias/layer_norm/layernorm.
+        Decoupled weight decay, >= 0, skipped for tensors named bias/layer_norm/layernorm (any letter
+        case; ``variant="code"``: as written, the official code's match).
     num_perturbations : int (default: 1)
         Directions averaged per step (2 forward passes each), >= 1.
     restore_mode : str (default: "snapshot")
@@ -87,6 +88,11 @@ class MeZO(torch.optim.Optimizer):
     seed : int | tuple[int, int, int] (default: 0)
         Key of the per-step seeds: step k uses ``derive_seed(*key, k)``. FedMeZO's clients use
         ``(run_seed, server_round, partition_id)`` (:meth:`from_config`), which the server can check.
+    variant : str (default: "paper")
+        ``"paper"`` or ``"code"``: the official FedMeZO code's arithmetic (``g`` from the loss
+        tensors, ``theta - lr (g z + wd theta)`` in the tensors' dtype, case-sensitive weight-decay
+        name match). With a half-precision model, ``z_device="param"`` and
+        ``restore_mode="regenerate"`` it follows the official trainer step for step.
 
     Attributes
     ----------
@@ -100,7 +106,7 @@ class MeZO(torch.optim.Optimizer):
 
     def __init__(self, params: nn.Module | Iterable, lr: float = 1e-5, mu: float = 1e-3, *, weight_decay: float = 0.0,
                  num_perturbations: int = 1, restore_mode: str = "snapshot", z_device: str = "cpu",
-                 seed: int | Sequence[int] = 0) -> None:
+                 seed: int | Sequence[int] = 0, variant: str = "paper") -> None:
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
             raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
         module = params if isinstance(params, nn.Module) else None
@@ -113,7 +119,8 @@ class MeZO(torch.optim.Optimizer):
         if len(key) != 3 or any(s < 0 for s in key):
             raise ValueError(f"seed must be an integer >= 0 or (run_seed, server_round, partition_id), got {seed!r}")
         self.engine = MeZOEngine(named, mu=mu, restore_mode=restore_mode, z_device=z_device,
-                                 weight_decay=weight_decay, num_perturbations=num_perturbations, module=module)
+                                 weight_decay=weight_decay, num_perturbations=num_perturbations, module=module,
+                                 variant=variant)
         super().__init__([t for _, t in named], {"lr": float(lr), "weight_decay": float(weight_decay)})
         self.seed_key = key
         self.steps = 0
@@ -124,13 +131,14 @@ class MeZO(torch.optim.Optimizer):
     def from_config(cls, model: nn.Module | Iterable, config: Mapping[str, Any], partition_id: int,
                     default_seed: int = 0) -> "MeZO":
         """The optimizer a FedMeZO server asks for: ``lr``, ``mu``, ``weight_decay``,
-        ``num_perturbations``, ``restore_mode``, ``z_device`` and the seed key
+        ``num_perturbations``, ``restore_mode``, ``z_device``, ``variant`` and the seed key
         ``(run_seed, server_round, partition_id)`` from the round's ``config``."""
         return cls(model, lr=float(config["lr"]), mu=float(config.get("mu", 1e-3)),
                    weight_decay=float(config.get("weight_decay", 0.0)),
                    num_perturbations=int(config.get("num_perturbations", 1)),
                    restore_mode=str(config.get("restore_mode", "snapshot")), z_device=str(config.get("z_device", "cpu")),
-                   seed=(int(config.get("run_seed", default_seed)), int(config.get("server_round", 0)), int(partition_id)))
+                   seed=(int(config.get("run_seed", default_seed)), int(config.get("server_round", 0)), int(partition_id)),
+                   variant=str(config.get("variant", "paper")))
 
     @property
     def n_skipped(self) -> int:
@@ -190,9 +198,10 @@ def load_model_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
 def cast_adapters(model: nn.Module, dtype: str | torch.dtype) -> nn.Module:
     """Cast the trainable tensors to ``dtype`` (``"fp32"``, ``"fp16"``, ``"bf16"`` or a torch dtype).
 
-    ``"fp16"`` reproduces the reference implementation, which runs the LoRA adapters in half
-    precision (``model.half()``); there an update of 1e-5 on values near 1e-2 is close to one fp16
-    ulp, so many updates round away. The library's default keeps adapters in fp32 (spec 1.3 rule 8).
+    ``"fp16"`` gives half-precision adapters, as the official code's ``model.half()`` does (which
+    halves the base model too: cast the base with it for the official precision); there an update of
+    1e-5 on values near 1e-2 is close to one fp16 ulp, so many updates round away. The library's
+    default keeps adapters in fp32.
     """
     if isinstance(dtype, str):
         if dtype not in ADAPTER_DTYPES:
@@ -378,7 +387,7 @@ class FedMeZOClient(_LoRAClient):
 
     Config keys read: ``server_round``, ``lr``, ``mu``, ``local_steps`` (or ``local_epochs``),
     ``batch_size``, ``weight_decay``, ``num_perturbations``, ``run_seed``, ``restore_mode``,
-    ``z_device``, ``comm_mode`` (``params``: return the adapters; ``seeds``: return no arrays and
+    ``z_device``, ``variant``, ``comm_mode`` (``params``: return the adapters; ``seeds``: return no arrays and
     the (seed, coefficient) pairs as the bytes metric ``zo_pairs``, 16 bytes per step).
     ``momentum`` and ``grad_clip`` are rejected (MeZO keeps no optimizer state and has no gradient).
 

@@ -25,7 +25,8 @@ _REGISTRY: dict[str, MethodSpec] = {}
 _LOADED = False
 
 #: Where a training default came from (``MethodSpec.train_defaults``; shown by ``--help`` and results.json).
-PROVENANCES = ("paper", "official code", "spec", "project", "user")
+#: A default's provenance is ``"KIND: where"`` (``"paper: Table 2"``); KIND is one of these.
+PROVENANCES = ("paper", "official code", "project", "user")
 
 
 def load_object(path: str) -> Any:
@@ -77,8 +78,9 @@ class MethodSpec:
         True for peer-graph methods emulated inside the strategy.
     extra : Mapping[str, Any]
         Further facts about the method. ``extra["param_provenance"]`` maps hyperparameter names to
-        their provenance (``{"lora_r": "paper"}``); without it ``--set`` keys show as
-        "method default".
+        their provenance (``{"lora_r": "paper: Sec. 5.1"}``); a key without one shows as
+        "unstated". ``extra["param_defaults"]`` makes a hyperparameter's default depend on another
+        resolved value (see ``simulations.settings.ExperimentConfig.resolve``).
     """
 
     name: str
@@ -96,7 +98,7 @@ class MethodSpec:
 
     def __post_init__(self) -> None:
         for key, item in self.train_defaults.items():
-            if not (isinstance(item, tuple) and len(item) == 2 and item[1] in PROVENANCES):
+            if not (isinstance(item, tuple) and len(item) == 2 and str(item[1]).split(":")[0] in PROVENANCES):
                 raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
         if self.build_strategy is None:
             if self.build_core is None:

@@ -176,7 +176,7 @@ def print_defaults(method: str) -> None:
     cfg = ExperimentConfig(method=method).resolve()
     print(f"{spec.name}: {spec.summary}")
     print(f"paper: {spec.paper}")
-    print("settings (a flag overrides its default; source: paper / official code / spec / project):")
+    print("settings (a flag overrides its default; source: paper / official code / project, and where):")
     for name in RESOLVED:
         rec = cfg.provenance[name]
         print(f"  {_flag(name):<22} {describe(rec['value'], name):<40} {rec['source']}")
@@ -184,7 +184,7 @@ def print_defaults(method: str) -> None:
     if cfg.params:
         print("method hyperparameters (--set KEY=VALUE):")
         for key, value in cfg.params.items():
-            print(f"  {key:<22} {describe(value, key):<40} {sources.get(key, 'method default')}")
+            print(f"  {key:<22} {describe(value, key):<40} {sources.get(key, 'unstated')}")
 
 
 def cmd_defaults(args: argparse.Namespace) -> int:

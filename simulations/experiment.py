@@ -130,7 +130,7 @@ class Experiment:
                 self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
             except (ValueError, TypeError, KeyError) as err:
                 msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-                given = ", ".join(f"{k}={v}" for k, v in self.cfg.params.items() if self.cfg.sources()["params"].get(k) != "method default")
+                given = ", ".join(f"{k}={v}" for k, v in self.cfg.params.items() if self.cfg.sources()["params"].get(k) in ("user", "preset", "run config"))
                 raise MethodSettingsError(
                     f"method '{self.cfg.method}' rejected its settings before training"
                     f"{f' (--set {given})' if given else ''}: {msg}"

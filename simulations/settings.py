@@ -7,8 +7,10 @@ Every setting a method may have an opinion on starts *unset* (``None``).
 1. the value the caller gave (``source`` ``"user"``, or ``"preset"`` / ``"run config"`` when a
    preset or a Flower run config gave it);
 2. the method's own defaults, ``MethodSpec.train_defaults`` (the paper's settings; ``source`` is
-   the provenance the method states: ``"paper"``, ``"official code"``, ``"spec"`` or ``"project"``);
-3. the project's defaults, :data:`PROJECT_DEFAULTS` (``source`` ``"project"``).
+   the provenance the method states, a kind and where it comes from: ``"paper: Sec. 5.1"``,
+   ``"official code: run/*.sh"`` or ``"project: <the one-line reason>"``);
+3. the project's defaults, :data:`PROJECT_DEFAULTS` (``source`` ``"project: <reason>"``, from
+   :data:`PROJECT_SOURCES`).
 
 The resolved config keeps, in ``provenance``, the value and source of every setting (and of every
 method hyperparameter under ``provenance["params"]``); ``results.json`` and
@@ -19,8 +21,12 @@ Two rules make the defaults behave as a user expects:
 - ``local_epochs`` and ``local_steps`` are one choice (the local work budget): if the caller sets
   either, the method's defaults for both are ignored.
 - A method default may depend on the dataset: ``train_defaults["lr"] = ({"cifar10": 0.1, "*": 0.05},
-  "paper")`` picks by the resolved dataset (``"*"`` for any other; without a match the project's
-  default applies).
+  "paper: Table 2")`` picks by the resolved dataset (``"*"`` for any other; without a match the
+  project's default applies).
+- A method hyperparameter's default may depend on another resolved value
+  (``MethodSpec.extra["param_defaults"]``, see :meth:`ExperimentConfig.resolve`): DO-ADP's privacy
+  settings follow the model (the paper's logistic-regression row or its CNN row), FedMUD's
+  initialisation scale follows the decomposition.
 
 An optional setting can be switched off explicitly with the string ``"none"`` (``--grad-clip none``
 turns off a method's default clipping). :meth:`ExperimentConfig.validate` checks every resolved
@@ -64,14 +70,40 @@ PROJECT_DEFAULTS: dict[str, Any] = {
     "synthetic_alpha": 1.0,
     "synthetic_beta": 1.0,
 }
+#: Why each project default is what it is (the ``source`` of a setting no method defaults).
+PROJECT_SOURCES: dict[str, str] = {
+    "dataset": "project: scikit-learn's digits ship with the install, so the default run needs no download",
+    "num_clients": "project: 10 clients keep about 140 digits examples each",
+    "rounds": "project: a run of under a minute on 2 CPUs",
+    "seed": "project: any fixed seed; the same seed gives the same numbers",
+    "partition": "project: IID unless the dataset has natural client groups",
+    "alpha": "project: a moderate Dirichlet skew, used only with --partition dirichlet*",
+    "classes_per_client": "project: used only with --partition label-count",
+    "fraction_fit": "project: every client every round, as Flower's FedAvg (fraction_fit=1.0)",
+    "lr": "project: plain SGD at 0.1 learns the default models within a few rounds",
+    "local_epochs": "project: one pass over the local data, as Flower's examples",
+    "local_steps": "project: the local budget is local_epochs",
+    "batch_size": "project: 32, as Flower's examples",
+    "weight_decay": "project: no regulariser unless a method asks for one",
+    "momentum": "project: plain SGD unless a method asks for momentum",
+    "lr_decay": "project: a constant learning rate unless a method decays it",
+    "grad_clip": "project: no clipping unless a method clips",
+    "model": "project: the dataset's default model (simulations.models.DEFAULT_MODEL)",
+    "synthetic_alpha": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
+    "synthetic_beta": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
+}
 RESOLVED: tuple[str, ...] = tuple(PROJECT_DEFAULTS)
 #: Settings a method's ``train_defaults`` may set (the seed is the user's alone).
 METHOD_SETTABLE: frozenset[str] = frozenset(RESOLVED) - {"seed"}
 #: Settings where None is a meaningful resolved value (set explicitly with "none").
 OPTIONAL: frozenset[str] = frozenset({"partition", "local_epochs", "local_steps", "grad_clip", "model"})
 NONE_WORDS = ("none", "off")
-#: Provenances a default can have (``MethodSpec.train_defaults`` and the project's own).
-DEFAULT_SOURCES = ("paper", "official code", "spec", "project")
+#: Kinds of provenance a default can have (``MethodSpec.train_defaults``, ``extra["param_provenance"]`` and
+#: the project's own). A source is ``"KIND: where"``: the paper's section, table or equation; the
+#: official code's file; or the project's one-line reason.
+DEFAULT_SOURCES = ("paper", "official code", "project")
+#: Shown for a method hyperparameter whose registration states no source (a test keeps it unused).
+UNSTATED = "unstated"
 #: Provenances of values a caller gave.
 GIVEN_SOURCES = ("user", "preset", "run config")
 #: What ``None`` means in a resolved setting, for display.
@@ -93,6 +125,11 @@ FLOAT_SETTINGS = frozenset({"alpha", "fraction_fit", "lr", "weight_decay", "mome
 _RUN_CONFIG_NAMES = {"rounds": "num-server-rounds", "params": "set", "out": "out-dir"}
 #: Settings a Flower run config may carry (the others are the runner's execution settings).
 RUN_CONFIG_SETTINGS: tuple[str, ...] = ("method",) + RESOLVED + ("data_dir", "data_seed", "device", "params", "fail")
+
+
+def source_kind(source: Any) -> str:
+    """The kind of a provenance label: ``"paper: Table 2"`` -> ``"paper"``, ``"user"`` -> ``"user"``."""
+    return str(source).split(":", 1)[0].strip()
 
 
 #: Run-config keys that would hand the clients a seed the server knows; a run config is the server's, so
@@ -215,7 +252,13 @@ class ExperimentConfig:
 
     def resolve(self) -> "ExperimentConfig":
         """This config with every unset setting filled (caller > method default > project default)
-        and ``provenance`` recording each value's source. Idempotent; the original is unchanged."""
+        and ``provenance`` recording each value's source. Idempotent; the original is unchanged.
+
+        Method hyperparameters (``params``) start at ``MethodSpec.defaults``; an entry of
+        ``MethodSpec.extra["param_defaults"]``, ``{key: (driver, {driver_value: (value, source),
+        "*": (value, source)})}``, replaces a default the caller did not set by the value for the
+        resolved ``driver``: a setting (``"model"``, ``"dataset"``) or another hyperparameter
+        (``"params.decomp"``); ``"*"`` matches any other value."""
         spec = get_method(self.method)
         check_train_defaults(spec)
         given = self._given()
@@ -230,7 +273,7 @@ class ExperimentConfig:
                     if key is None:
                         return None
                     entry = value[key]
-                    if isinstance(entry, tuple) and len(entry) == 2 and entry[1] in PROVENANCES:
+                    if isinstance(entry, tuple) and len(entry) == 2 and source_kind(entry[1]) in PROVENANCES:
                         return entry
                     return entry, source
                 return value, source
@@ -239,9 +282,9 @@ class ExperimentConfig:
         for name in RESOLVED:
             if name in ("local_epochs", "local_steps"):
                 continue
-            chosen[name] = given.get(name) or default(name) or (PROJECT_DEFAULTS[name], "project")
+            chosen[name] = given.get(name) or default(name) or (PROJECT_DEFAULTS[name], PROJECT_SOURCES[name])
         chosen.update(_budget(given, default))
-        params, param_sources = self._resolved_params(spec)
+        params, param_sources = self._resolved_params(spec, chosen)
         provenance = {name: {"value": value, "source": source} for name, (value, source) in chosen.items()}
         provenance["params"] = param_sources
         return replace(self, **{name: value for name, (value, _) in chosen.items()}, params=params,
@@ -266,33 +309,49 @@ class ExperimentConfig:
             if isinstance(value, str) and name in OPTIONAL and value.strip().lower() in NONE_WORDS:
                 out[name] = (None, label)
                 continue
-            if source in DEFAULT_SOURCES and "value" in record and _same(record["value"], value):
+            if source_kind(source) in DEFAULT_SOURCES and "value" in record and _same(record["value"], value):
                 continue  # filled by an earlier resolve from a default
             out[name] = (value, label)
         return out
 
-    def _resolved_params(self, spec: MethodSpec) -> tuple[dict[str, Any], dict[str, str]]:
-        """The method's hyperparameters (defaults updated by ``params``), each parsed to its
-        default's type, with sources; unknown keys and unparsable values raise naming them."""
+    def _resolved_params(self, spec: MethodSpec,
+                         chosen: Mapping[str, tuple[Any, str]]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The method's hyperparameters (defaults, then dependent defaults, updated by ``params``),
+        each parsed to its default's type, with sources; unknown keys and unparsable values raise
+        naming them."""
         given_sources = self.provenance.get("params") if isinstance(self.provenance.get("params"), Mapping) else {}
-        stated = dict(spec.extra.get("param_provenance", {})) if isinstance(spec.extra, Mapping) else {}
+        extra = spec.extra if isinstance(spec.extra, Mapping) else {}
+        stated = dict(extra.get("param_provenance", {}))
+        dependent = dict(extra.get("param_defaults", {}))
         params = dict(spec.defaults)
-        sources = {key: stated.get(key, "method default") for key in params}
+        sources = {key: stated.get(key, UNSTATED) for key in params}
+        given: set[str] = set()
         for key, value in (self.params or {}).items():
             if key not in params:
                 valid = ", ".join(sorted(params)) or "(none)"
                 raise KeyError(f"method '{spec.name}' has no parameter '{key}' (--set {key}=...); its parameters: {valid}")
             if isinstance(value, str):
                 try:
-                    value = parse_value(params[key], value)
+                    value = parse_value(spec.defaults[key], value)
                 except ValueError:
-                    kind = type(params[key]).__name__ if params[key] is not None else "value"
+                    kind = type(spec.defaults[key]).__name__ if spec.defaults[key] is not None else "value"
                     raise SettingError(f"params.{key}", value, f"a {kind} (method '{spec.name}')") from None
-            params[key] = value
             source = given_sources.get(key)
-            if source in DEFAULT_SOURCES + ("method default",) and _same(spec.defaults.get(key), value):
+            if source_kind(source) in DEFAULT_SOURCES + (UNSTATED,) and _is_default(spec, dependent, key, value):
                 continue  # a default carried over from an earlier resolve
+            params[key] = value
             sources[key] = source if source in GIVEN_SOURCES else "user"
+            given.add(key)
+        for key, (driver, table) in dependent.items():
+            if key in given:
+                continue
+            if driver.startswith("params."):
+                current = params[driver[len("params."):]]
+            else:
+                current = chosen[driver][0]
+            entry = table.get(current, table.get("*"))
+            if entry is not None:
+                params[key], sources[key] = entry
         return params, sources
 
     # -- checks ----------------------------------------------------------------------------
@@ -367,6 +426,15 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _is_default(spec: MethodSpec, dependent: Mapping[str, Any], key: str, value: Any) -> bool:
+    """Whether ``value`` is a default of hyperparameter ``key`` (its own or a dependent one)."""
+    if _same(spec.defaults.get(key), value):
+        return True
+    if key in dependent:
+        return any(_same(entry[0], value) for entry in dependent[key][1].values())
+    return False
+
+
 def _budget(given: dict, default) -> dict[str, tuple[Any, str]]:
     """``local_epochs`` / ``local_steps``: one choice, from the caller, else the method, else the project."""
     names = ("local_epochs", "local_steps")
@@ -377,7 +445,7 @@ def _budget(given: dict, default) -> dict[str, tuple[Any, str]]:
     if any(m is not None and m[0] is not None for m in method.values()):
         source = next(m[1] for m in method.values() if m is not None)
         return {n: method[n] if method[n] is not None else (None, source) for n in names}
-    return {n: (PROJECT_DEFAULTS[n], "project") for n in names}
+    return {n: (PROJECT_DEFAULTS[n], PROJECT_SOURCES[n]) for n in names}
 
 
 def check_train_defaults(spec: MethodSpec) -> None:
@@ -419,10 +487,9 @@ def _check(cfg: ExperimentConfig) -> None:
 
     spec = get_method(cfg.method)
     choices = task_choices(spec.task)
-    source = cfg.provenance.get("dataset", {}).get("source")
-    if choices.get("datasets") and cfg.dataset not in choices["datasets"] and not (
-            spec.task != "classification" and source == "project"):
-        raise SettingError("dataset", cfg.dataset, f"one of {', '.join(choices['datasets'])}")
+    if choices.get("datasets") and cfg.dataset not in choices["datasets"]:
+        raise SettingError("dataset", cfg.dataset, f"one of {', '.join(choices['datasets'])} "
+                                                   f"(method '{spec.name}' runs the task '{spec.task}')")
     _integer("num_clients", cfg.num_clients, 1)
     _integer("rounds", cfg.rounds, 1)
     _integer("seed", cfg.seed, 0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from flwr_strategies.registry import PROVENANCES, get_method
+from flwr_strategies.simulations.settings import source_kind
 from flwr_strategies.simulations.compare import run_preset
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.presets import get_preset
@@ -22,16 +23,16 @@ METHODS = ("dfedcata", "dfedavg", "dfedavgm", "dfedsam", "dpsgd", "fedsam")
 
 def test_train_defaults_are_the_papers_with_provenance():
     for name in METHODS:
-        d = get_method(name).train_defaults
+        d = {k: (v, source_kind(src)) for k, (v, src) in get_method(name).train_defaults.items()}
         assert d["lr"] == (0.1, "paper") and d["lr_decay"] == (0.998, "paper")
         assert d["local_epochs"] == (5, "paper") and d["num_clients"] == (100, "paper")
         assert d["weight_decay"] == (5e-4, "official code") and d["grad_clip"] == (10.0, "official code")
-        assert d["batch_size"] == (128, "official code") and d["momentum"] == (0.0, "paper")
+        assert d["batch_size"] == (128, "official code") and d["momentum"] == (0.0, "official code")
         assert all(prov in PROVENANCES for _, prov in d.values())
         fields = set(ExperimentConfig.__dataclass_fields__)
         assert set(d) <= fields, set(d) - fields
-    assert get_method("fedsam").train_defaults["fraction_fit"] == (0.1, "paper")
-    assert get_method("dfedcata").train_defaults["fraction_fit"] == (1.0, "paper")
+    assert get_method("fedsam").train_defaults["fraction_fit"][0] == 0.1
+    assert get_method("dfedcata").train_defaults["fraction_fit"][0] == 1.0
     assert get_method("dfedcata").defaults["beta"] == 0.99 and get_method("dfedcata").defaults["lam"] == 0.05
     assert get_method("dfedavgm").defaults["local_momentum"] == 0.9 and get_method("dfedsam").defaults["rho"] == 0.1
 

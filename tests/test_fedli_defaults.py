@@ -20,25 +20,31 @@ from flwr_strategies.registry import get_method  # noqa: E402
 from flwr_strategies.setup import ClientSetup, TrainConfig  # noqa: E402
 from flwr_strategies.simulations.experiment import ExperimentConfig  # noqa: E402
 from flwr_strategies.simulations.runner import run_experiment  # noqa: E402
+from flwr_strategies.simulations.settings import source_kind  # noqa: E402
 
 METHODS = ("fedli-ls", "fedli-lu", "fedexp", "scaffold")
 
 
 def paper_config(method: str, **kw) -> ExperimentConfig:
-    """``python -m simulations run --method M`` with the method's train_defaults applied."""
-    defaults = {k: v for k, (v, _) in get_method(method).train_defaults.items()}
-    return ExperimentConfig(method=method, progress=False, **{**defaults, **kw})
+    """``python -m simulations run --method M`` (the method's train_defaults apply)."""
+    return ExperimentConfig(method=method, progress=False, **kw)
+
+
+def _default(cfg: ExperimentConfig, name: str) -> tuple:
+    return getattr(cfg, name), source_kind(cfg.provenance[name]["source"])
 
 
 def test_train_defaults_are_the_papers_with_provenance():
     for method in METHODS:
-        td = get_method(method).train_defaults
-        assert td["local_epochs"] == (1, "paper") and td["batch_size"] == (32, "paper")
-        assert td["fraction_fit"] == (0.1, "paper")
+        cfg = ExperimentConfig(method=method, dataset="mnist").resolve()
+        assert _default(cfg, "local_epochs") == (1, "paper") and _default(cfg, "batch_size") == (32, "paper")
+        assert _default(cfg, "fraction_fit") == (0.1, "paper") and _default(cfg, "num_clients") == (100, "paper")
     for method in ("fedli-lu", "fedexp", "scaffold"):
-        assert get_method(method).train_defaults["lr"] == (0.01, "paper")
-        assert get_method(method).train_defaults["grad_clip"] == (1.0, "spec")
-    assert get_method("fedli-ls").train_defaults["grad_clip"] == (None, "spec")  # never on Armijo clients
+        cfg = ExperimentConfig(method=method).resolve()
+        assert _default(cfg, "lr") == (0.01, "paper")
+        assert _default(cfg, "grad_clip") == (1.0, "project")  # App. C: clipping "used", no threshold given
+    # never on Armijo clients
+    assert _default(ExperimentConfig(method="fedli-ls").resolve(), "grad_clip") == (None, "project")
     assert "lr" not in get_method("fedli-ls").train_defaults  # the line search replaces it
 
 

@@ -242,5 +242,7 @@ def test_method_registrations_variants_and_params():
     assert fedli_ls_config(resolve_params(get_method("fedli-ls"), {"variant": "code"})).armijo == ArmijoConfig.code()
     assert fedexp_config_from_params(resolve_params(get_method("fedexp"), {"variant": "code"})) == FedExPConfig.code()
     for name in ("fedli-ls", "fedli-lu", "fedexp", "scaffold"):
-        assert get_method(name).train_defaults["batch_size"] == (32, "paper")
-        assert get_method(name).train_defaults["fraction_fit"] == (0.1, "paper")
+        batch, source = get_method(name).train_defaults["batch_size"]
+        assert batch == 32 and source.startswith("paper: Sec. 7")
+        fraction, _ = get_method(name).train_defaults["fraction_fit"]
+        assert fraction["*"][0] == 0.1 and fraction["*"][1].startswith("paper: Sec. 7")  # digits: reduced, all 10

@@ -118,7 +118,9 @@ def test_bad_strategy_options(exp):
 
 
 def test_end_to_end_learns_and_is_deterministic():
-    cfg = _cfg(rounds=3, local_steps=10, params={"n_examples": 240, "eval_every": 1})
+    # the paper's H = 30 steps per round: at 10 steps of lr 2e-4 the tiny base moves by less than the MeZO
+    # estimate's noise (losses 3.5927, 3.5990, 3.5921, 3.5952 over 3 rounds), at 30 it learns every round
+    cfg = _cfg(rounds=2, local_steps=30, params={"n_examples": 240, "eval_every": 1})
     r1 = run_experiment(cfg)
     losses = [r["loss"] for r in r1["rounds"]]
     assert all(np.isfinite(losses))

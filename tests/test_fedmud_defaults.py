@@ -9,9 +9,10 @@ import json
 import pytest
 
 from flwr_strategies.fedmud.registration import DEFAULT_FALLBACK_RATIO, config_from_params
-from flwr_strategies.registry import PROVENANCES, get_method
+from flwr_strategies.registry import get_method
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.runner import run_experiment
+from flwr_strategies.simulations.settings import source_kind
 
 METHODS = ["fedmud", "fedmud_mat", "fedmud_f", "fedmud_aad", "fedmud_bkd", "fedmud_bkd_f", "fedmud_bkd_aad",
            "fedlmt", "fedpara", "fedhm"]
@@ -19,20 +20,22 @@ METHODS = ["fedmud", "fedmud_mat", "fedmud_f", "fedmud_aad", "fedmud_bkd", "fedm
 
 def _with_train_defaults(method: str, **overrides) -> ExperimentConfig:
     """The run `python -m simulations run --method M --rounds 5` makes, method defaults applied."""
-    spec = get_method(method)
-    settings = {k: v for k, (v, _) in spec.train_defaults.items()}
-    settings.update(overrides)
-    return ExperimentConfig(method=method, rounds=5, progress=False, **settings)
+    return ExperimentConfig(method=method, rounds=5, progress=False, **overrides)
+
+
+def _default(cfg: ExperimentConfig, name: str) -> tuple:
+    return getattr(cfg, name), source_kind(cfg.provenance[name]["source"])
 
 
 def test_paper_settings_are_the_defaults():
     for method in METHODS:
-        td = get_method(method).train_defaults
-        assert all(prov in PROVENANCES for _, prov in td.values())
-        assert td["local_epochs"] == (3, "paper") and td["batch_size"] == (64, "paper")
-        assert td["fraction_fit"] == (0.1, "paper") and td["momentum"] == (0.0, "paper")
-        assert td["weight_decay"] == (0.0, "paper")
-    assert get_method("fedmud").train_defaults["lr"] == (0.01, "official code")  # released script
+        cfg = ExperimentConfig(method=method, dataset="mnist").resolve()  # the paper's setting off digits
+        assert _default(cfg, "local_epochs") == (3, "paper") and _default(cfg, "batch_size") == (64, "paper")
+        assert _default(cfg, "fraction_fit") == (0.1, "paper") and _default(cfg, "num_clients") == (100, "paper")
+        assert _default(cfg, "momentum") == (0.0, "official code") and _default(cfg, "weight_decay") == (0.0, "official code")
+        digits = ExperimentConfig(method=method).resolve()  # reduced: the paper's 10 clients per round, all of them
+        assert _default(digits, "fraction_fit") == (1.0, "project") and _default(digits, "num_clients") == (10, "project")
+    assert _default(ExperimentConfig(method="fedmud").resolve(), "lr") == (0.01, "official code")  # released script
     cfg = config_from_params("fedmud", get_method("fedmud").defaults)
     assert (cfg.decomp, cfg.pattern, cfg.target_ratio, cfg.reset_interval, cfg.scale) == ("kron", "aad", 1 / 32, 1, 5.0)
     assert cfg.fallback_ratio == DEFAULT_FALLBACK_RATIO
@@ -46,7 +49,7 @@ def test_learns_in_five_rounds_on_the_default_dataset(method):
     r1 = res["rounds"][1]
     # digits' MLP cannot reach 1/32: the fallback ratio is used and reported
     assert DEFAULT_FALLBACK_RATIO - 0.005 <= r1["fit_ratio"] <= DEFAULT_FALLBACK_RATIO + 0.001
-    assert r1["clients"] == 1  # 10% of the default 10 clients
+    assert r1["clients"] == 10  # the paper's 10 clients per round (reduced: all 10 of the default 10)
 
 
 def test_cli_run_on_the_default_dataset(tmp_path):

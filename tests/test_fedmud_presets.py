@@ -33,7 +33,7 @@ SMALL = {"num_clients": 2, "fraction_fit": 1.0, "partition": "iid", "rounds": 1,
 
 
 def test_paper_scale_preset_is_the_papers_setting():
-    p = get_preset("fedmud_paper")
+    p = get_preset("fedmud-paper")
     assert {k: p.base[k] for k in ("dataset", "model", "num_clients", "fraction_fit", "rounds", "local_epochs",
                                    "batch_size", "partition", "alpha")} == {
         "dataset": "cifar10", "model": "cnn_cifar", "num_clients": 100, "fraction_fit": 0.1, "rounds": 200,
@@ -43,7 +43,7 @@ def test_paper_scale_preset_is_the_papers_setting():
 
 
 def test_paper_scale_preset_runs_on_a_cifar_fixture(cifar10_dir, tmp_path):
-    preset = get_preset("fedmud_paper")
+    preset = get_preset("fedmud-paper")
     entries = [e for e in preset.entries if e.label == "FedMUD+BKD+AAD"]
     (result,) = run_entries(entries, preset.base, {**SMALL, "data_dir": str(cifar10_dir)}, tmp_path, title="fixture")
     assert len(result["rounds"]) == 2 and result["rounds"][1]["accuracy"] is not None  # round 0 and 1, evaluated
@@ -56,7 +56,7 @@ def test_paper_scale_preset_runs_on_a_cifar_fixture(cifar10_dir, tmp_path):
 
 
 def test_every_paper_scale_entry_builds_at_one_thirty_second(cifar10_dir):
-    preset = get_preset("fedmud_paper")
+    preset = get_preset("fedmud-paper")
     for entry in preset.entries[1:]:
         conf = merge_config(preset.base, {"method": entry.method}, entry.overrides, {**SMALL, "data_dir": str(cifar10_dir)})
         exp = get_experiment(ExperimentConfig.from_dict(conf))

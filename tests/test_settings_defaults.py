@@ -23,20 +23,22 @@ from flwr_strategies.simulations.settings import (
     DEFAULT_SOURCES,
     METHOD_SETTABLE,
     PROJECT_DEFAULTS,
+    PROJECT_SOURCES,
     RESOLVED,
     ExperimentConfig,
     check_train_defaults,
     config_from_run_config,
+    source_kind,
 )
 
 PAPER = {
-    "lr": (0.05, "paper"),
-    "local_steps": (3, "official code"),
-    "batch_size": ({"digits": 16, "*": 64}, "paper"),
-    "grad_clip": (10.0, "official code"),
-    "momentum": (0.5, "spec"),
-    "num_clients": (4, "paper"),
-    "rounds": (2, "paper"),
+    "lr": (0.05, "paper: Table 9"),
+    "local_steps": (3, "official code: train.py"),
+    "batch_size": ({"digits": 16, "*": 64}, "paper: Sec. 4"),
+    "grad_clip": (10.0, "official code: client.py"),
+    "momentum": (0.5, "project: a value for this test"),
+    "num_clients": (4, "paper: Sec. 4"),
+    "rounds": (2, "paper: Sec. 4"),
 }
 
 
@@ -46,7 +48,7 @@ def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:
     return MethodSpec(name=name, summary="a fake method with paper defaults", paper="Nobody et al., 2024",
                       defaults={"server_lr": 1.0}, build_core=_fedavg,
                       client="flwr_strategies.clients.base:build_torch_client", train_defaults=train_defaults,
-                      extra={"param_provenance": {"server_lr": "paper"}}, **kw)
+                      extra={"param_provenance": {"server_lr": "paper: Eq. 2"}}, **kw)
 
 
 @pytest.fixture
@@ -63,10 +65,11 @@ def test_unset_settings_take_the_method_defaults_with_provenance(fake_method):
     assert (cfg.lr, cfg.local_steps, cfg.local_epochs, cfg.batch_size, cfg.grad_clip, cfg.momentum) == (0.05, 3, None, 16, 10.0, 0.5)
     assert (cfg.num_clients, cfg.rounds) == (4, 2)
     src = cfg.sources()
-    assert src["lr"] == "paper" and src["local_steps"] == "official code" and src["momentum"] == "spec"
-    assert src["local_epochs"] == "official code"  # the budget is one choice: steps, so no epochs
-    assert src["weight_decay"] == "project" and cfg.weight_decay == PROJECT_DEFAULTS["weight_decay"]
-    assert src["params"] == {"server_lr": "paper"}
+    assert src["lr"] == "paper: Table 9" and src["local_steps"] == "official code: train.py"
+    assert src["momentum"] == "project: a value for this test"
+    assert src["local_epochs"] == "official code: train.py"  # the budget is one choice: steps, so no epochs
+    assert src["weight_decay"] == PROJECT_SOURCES["weight_decay"] and cfg.weight_decay == PROJECT_DEFAULTS["weight_decay"]
+    assert src["params"] == {"server_lr": "paper: Eq. 2"}
     assert set(src) == set(RESOLVED) | {"params"}
 
 
@@ -76,16 +79,16 @@ def test_user_values_win_and_are_labelled_user(fake_method):
     src = cfg.sources()
     assert src["lr"] == src["local_epochs"] == src["local_steps"] == src["grad_clip"] == "user"
     assert src["params"]["server_lr"] == "user"
-    assert cfg.batch_size == 16 and src["batch_size"] == "paper"
+    assert cfg.batch_size == 16 and src["batch_size"] == "paper: Sec. 4"
 
 
 def test_dataset_dependent_default_and_project_fallback(fake_method):
     assert ExperimentConfig(method="fake-paper", dataset="synthetic").resolve().batch_size == 64
-    spec = _fake("fake-cifar-only", {"lr": ({"cifar10": 0.3}, "paper")})
+    spec = _fake("fake-cifar-only", {"lr": ({"cifar10": 0.3}, "paper: Table 1")})
     cfg = ExperimentConfig(method="fake-cifar-only")
     registry.register_method(spec)
     try:
-        assert cfg.resolve().lr == PROJECT_DEFAULTS["lr"] and cfg.resolve().sources()["lr"] == "project"
+        assert cfg.resolve().lr == PROJECT_DEFAULTS["lr"] and cfg.resolve().sources()["lr"] == PROJECT_SOURCES["lr"]
         assert dataclasses.replace(cfg, dataset="cifar10").resolve().lr == 0.3
     finally:
         registry._REGISTRY.pop(spec.name)
@@ -115,8 +118,9 @@ def test_defaults_reach_training_exactly_like_user_values(fake_method, tmp_path)
     assert acc(by_default) == acc(explicit)
     assert acc(other) != acc(by_default)
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["provenance"]["lr"] == "paper" and saved["config"]["lr"] == 0.05
-    assert saved["provenance"]["local_steps"] == "official code" and saved["provenance"]["rounds"] == "paper"
+    assert saved["provenance"]["lr"] == "paper: Table 9" and saved["config"]["lr"] == 0.05
+    assert saved["provenance"]["local_steps"] == "official code: train.py"
+    assert saved["provenance"]["rounds"] == "paper: Sec. 4"
     assert explicit["provenance"]["lr"] == "user"
 
 
@@ -134,7 +138,7 @@ def test_cli_shows_values_and_sources(fake_method, capsys):
         cli.main(["run", "--method", "fake-paper", "--help"])
     assert stop.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "[fake-paper: 0.05, paper]" in help_text and "[fake-paper: 3, official code]" in help_text
+    assert "[fake-paper: 0.05, paper: Table 9]" in help_text and "[fake-paper: 3, official code: train.py]" in help_text
 
 
 def test_cli_flags_override_defaults_for_every_train_setting(fake_method):
@@ -154,7 +158,7 @@ def test_run_config_leaves_empty_keys_to_the_method(fake_method):
                                   "set": "server_lr=0.7", "out-dir": ""})
     assert (cfg.lr, cfg.batch_size, cfg.rounds, cfg.params["server_lr"]) == (0.05, 16, 3, 0.7)
     src = cfg.sources()
-    assert src["lr"] == "paper" and src["rounds"] == "run config" and src["params"]["server_lr"] == "run config"
+    assert src["lr"] == "paper: Table 9" and src["rounds"] == "run config" and src["params"]["server_lr"] == "run config"
 
 
 def test_invalid_method_defaults_are_reported_as_the_methods(fake_method, capsys):
@@ -189,7 +193,7 @@ def test_every_registered_method_has_well_formed_defaults():
     for name, spec in registry.list_methods().items():
         check_train_defaults(spec)
         assert set(spec.train_defaults) <= METHOD_SETTABLE, name
-        assert all(source in DEFAULT_SOURCES for _, source in spec.train_defaults.values()), name
+        assert all(source_kind(source) in DEFAULT_SOURCES for _, source in spec.train_defaults.values()), name
         cfg = ExperimentConfig(method=name).validate()
         for key, (value, source) in spec.train_defaults.items():
             if not isinstance(value, dict) and key not in ("local_epochs", "local_steps"):

@@ -15,11 +15,16 @@ Method settings (``--set key=value``):
 - local rules (:class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`): DFedAvgM
   ``local_momentum`` (0.9), DFedSAM/FedSAM ``rho`` (0.1), D-PSGD ``steps_per_round`` (1).
 
-Training defaults (``train_defaults``, with provenance): lr 0.1 decayed x0.998 per round, 5 local
-epochs (the paper's CIFAR-10 K), 100 clients, all of them training every round (FedSAM: 10%), no
-local momentum (paper); batch 128, weight decay 5e-4, gradient clipping 10 (official code). The
-official code's whole configuration is :data:`~flwr_strategies.dfedcata.config.CODE_OPTIONS` (the
-``dfedcata-code`` preset).
+Training defaults (``train_defaults``) and hyperparameters carry their source (shown by
+``python -m simulations defaults dfedcata``): lr 0.1 decayed x0.998 per round, K = 5 local
+epochs, 100 clients, all training every round (FedSAM: 10%), beta 0.99, SAM rho 0.1 (paper,
+App. A-A); lam 0.05 (paper, Sec. V-E, Fig. 5(d)); batch 128, weight decay 5e-4, gradient
+clipping 10, no local momentum (official code, ``train_1.py`` and ``client/client.py``). Two
+choices differ from the official code on purpose and say so: Metropolis-Hastings mixing weights
+on irregular graphs (the official code averages uniformly over ``{i} + N_i``, which is only
+row-stochastic there), and the paper's synchronous rounds. The official code's whole
+configuration is :data:`~flwr_strategies.dfedcata.config.CODE_OPTIONS` (the ``dfedcata-code``
+preset).
 
 Every setting is validated when the strategy is built, before any training.
 """
@@ -53,20 +58,61 @@ GRAPH_DEFAULTS: dict[str, Any] = {
     "client_eval_max": 0,
 }
 
-#: The paper's training settings (spec 000 section 5), shared by the decentralized methods.
+_APP_A = "paper: App. A-A (implementation details)"
+
+#: The paper's training settings (App. A-A, CIFAR-10) where it gives them, the official code's else.
 DECENTRALIZED_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
-    "lr": (0.1, "paper"),
-    "lr_decay": (0.998, "paper"),
-    "local_epochs": (5, "paper"),
-    "batch_size": (128, "official code"),
-    "weight_decay": (5e-4, "official code"),
-    "grad_clip": (10.0, "official code"),
-    "momentum": (0.0, "paper"),
-    "num_clients": (100, "paper"),
-    "fraction_fit": (1.0, "paper"),
+    "lr": (0.1, f"{_APP_A}: local lr 0.1"),
+    "lr_decay": (0.998, f"{_APP_A}: lr x0.998 per round"),
+    "local_epochs": (5, f"{_APP_A}: K = 5 local epochs on CIFAR-10"),
+    "batch_size": (128, "official code: train_1.py --batchsize 128 (the paper gives none)"),
+    "weight_decay": (5e-4, "official code: train_1.py --weight-decay 0.0005 (the paper gives none)"),
+    "grad_clip": (10.0, "official code: client/client.py clip_grad_norm_(max_norm=10) (the paper gives none)"),
+    "momentum": (0.0, "official code: client/client.py plain SGD (train_1.py --momentum 0)"),
+    "num_clients": (100, f"{_APP_A}: 100 clients"),
+    "fraction_fit": (1.0, f"{_APP_A}: every client trains in decentralized methods"),
 }
-#: FedSAM is a centralized baseline: 10% of the 100 clients per round (paper section V-A).
-FEDSAM_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {**DECENTRALIZED_TRAIN_DEFAULTS, "fraction_fit": (0.1, "paper")}
+#: FedSAM is a centralized baseline: 10% of the 100 clients per round (paper App. A-A).
+FEDSAM_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
+    **DECENTRALIZED_TRAIN_DEFAULTS,
+    "fraction_fit": (0.1, f"{_APP_A}: 10% of the clients train in centralized methods"),
+}
+
+#: Where each graph setting's default comes from.
+GRAPH_PROVENANCE: dict[str, str] = {
+    "topology": "paper: App. A-B (a random bidirectional graph redrawn every round)",
+    "neighbours": "paper: App. A-B (each client picks 10 neighbours per round)",
+    "topology_p": "paper: Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)",
+    "ws_k": "paper: Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)",
+    "weights": "project: Metropolis-Hastings on irregular graphs (uniform on regular ones) keeps the average; "
+               "the official code averages uniformly over {i} + N_i (server/DFedCata.py), only row-stochastic "
+               "there (--set weights=uniform, dfedcata-code preset)",
+    "allow_row_stochastic": "project: refuse mixing that does not preserve the average unless asked",
+    "allow_disconnected": "project: auto = accept a disconnected round only on graphs redrawn every round",
+    "failure_policy": "project: live peers renormalise their rows when a neighbour fails (the paper has no failures)",
+    "client_eval_every": "project: score the peers' own models every round (the paper scores their average)",
+    "client_eval_max": "project: 0 = score every peer",
+}
+_CATA_PROVENANCE: dict[str, str] = {
+    "beta": f"{_APP_A}: beta = 0.99 (Table IV)",
+    "lam": "paper: Sec. V-E, Fig. 5(d): lambda = 0.05 is best",
+    "extrapolation_anchor": "paper: Algorithm 1 (extrapolate between consecutive mixed models); "
+                            "the official code's prev_local is in the dfedcata-code preset",
+    "sequential_inplace": "paper: Algorithm 1 (clients in parallel); the official code's in-place order is in "
+                          "the dfedcata-code preset",
+    "clip_scope": "project: clip the data gradient only; the official code clips g - lam*anchor "
+                  "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)",
+}
+PARAM_PROVENANCE: dict[str, dict[str, str]] = {
+    "dfedcata": {**_CATA_PROVENANCE, **GRAPH_PROVENANCE},
+    "dfedavg": dict(GRAPH_PROVENANCE),
+    "dfedavgm": {"local_momentum": "official code: train_1.py --mu 0.9 (client momentum; the paper gives none)",
+                 **GRAPH_PROVENANCE},
+    "dfedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1", **GRAPH_PROVENANCE},
+    "dpsgd": {"steps_per_round": "project: one SGD step per round, Lian et al.'s D-PSGD (the paper gives no "
+                                 "local steps; its D-PSGD accuracy fits one step)", **GRAPH_PROVENANCE},
+    "fedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1"},
+}
 
 
 def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any]:
@@ -119,6 +165,7 @@ SPECS = [
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
+        extra={"param_provenance": PARAM_PROVENANCE["dfedcata"]},
     ),
     MethodSpec(
         name="dfedavg",
@@ -129,6 +176,7 @@ SPECS = [
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
+        extra={"param_provenance": PARAM_PROVENANCE["dfedavg"]},
     ),
     MethodSpec(
         name="dfedavgm",
@@ -139,6 +187,7 @@ SPECS = [
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
+        extra={"param_provenance": PARAM_PROVENANCE["dfedavgm"]},
     ),
     MethodSpec(
         name="dfedsam",
@@ -149,6 +198,7 @@ SPECS = [
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
+        extra={"param_provenance": PARAM_PROVENANCE["dfedsam"]},
     ),
     MethodSpec(
         name="dpsgd",
@@ -159,6 +209,7 @@ SPECS = [
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
+        extra={"param_provenance": PARAM_PROVENANCE["dpsgd"]},
     ),
     MethodSpec(
         name="fedsam",
@@ -168,6 +219,7 @@ SPECS = [
         build_core=_fedsam,
         client=CLIENT,
         train_defaults=FEDSAM_TRAIN_DEFAULTS,
+        extra={"param_provenance": PARAM_PROVENANCE["fedsam"]},
     ),
 ]
 

@@ -1,6 +1,6 @@
 """Hyperparameters of FedLi-LS, FedLi-LU, FedExP and SCAFFOLD (frozen, validated on construction).
 
-Every config defaults to its paper's setting (the FedLi paper and spec 001; FedExP and SCAFFOLD as
+Every config defaults to its paper's setting (the FedLi paper, Sec. 3, Alg. 1-4, App. C; FedExP and SCAFFOLD as
 the FedLi paper runs them) and has a :meth:`code` constructor giving the official code's setting:
 
 - FedLi-LS: ``sls``'s line search as the official FedSLS code instantiates it
@@ -84,12 +84,12 @@ class FedLiLUConfig:
     Parameters
     ----------
     dfw : DFWConfig (default: ``DFWConfig()``: eta 1.0, lambda 1e-3, mu 0, eps 1e-5)
-        Server constants (paper-faithful values, spec §10 A11); ``DFWConfig.preset("code")`` gives
+        Server constants (eta 1 and lambda 1e-3 from App. C, no momentum as Alg. 2); ``DFWConfig.preset("code")`` gives
         the authors' code (eta 0.01, lambda 1e-5, mu 0.9).
     loss_report : str (default: "epoch_mean")
         The loss the clients report for FunctionSync: mean minibatch loss of the local epoch (the
         code, the logged train loss), ``"initial"`` (loss of ``w_t`` on the local data) or
-        ``"final"`` (loss of the local model), spec §10 A4.
+        ``"final"`` (loss of the local model; Alg. 1 writes the value at the end of the local work).
     weighting : str (default: "num_examples")
         ``p_i`` for the model average and FunctionSync: ``"num_examples"`` or ``"uniform"``.
     """

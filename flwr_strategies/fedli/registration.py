@@ -30,39 +30,123 @@ CLIENTS = "flwr_strategies.clients.fedli"
 _ARMIJO_DEFAULTS = dataclasses.asdict(ArmijoConfig())
 _DFW_DEFAULTS = dataclasses.asdict(DFWConfig())
 
-# The paper's training settings (spec 001 §7.1): 1 local epoch, batch 32, 10 of 100 clients per round,
-# client SGD lr 0.01 (the grid's best), constant lr, no client weight decay (§10 A12), clipping "used"
-# with no threshold given (max-norm 1.0 for SGD clients, never on Armijo clients, §10 A13).
-_SGD_PAPER: dict[str, tuple[Any, str]] = {
-    "lr": (0.01, "paper"),
-    "lr_decay": (1.0, "spec"),
-    "local_epochs": (1, "paper"),
-    "batch_size": (32, "paper"),
-    "weight_decay": (0.0, "spec"),
-    "momentum": (0.0, "spec"),
-    "grad_clip": (1.0, "spec"),
-    "fraction_fit": (0.1, "paper"),
+_SEC7 = "paper: Sec. 7 (Implementation)"
+#: The paper's 100 clients with 10 per round (Sec. 7, App. C); on the default dataset a reduced setting
+#: that keeps the paper's 10 clients per round.
+_REDUCED = ("project: reduced setting for digits (1,438 training examples): at the paper's 100 clients each holds "
+            "about 14 examples, one batch, and the SGD methods barely move in 5 rounds; 10 clients, all training, keep "
+            "the paper's 10 clients per round (--num-clients 100 --fraction-fit 0.1 is the paper's)")
+_PARTICIPATION: dict[str, tuple[Any, str]] = {
+    "num_clients": ({"digits": (10, _REDUCED), "*": (100, f"{_SEC7}: 100 clients")}, _SEC7),
+    "fraction_fit": ({"digits": (1.0, _REDUCED), "*": (0.1, f"{_SEC7}: 10 of the 100 clients per round")}, _SEC7),
 }
+#: The paper's training settings (Sec. 7, App. C) for the SGD-client methods.
+_SGD_PAPER: dict[str, tuple[Any, str]] = {
+    "lr": (0.01, "paper: App. C (client lr 1e-2, the best of the grid {1e-2, 1e-1, 1})"),
+    "lr_decay": (1.0, "project: the paper states no schedule (Sec. 7), so the rate is constant"),
+    "local_epochs": (1, f"{_SEC7}: K = 1 local epoch"),
+    "batch_size": (32, f"{_SEC7}: batch 32"),
+    "weight_decay": (0.0, "official code: fedml/ml/trainer/my_model_trainer_classification.py (client SGD without "
+                          "weight decay; App. C's 1e-3 is FedLi-LU's server lambda)"),
+    "momentum": (0.0, "official code: fedml/ml/trainer/my_model_trainer_classification.py (plain client SGD)"),
+    "grad_clip": (1.0, "project: App. C uses clipping without a threshold; max-norm 1.0 as the official code's "
+                       "commented-out clip_grad_norm_(..., 1.0) (my_model_trainer_classification.py)"),
+    **_PARTICIPATION,
+}
+_NOT_FOR_ARMIJO = ("project: the Armijo clients' sufficient-decrease test is on the plain minibatch loss (Alg. 3); "
+                   "weight decay, momentum or clipping would break it")
 _ARMIJO_PAPER: dict[str, tuple[Any, str]] = {
-    "local_epochs": (1, "paper"),
-    "batch_size": (32, "paper"),
-    "weight_decay": (0.0, "spec"),
-    "momentum": (0.0, "spec"),
-    "grad_clip": (None, "spec"),
-    "fraction_fit": (0.1, "paper"),
+    "local_epochs": (1, f"{_SEC7}: K = 1 local epoch"),
+    "batch_size": (32, f"{_SEC7}: batch 32"),
+    "weight_decay": (0.0, _NOT_FOR_ARMIJO),
+    "momentum": (0.0, _NOT_FOR_ARMIJO),
+    "grad_clip": (None, _NOT_FOR_ARMIJO),
+    **_PARTICIPATION,
 }
 
-#: The official code's training settings (dcll-iiitd/FederatedLineSearch = Divyansh03/FedExP's main.py:
-#: 20 local steps of batch 50, lr 0.01 decayed by 0.998 per round, weight decay 1e-4, clipping at 10,
-#: 20 of 100 clients; the SLS clients use none of lr / weight decay / clipping). FedLi-LU's FedML
-#: code: 1 epoch of batch 32 at lr 0.01 with clipping commented out.
+_VARIANT = ("project: 'paper' = the paper's method constants; 'code' = the official code's "
+            "(the fedli-code preset)")
+_SLS = "SLS/sls.py, the sls line search the official code runs"
+_WEIGHTED = ("paper: Sec. 1 and Alg. 1 (a weighted average of the clients' updates), weights n_i as the official "
+             "code (fedml/simulation/FedLi/fedlils_api.py)")
+#: Where each ``--set`` hyperparameter's default comes from (``extra["param_provenance"]``).
+PARAM_PROVENANCE: dict[str, dict[str, str]] = {
+    "fedli-ls": {
+        "variant": _VARIANT,
+        "step_size_sync": "paper: Sec. 3 (a unit server step guarantees descent; the official fedlils_api.py "
+                          "averages); Sec. 3's non-convex heuristic is --set step_size_sync=max",
+        "weighting": _WEIGHTED,
+        "eta_max": f"official code: init_step_size = 1 ({_SLS}); Alg. 3 names eta_lmax without a value",
+        "armijo_c": "official code: Sls(c=0.1) in fedml/ml/trainer/my_model_trainer_classification.py; "
+                    "Alg. 3 names c without a value",
+        "backtrack_factor": f"official code: beta_b = 0.9 ({_SLS}); Alg. 3's beta",
+        "growth_factor": f"official code: gamma = 2.0 ({_SLS}); Alg. 4's delta",
+        "reset_option": f"official code: reset_option = 1 ({_SLS}), the paper's opt 2 of Alg. 4",
+        "max_backtracks": f"official code: at most 100 trial steps ({_SLS})",
+        "fallback_step": f"official code: a step of 1e-6 when no trial is accepted ({_SLS})",
+        "grad_tol": f"official code: no step when ||g|| < 1e-8 ({_SLS})",
+        "cap_at_eta_max": "paper: Sec. 5 assumes step sizes <= eta_lmax; sls does not cap (variant=code)",
+        "growth_rule": "paper: Alg. 4 (grow by delta^(b/n_i) from the second step); sls's per-step rule is "
+                       "variant=code",
+        "sls_batches_per_epoch": f"official code: n_batches_per_epoch = 500 ({_SLS}; growth_rule=sls only)",
+    },
+    "fedli-lu": {
+        "variant": _VARIANT,
+        "server_eta": "paper: App. C (eta_g = 1 for all our algorithms)",
+        "server_weight_decay": "paper: App. C (weight decay 1e-3), the lambda of Alg. 2",
+        "server_momentum": "paper: Alg. 2 has no momentum (the official fedml/fedopt/FEDDFW.py uses 0.9: "
+                           "variant=code)",
+        "dfw_eps": "official code: eps = 1e-5 in fedml/fedopt/FEDDFW.py (Alg. 2 names none)",
+        "loss_report": "official code: the epoch's mean minibatch loss "
+                       "(fedml/ml/trainer/my_model_trainer_classification.py), Sec. 7's logged train loss",
+        "weighting": _WEIGHTED,
+    },
+    "fedexp": {
+        "variant": _VARIANT,
+        "eps": "paper: App. C (eps = 1e-3, the best of the grid {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1})",
+        "eps_scaling": "paper: FedExP's step max(1, sum ||D_i||^2 / (2S(||Dbar||^2 + eps))) as App. C runs it; "
+                       "the official FedExP code's S * eps is variant=code",
+        "eps_decay": "paper: App. C gives a constant eps; the official code's 0.998^2 decay per round is variant=code",
+        "weighting": "paper: FedExP's uniform mean over the S clients (Jhunjhunwala et al., ICLR 2023, Alg. 1); "
+                     "n_i weights are variant=code",
+        "eval_last2_avg": "paper: Sec. 7 evaluates the global model; the official code's average of the last two "
+                          "models is variant=code",
+    },
+    "scaffold": {
+        "variant": _VARIANT,
+        "server_lr": "paper: App. C (eta_g = 1)",
+        "control_state": "project: each client keeps c_i in its context.state, so the server holds no per-client "
+                         "table",
+        "weighting": "paper: Karimireddy et al., ICML 2020, Alg. 1 (uniform means); the FedExP code's n_i weights "
+                     "are variant=code",
+        "correction_in_clip": "project: clip the data gradient, then add the correction; the official code clips "
+                              "the corrected gradient (variant=code)",
+    },
+}
+
+#: The official code's training settings (what the ``fedli-code`` preset runs with ``variant="code"``):
+#:
+#: - FedLi-LS, FedExP, SCAFFOLD: dcll-iiitd/FederatedLineSearch ``main.py`` (= Divyansh03/FedExP's): 20 local
+#:   steps (``"cp": 20``) of batch 50 (``"bs": 50``), lr 0.01 decayed by 0.998 before every round (round 1
+#:   already trains at 0.01 * 0.998), weight decay 1e-4 and clipping at max-norm 10 for the SGD clients, 20 of
+#:   100 clients (``--num_participating_clients 20``, the FedSLS paper's setting). The SLS clients
+#:   (``LocalUpdate_Sls`` in ``utils_general.py``) take neither a learning rate nor weight decay; their
+#:   ``clip_grad_norm_`` call acts on a gradient that ``Sls.step`` recomputes through its closure, so no
+#:   clipping reaches the line search.
+#: - FedLi-LU: zk23du/FedLi (FedML), ``config_file_*.yaml`` and ``my_model_trainer_classification.py``: 1 epoch
+#:   of batch 32 at lr 0.01, plain SGD, no clipping (``clip_grad_norm_(..., 1.0)`` is commented out), 10 of
+#:   100 clients.
+#:
+#: ``"none"`` switches an optional setting off (a preset's None would leave the method's default).
 CODE_TRAIN: dict[str, dict[str, Any]] = {
-    "fedli-ls": {"local_steps": 20, "local_epochs": None, "batch_size": 50, "fraction_fit": 0.2},
-    "fedli-lu": {"lr": 0.01, "local_epochs": 1, "batch_size": 32, "grad_clip": None, "fraction_fit": 0.1},
-    "fedexp": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": None, "batch_size": 50,
-               "weight_decay": 1e-4, "grad_clip": 10.0, "fraction_fit": 0.2},
-    "scaffold": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": None, "batch_size": 50,
-                 "weight_decay": 1e-4, "grad_clip": 10.0, "fraction_fit": 0.2},
+    "fedli-ls": {"local_steps": 20, "local_epochs": "none", "batch_size": 50, "fraction_fit": 0.2,
+                 "weight_decay": 0.0, "momentum": 0.0, "grad_clip": "none"},
+    "fedli-lu": {"lr": 0.01, "lr_decay": 1.0, "local_epochs": 1, "local_steps": "none", "batch_size": 32,
+                 "weight_decay": 0.0, "momentum": 0.0, "grad_clip": "none", "fraction_fit": 0.1},
+    "fedexp": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": "none", "batch_size": 50,
+               "weight_decay": 1e-4, "momentum": 0.0, "grad_clip": 10.0, "fraction_fit": 0.2},
+    "scaffold": {"lr": 0.01 * 0.998, "lr_decay": 0.998, "local_steps": 20, "local_epochs": "none", "batch_size": 50,
+                 "weight_decay": 1e-4, "momentum": 0.0, "grad_clip": 10.0, "fraction_fit": 0.2},
 }
 
 
@@ -126,7 +210,7 @@ def _reject_for_armijo(setup: ServerSetup) -> None:
                             ("grad_clip", train.grad_clip, train.grad_clip is None)):
         if not ok:
             raise ValueError(f"fedli-ls clients run an Armijo line search and do not support {name}={value!r} "
-                             "(it would break the sufficient-decrease test, spec 001 §10 A13); leave it unset")
+                             "(it would break the sufficient-decrease test of Alg. 3); leave it unset")
 
 
 def _fedli_ls(setup: ServerSetup, params: dict) -> FedLiLSServer:
@@ -158,6 +242,7 @@ register_method(MethodSpec(
     build_core=_fedli_ls,
     client=f"{CLIENTS}:build_armijo_client",
     train_defaults=_ARMIJO_PAPER,
+    extra={"param_provenance": PARAM_PROVENANCE["fedli-ls"]},
 ))
 register_method(MethodSpec(
     name="fedli-lu",
@@ -168,6 +253,7 @@ register_method(MethodSpec(
     build_core=_fedli_lu,
     client=f"{CLIENTS}:build_loss_client",
     train_defaults=_SGD_PAPER,
+    extra={"param_provenance": PARAM_PROVENANCE["fedli-lu"]},
 ))
 register_method(MethodSpec(
     name="fedexp",
@@ -177,6 +263,7 @@ register_method(MethodSpec(
     build_core=_fedexp,
     client=f"{CLIENTS}:build_sgd_client",
     train_defaults=_SGD_PAPER,
+    extra={"param_provenance": PARAM_PROVENANCE["fedexp"]},
 ))
 register_method(MethodSpec(
     name="scaffold",
@@ -186,4 +273,5 @@ register_method(MethodSpec(
     build_core=_scaffold,
     client=f"{CLIENTS}:build_scaffold_client",
     train_defaults=_SGD_PAPER,
+    extra={"param_provenance": PARAM_PROVENANCE["scaffold"]},
 ))

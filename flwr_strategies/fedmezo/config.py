@@ -3,7 +3,7 @@
 Paper: Ling, Chen, Yao, Li, Shen, "On the Convergence of Zeroth-Order Federated Tuning for Large
 Language Models", KDD 2024 (arXiv:2402.05926). Reference code: alibaba/FederatedScope, branch
 ``FedMeZO`` (``llm/baseline/{frozen,dynamic}/*.yaml``). Every default is the paper's setting for
-OpenLLaMA-3B (tag in brackets: [paper], [official code], [spec] = our spec's decision); the
+OpenLLaMA-3B (tag in brackets: [paper], [official code], [project] = this library's choice); the
 project's runner may replace the learning rate for its tiny default model (see
 :mod:`.registration`).
 
@@ -17,16 +17,17 @@ import math
 from dataclasses import dataclass
 
 from ..setup import SettingError
-from .engine import RESTORE_MODES
+from .engine import RESTORE_MODES, VARIANTS
 from .lr_rules import LR_STRATEGIES
 from .zseed import Z_DEVICES
 
 __all__ = ["FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
-           "Z_DEVICES", "ADAPTER_DTYPES"]
+           "Z_DEVICES", "ADAPTER_DTYPES", "VARIANTS"]
 
 COMM_MODES = ("params", "seeds")
 WEIGHTINGS = ("uniform", "num_examples")
-#: Data type of the LoRA adapters (``fp16`` reproduces the reference, which calls ``model.half()``).
+#: Data type of the LoRA adapters. The official code's precision is the whole model in fp16
+#: (``model.half()``): ``base_dtype="fp16"`` and ``adapter_dtype="fp16"`` (the registry's ``variant=code``).
 ADAPTER_DTYPES = ("fp32", "fp16", "bf16")
 
 
@@ -81,7 +82,7 @@ class FedMeZOConfig:
         Perturbation scale (MeZO's epsilon, the code's ``zo_eps``), > 0 [paper].
     weight_decay : float (default: 0.0)
         Decoupled weight decay of the MeZO update, >= 0; skipped for bias/LayerNorm tensors
-        [official code].
+        [official code; the name match follows ``variant``].
     lr_decay : float (default: 1.0)
         Per-round factor of eta0 and alpha (round t uses ``lr * lr_decay**(t-1)``), in (0, 1]
         [paper: no decay].
@@ -108,12 +109,19 @@ class FedMeZOConfig:
         ``z_device="cpu"`` and ``local_steps``.
     z_device : str (default: "cpu")
         Where the directions are drawn: ``cpu`` (portable, replayable anywhere) or ``param`` (the
-        parameter's device; faster on GPU) [spec].
+        parameter's device, in its dtype; faster on GPU, and the official code's draw) [project].
     restore_mode : str (default: "snapshot")
-        ``snapshot`` (copy back, bit-exact) or ``regenerate`` (MeZO's ``+mu z``, 1-ulp drift) [spec].
+        ``snapshot`` (copy back, bit-exact) or ``regenerate`` (MeZO's ``+mu z``, 1-ulp drift; the
+        official code's) [project].
     eval_every : int (default: 10)
         Central evaluation period in rounds (round 0 and the last round are always evaluated),
         >= 1 [official code].
+    variant : str (default: "paper")
+        The clients' update rule: ``paper`` (Eq. 3 applied in place in one fused step; weight decay
+        skipped for bias/LayerNorm tensors in any letter case) or ``code`` (the official
+        ``mezo_trainer.py`` arithmetic: ``g`` from the loss tensors in the model's dtype,
+        ``theta - lr (g z + wd theta)`` as written, and the case-sensitive name match). Sent to
+        the clients; see :mod:`.engine`.
     """
 
     lr: float = 1e-5
@@ -133,6 +141,7 @@ class FedMeZOConfig:
     z_device: str = "cpu"
     restore_mode: str = "snapshot"
     eval_every: int = 10
+    variant: str = "paper"
 
     def __post_init__(self) -> None:
         _number("lr", self.lr, low=0.0, low_open=True)
@@ -155,6 +164,7 @@ class FedMeZOConfig:
         _choice("z_device", self.z_device, Z_DEVICES)
         _choice("restore_mode", self.restore_mode, RESTORE_MODES)
         _integer("eval_every", self.eval_every, 1)
+        _choice("variant", self.variant, VARIANTS)
         if self.comm_mode == "seeds":
             if self.weight_decay != 0:
                 raise ValueError(f"comm_mode='seeds' needs weight_decay=0 (the update is then linear in the "
@@ -162,6 +172,9 @@ class FedMeZOConfig:
             if self.z_device != "cpu":
                 raise ValueError(f"comm_mode='seeds' needs z_device='cpu' (directions drawn on the client's device "
                                  f"cannot be replayed on the server), got z_device={self.z_device!r}")
+            if self.variant != "paper":
+                raise ValueError(f"comm_mode='seeds' needs variant='paper' (the server replays the paper's update), "
+                                 f"got variant={self.variant!r}")
             if self.local_steps is None:
                 raise ValueError("comm_mode='seeds' needs local_steps (the server checks the uploaded seeds against "
                                  f"the round's H steps), got local_epochs={self.local_epochs!r}")
@@ -178,7 +191,8 @@ class FedMeZOConfig:
         return {"mu": float(self.mu), "weight_decay": float(self.weight_decay),
                 "num_perturbations": int(self.num_perturbations), "restore_mode": self.restore_mode,
                 "z_device": self.z_device, "comm_mode": self.comm_mode, "local_steps": int(self.local_steps or 0),
-                "local_epochs": int(self.local_epochs or 0), "batch_size": int(self.batch_size)}
+                "local_epochs": int(self.local_epochs or 0), "batch_size": int(self.batch_size),
+                "variant": self.variant}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,21 @@ restored) and is counted in :attr:`MeZOEngine.n_skipped`.
 
 The engine works on any list of named tensors (LoRA adapters of a peft model, all parameters of
 a small network, or a plain tensor for a closed-form loss).
+
+Two update rules (``variant``):
+
+- ``"paper"``: the update above in place, ``theta <- (1 - lr*wd) theta - lr*g*z`` in one fused
+  step per tensor; weight decay is skipped for tensors whose name, lower-cased, contains
+  ``bias``, ``layer_norm`` or ``layernorm``; ``g`` is computed in double precision from the two
+  losses.
+- ``"code"``: the official FedMeZO code's arithmetic (FederatedScope, branch FedMeZO,
+  ``llm/trainer/mezo_trainer.py``): ``g = ((L+ - L-) / (2 mu))`` on the loss tensors (in the
+  model's dtype, so a half-precision model gives a half-precision ``g``), then
+  ``theta <- theta - lr * (g*z + wd*theta)`` evaluated as written in the tensors' dtype, and
+  weight decay is skipped only for tensor names that contain ``bias``, ``layer_norm`` or
+  ``layernorm`` as written (case-sensitive: ``LayerNorm.weight`` is decayed). With
+  ``z_device="param"`` and ``restore_mode="regenerate"`` the directions and the restore are the
+  official code's too.
 """
 
 from __future__ import annotations
@@ -31,7 +46,17 @@ from torch import nn
 from .zseed import Z_DEVICES, derive_seed, iter_z
 
 RESTORE_MODES = ("snapshot", "regenerate")
+#: Update rules: the paper's (Eq. 3, fused, in place) and the official code's (see the module docstring).
+VARIANTS = ("paper", "code")
 _WD_EXCLUDE = ("bias", "layer_norm", "layernorm")
+
+
+def decays(name: str, variant: str = "paper") -> bool:
+    """Whether MeZO's weight decay applies to the tensor called ``name``: not when the name contains
+    ``bias``, ``layer_norm`` or ``layernorm`` (``"paper"``: in any case; ``"code"``: as written, the
+    official code's case-sensitive match)."""
+    key = name if variant == "code" else name.lower()
+    return not any(k in key for k in _WD_EXCLUDE)
 
 
 def direction_seed(step_seed: int, j: int) -> int:
@@ -84,12 +109,15 @@ class MeZOEngine:
         Where ``z`` is drawn, see :mod:`.zseed`. ``"cpu"`` is portable across machines.
     weight_decay : float (default: 0.0)
         Decoupled L2 term ``lr*wd*theta`` added to the update, except for tensors whose name
-        contains bias/layer_norm/layernorm. Must be >= 0.
+        contains bias/layer_norm/layernorm (see :func:`decays`). Must be >= 0.
     num_perturbations : int (default: 1)
         Number n of independent directions per step (n-SPSA, 2n forward passes). Must be >= 1.
     module : nn.Module, optional
         Put into ``eval()`` during a step (dropout off, as in the reference) and back afterwards.
         Defaults to ``params`` when that is a module.
+    variant : str (default: "paper")
+        The update rule: ``"paper"`` or ``"code"`` (the official code's arithmetic; see the module
+        docstring).
     """
 
     def __init__(
@@ -102,6 +130,7 @@ class MeZOEngine:
         weight_decay: float = 0.0,
         num_perturbations: int = 1,
         module: nn.Module | None = None,
+        variant: str = "paper",
     ) -> None:
         if isinstance(params, nn.Module):
             module = params if module is None else module
@@ -120,6 +149,8 @@ class MeZOEngine:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
         if int(num_perturbations) != num_perturbations or num_perturbations < 1:
             raise ValueError(f"num_perturbations must be an integer >= 1, got {num_perturbations!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         self.names = [n for n, _ in named]
         self.tensors = [t for _, t in named]
         self.mu = float(mu)
@@ -128,6 +159,7 @@ class MeZOEngine:
         self.weight_decay = float(weight_decay)
         self.num_perturbations = int(num_perturbations)
         self.module = module
+        self.variant = variant
         self.n_steps = 0
         self.n_skipped = 0
 
@@ -148,10 +180,14 @@ class MeZOEngine:
 
     @torch.no_grad()
     def apply_update(self, seed: int, lr: float, coef: float) -> None:
-        """``theta <- theta - lr*(coef*z(seed) + wd*theta)`` (wd only on non-excluded tensors)."""
+        """``theta <- theta - lr*(coef*z(seed) + wd*theta)`` (wd only where :func:`decays`)."""
         wd = self.weight_decay
         for name, p, z in zip(self.names, self.tensors, iter_z(self.tensors, seed, self.z_device)):
-            if wd > 0 and not any(k in name.lower() for k in _WD_EXCLUDE):
+            if self.variant == "code":
+                step = coef * z + wd * p if decays(name, "code") else coef * z
+                p.copy_(p - lr * step)
+                continue
+            if wd > 0 and decays(name):
                 p.mul_(1.0 - lr * wd)
             p.add_(z, alpha=-lr * coef)
 
@@ -212,14 +248,18 @@ class MeZOEngine:
         ok = True
         for s in seeds:
             self.perturb(s, mu)
-            lp = self._to_float(loss_fn())
+            lp_raw = loss_fn()
             self.perturb(s, -2.0 * mu)
-            lm = self._to_float(loss_fn())
+            lm_raw = loss_fn()
             if snap is not None:
                 self.load(snap)
             else:
                 self.perturb(s, mu)
-            g = (lp - lm) / (2.0 * mu)
+            lp, lm = self._to_float(lp_raw), self._to_float(lm_raw)
+            if self.variant == "code" and torch.is_tensor(lp_raw) and torch.is_tensor(lm_raw):
+                g = float(((lp_raw - lm_raw) / (2 * mu)).item())  # in the losses' dtype, as the official code
+            else:
+                g = (lp - lm) / (2.0 * mu)
             if not (math.isfinite(lp) and math.isfinite(lm) and math.isfinite(g)):
                 ok = False
                 lp_sum, lm_sum = lp, lm

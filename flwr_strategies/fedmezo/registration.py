@@ -1,18 +1,30 @@
 """Registrations: ``fedmezo`` and its backprop baseline ``lora-fedavg`` (task ``causal-lm``).
 
 Training defaults (``train_defaults``) are the paper's (Ling et al., KDD 2024, Sec. 5 / App. E and
-the reference configs) except the learning rate:
+the official configs) except the learning rate and the data, and each carries its source
+(``python -m simulations defaults fedmezo``):
 
 - ``lr`` = 2e-4, provenance "project". The paper's 1e-5 (about 1/sqrt(d) for the 3.4B parameters
   of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
   parameters, LoRA r=128: 65,536 adapter values) by 0.6% of its test loss in 5 rounds. On that
   model 2e-4 is the largest rate that stayed stable for 30 rounds in our sweep (3e-4 surges after
   round 18, 5e-4 after round 3: the paper's F.4 behaviour). The paper's value is kept for the
-  paper's model in the ``fedmezo-paper`` preset and in :class:`~.config.FedMeZOConfig`.
+  paper's model in the ``fedmezo-paper`` and ``fedmezo-code`` presets and in
+  :class:`~.config.FedMeZOConfig`.
+- ``dataset`` = ``instructions`` (generated): the paper's datasets need ``--data-dir``; a dataset
+  this task cannot read (``digits``) is an error.
 - Everything else is the paper's: 3 clients, all of them every round, H=30 local steps of batch
   1, mu=1e-3, no weight decay, momentum, clipping or decay, LoRA r=128 / alpha=256 / dropout 0.05
   on q_proj, v_proj, evaluation every 10 rounds (and at the last round). The baseline uses the
   same learning rate as FedMeZO, as the paper does.
+
+``variant`` (``paper`` | ``code``): ``code`` is the official code's arithmetic and precision. The
+whole model runs in half precision (``is_enable_half: True`` in the official configs:
+``model.half()``), the directions are drawn in the parameters' dtype and device, the tensors are
+restored by ``+mu z``, and the update is ``theta - lr (g z + wd theta)`` with weight decay skipped
+for tensor names containing ``bias``, ``layer_norm`` or ``layernorm``, matched case-sensitively as
+the official ``mezo_trainer.py`` does. Under ``variant=code`` the dtype, direction and restore
+defaults follow (``extra["param_defaults"]``).
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
 
 #: The LM workload's settings (see ``simulations.lm.task.LMSettings``): paper LoRA shape, tiny-model data sizes.
-LM_DEFAULTS = {"model_dir": "", "lora_r": 128, "lora_alpha": 256, "lora_dropout": 0.05,
+LM_DEFAULTS = {"variant": "paper", "model_dir": "", "lora_r": 128, "lora_alpha": 256, "lora_dropout": 0.05,
                "lora_targets": "q_proj,v_proj", "max_len": 320, "base_dtype": "fp32", "adapter_dtype": "fp32",
                "n_examples": 1200, "test_fraction": 1 / 12, "eval_every": 10, "weighting": "uniform"}
 
@@ -37,28 +49,88 @@ FEDMEZO_DEFAULTS = {**LM_DEFAULTS, "mu": _ZO.mu, "num_perturbations": _ZO.num_pe
                     "lr_window": _ZO.lr_window, "comm_mode": _ZO.comm_mode, "z_device": _ZO.z_device,
                     "restore_mode": _ZO.restore_mode}
 
+_YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
+_BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
+_LR = ("project: the paper's 1e-5 (App. E.3) moves the tiny default model by 0.6% of its test loss in 5 rounds; "
+       "2e-4 is the largest rate stable for 30 rounds there (the fedmezo-paper preset keeps 1e-5)")
+_DATASET = ("project: generated instructions in 8 categories, the only LM data here without a download; the "
+            "paper's Dolly, Alpaca, GSM8K and CodeAlpaca (App. E.1) run with --dataset NAME --data-dir DIR")
+
 #: Training settings (ExperimentConfig fields) as (value, provenance).
 TRAIN_DEFAULTS = {
-    "lr": (2e-4, "project"),
-    "local_steps": (30, "paper"),
-    "local_epochs": (None, "paper"),
-    "batch_size": (1, "paper"),
-    "weight_decay": (0.0, "official code"),
-    "momentum": (0.0, "official code"),
-    "lr_decay": (1.0, "paper"),
-    "grad_clip": (None, "official code"),
-    "num_clients": (3, "paper"),
-    "fraction_fit": (1.0, "official code"),
+    "dataset": ("instructions", _DATASET),
+    "lr": (2e-4, _LR),
+    "local_steps": (30, "paper: Sec. 5.3.2 (the standard H = 30 local steps)"),
+    "local_epochs": (None, "paper: Sec. 5.3.2 (the local budget is H steps)"),
+    "batch_size": (1, "paper: App. E.3 (batch size 1)"),
+    "weight_decay": (0.0, f"official code: {_YAML} (weight_decay: 0.0)"),
+    "momentum": (0.0, "official code: llm/trainer/mezo_trainer.py keeps no optimizer state"),
+    "lr_decay": (1.0, f"official code: {_YAML} (train_strategy 'frozen': a constant rate)"),
+    "grad_clip": (None, "official code: llm/trainer/mezo_trainer.py computes no gradient to clip"),
+    "num_clients": (3, "paper: App. E.1 (a three-way split: 3 clients)"),
+    "fraction_fit": (1.0, f"official code: {_YAML} (client_num 3, every client every round)"),
+}
+LORA_FEDAVG_TRAIN_DEFAULTS = {
+    **TRAIN_DEFAULTS,
+    "local_steps": (30, f"official code: {_BP_YAML} (local_update_steps 30, as FedMeZO; the paper's text says "
+                        "one epoch)"),
+    "local_epochs": (None, f"official code: {_BP_YAML} (30 batches)"),
+    "momentum": (0.0, f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)"),
+    "grad_clip": (None, f"official code: {_BP_YAML} (no gradient clipping)"),
+    "lr_decay": (1.0, f"official code: {_BP_YAML} (a constant rate)"),
+    "weight_decay": (0.0, f"official code: {_BP_YAML} (weight_decay: 0.0)"),
+}
+
+_HALF = "official code: is_enable_half: True in llm/baseline/*/*.yaml runs model.half() on the whole model"
+#: Defaults that follow ``variant``: the official code's precision, directions and restore.
+VARIANT_DEFAULTS = {
+    "base_dtype": ("params.variant", {
+        "code": ("fp16", _HALF),
+        "*": ("fp32", "project: fp32 on CPU; the paper loads the model in 16 bits (App. E.2): variant=code"),
+    }),
+    "adapter_dtype": ("params.variant", {
+        "code": ("fp16", _HALF),
+        "*": ("fp32", "project: fp32 adapters keep updates of 1e-5 that fp16 rounds away; fp16 with the whole "
+                      "model is variant=code"),
+    }),
+}
+FEDMEZO_VARIANT_DEFAULTS = {
+    **VARIANT_DEFAULTS,
+    "z_device": ("params.variant", {
+        "code": ("param", "official code: llm/trainer/mezo_trainer.py draws z with torch.normal in the parameter's "
+                          "dtype and device"),
+        "*": ("cpu", "project: directions drawn on the CPU are identical on every machine (seed replay)"),
+    }),
+    "restore_mode": ("params.variant", {
+        "code": ("regenerate", "official code: llm/trainer/mezo_trainer.py restores by perturbing +mu z again"),
+        "*": ("snapshot", "project: a bit-exact restore from a copy of the tuned tensors"),
+    }),
 }
 
 #: Where each ``--set`` hyperparameter's default comes from (``extra["param_provenance"]``).
 PARAM_PROVENANCE = {
-    "model_dir": "project", "lora_r": "paper", "lora_alpha": "paper", "lora_dropout": "official code",
-    "lora_targets": "official code", "max_len": "project", "base_dtype": "project", "adapter_dtype": "spec",
-    "n_examples": "project", "test_fraction": "project", "eval_every": "official code", "weighting": "paper",
-    "mu": "paper", "num_perturbations": "paper", "lr_strategy": "official code", "lr_alpha": "official code",
-    "lr_alpha_rel": "spec", "lr_window": "official code", "comm_mode": "paper", "z_device": "spec",
-    "restore_mode": "spec",
+    "variant": "project: 'paper' = the paper's method in fp32; 'code' = the official code's arithmetic and half "
+               "precision (the fedmezo-code preset)",
+    "model_dir": "project: '' = the cached tiny LLaMA-architecture base (no hub download); the paper's OpenLLaMA-3B "
+                 "via --model DIR",
+    "lora_r": "paper: App. E.3 (LoRA rank 128)",
+    "lora_alpha": "paper: App. E.3 (LoRA alpha 256)",
+    "lora_dropout": f"official code: {_YAML} (lora_dropout: 0.05)",
+    "lora_targets": "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's LLaMA default "
+                    "(q_proj, v_proj) applies",
+    "max_len": f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})",
+    "n_examples": "project: generated examples (--dataset instructions only)",
+    "test_fraction": "project: 100 of the 1,200 generated examples; the paper holds out 1% (App. E.1)",
+    "eval_every": f"official code: {_YAML} (eval freq: 10)",
+    "weighting": "paper: Sec. 2.2 (FedAvg over the N clients of f = (1/N) sum_i f_i)",
+    "mu": "paper: App. E.3 (mu = 1e-3, following MeZO)",
+    "num_perturbations": "official code: llm/trainer/mezo_trainer.py (one direction per step)",
+    "lr_strategy": f"official code: train_strategy 'frozen' ({_YAML}), the static rate of the main results",
+    "lr_alpha": "official code: federatedscope/core/trainers/trainer.py (lr + 0.000005 * Phi)",
+    "lr_alpha_rel": "project: none = the official absolute lr_alpha; the paper's relative eta0 (1 + alpha Phi) "
+                    "(Prop. 3.7) is lr_alpha_rel",
+    "lr_window": "official code: federatedscope/core/trainers/trainer.py (five-round: the last 5 rounds)",
+    "comm_mode": "paper: App. F.1 (clients upload their LoRA weights)",
 }
 
 #: Why a value in TRAIN_DEFAULTS is not the paper's (shown in docs and results).
@@ -97,7 +169,7 @@ def fedmezo_config(setup: ServerSetup, params: dict) -> FedMeZOConfig:
         lr_decay=t.lr_decay, num_perturbations=params["num_perturbations"], lr_strategy=params["lr_strategy"],
         lr_alpha=params["lr_alpha"], lr_alpha_rel=params["lr_alpha_rel"], lr_window=params["lr_window"],
         weighting=params["weighting"], comm_mode=params["comm_mode"], z_device=params["z_device"],
-        restore_mode=params["restore_mode"], eval_every=params["eval_every"])
+        restore_mode=params["restore_mode"], eval_every=params["eval_every"], variant=params["variant"])
 
 
 def lora_fedavg_config(setup: ServerSetup, params: dict) -> LoRAFedAvgConfig:
@@ -123,11 +195,13 @@ register_method(MethodSpec(
     summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
     paper=PAPER, defaults=FEDMEZO_DEFAULTS, build_core=_fedmezo,
     client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES, "param_provenance": PARAM_PROVENANCE}))
+    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES, "param_provenance": PARAM_PROVENANCE,
+                             "param_defaults": FEDMEZO_VARIANT_DEFAULTS}))
 register_method(MethodSpec(
     name="lora-fedavg",
     summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
     paper=PAPER, defaults=dict(LM_DEFAULTS), build_core=_lora_fedavg,
-    client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=TRAIN_DEFAULTS,
+    client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
     task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES,
-                             "param_provenance": {k: PARAM_PROVENANCE[k] for k in LM_DEFAULTS}}))
+                             "param_provenance": {k: PARAM_PROVENANCE[k] for k in LM_DEFAULTS if k in PARAM_PROVENANCE},
+                             "param_defaults": VARIANT_DEFAULTS}))

@@ -30,7 +30,8 @@ def derive_seed(run_seed: int, server_round: int, partition_id: int, step: int, 
     """Deterministic 63-bit seed of one MeZO direction.
 
     ``SeedSequence([run_seed, server_round, partition_id, step, direction])`` so that stateless
-    Flower clients and re-runs reproduce the same perturbations (spec section 1.3, rule 2).
+    Flower clients and re-runs reproduce the same perturbations (MeZO's seed trick, Malladi et al.,
+    NeurIPS 2023, Alg. 1, with a seed per client, round and step).
     All arguments must be non-negative integers.
     """
     parts = [int(run_seed), int(server_round), int(partition_id), int(step), int(direction)]

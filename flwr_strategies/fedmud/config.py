@@ -1,7 +1,7 @@
 """Hyperparameters of FedMUD and of the low-rank baselines built on the same machinery.
 
 Li, Luo, Wang, Tang, Xu, Luo, Li, He, Li, "The Panaceas for Improving Low-Rank Decomposition in
-Communication-Efficient Federated Learning", ICML 2025 (spec ``004_fedmud.md``, Sections 1-5, 11).
+Communication-Efficient Federated Learning", ICML 2025 (Sec. 3, Eq. 3-9; Sec. 5.1).
 
 :class:`FedMUDConfig` is frozen and validated on construction: an impossible value raises a
 ``ValueError`` naming the setting and the value, before any training. The same config is sent to the
@@ -112,7 +112,7 @@ class FedMUDConfig:
         ``reset_interval=None`` (a reset would no longer keep the model unchanged).
     base_init : {"normal", "kaiming", "given"} (default "normal")
         Initial ``W_base`` of the compressed layers: "normal" = ``Normal(0, base_std)`` (the reference
-        code's init, spec 4.3) and "kaiming" = PyTorch's default ``Uniform(+-1/sqrt(fan_in))`` are
+        code's init, ``decompose/models.py``) and "kaiming" = PyTorch's default ``Uniform(+-1/sqrt(fan_in))`` are
         regenerated from a shared seed by every party, so they are never sent; "given" keeps the
         initial weights you pass (each client then receives the full base once, counted as traffic).
     base_std : float > 0, finite (default 0.01, official code)

@@ -1,19 +1,28 @@
 """Registry entries: FedMUD (six variants) and the low-rank baselines FedLMT, FedPara, FedHM.
 
-Li et al., ICML 2025 (spec 004). ``fedmud`` is FedMUD+BKD+AAD with every setting overridable
+Li et al., ICML 2025. ``fedmud`` is FedMUD+BKD+AAD with every setting overridable
 (``--set decomp=mat pattern=ab`` etc.); the named variants fix ``decomp``/``pattern``.
 
-Training defaults (``train_defaults``, with where each value comes from):
+Every default carries its source (``python -m simulations defaults fedmud``):
 
-- every FedMUD variant: lr 0.01 (the released script of FedMUD+BKD+AAD, official code), 3 local
-  epochs, batch 64, plain SGD without momentum or weight decay, 10% of the clients per round
-  (paper Section 5.1). The paper tunes lr per method over {1.0, 0.3, 0.1, 0.03, 0.01} and reports
-  only the full method's; the other variants keep the code's 0.01.
-- FedLMT / FedPara / FedHM: the same epochs, batch, momentum, weight decay and fraction (paper:
-  "all methods share the FL setting"); their tuned lr and init scale are not reported, so lr 0.03
-  (the official code's FedAvg lr) for FedLMT, and lr 0.1 for FedPara and FedHM, chosen from the
-  paper's grid as the smallest value at which they learn within 5 rounds on the default dataset
-  (measured in docs/results/fedmud.md).
+- every FedMUD variant: lr 0.01 (the released script of FedMUD+BKD+AAD, ``run/32-feddmu.sh``), 3 local
+  epochs, batch 64, plain SGD without momentum or weight decay, 100 clients with 10 per round (paper
+  Sec. 5.1). The paper tunes lr per method over {1.0, 0.3, 0.1, 0.03, 0.01} and reports only the full
+  method's; the other variants keep the code's 0.01.
+- FedLMT / FedPara / FedHM: the same epochs, batch, momentum, weight decay and participation (paper
+  Sec. 5.1: "all methods share the FL setting"); their tuned lr and init scale are not reported, so lr
+  0.03 (the released FedAvg script, ``run/31-fedavg.sh``) for FedLMT, and lr 0.1 for FedPara and FedHM,
+  chosen from the paper's grid as the smallest value at which they learn within 5 rounds on the default
+  dataset (docs/results/fedmud.md).
+- participation on the default dataset (digits, 1,438 training examples) is a reduced setting: 10
+  clients, all training every round, which keeps the paper's 10 clients per round; any other dataset
+  gets the paper's 100 clients with fraction 0.1.
+- aggregation weights: by example count, as the official code (``train/client.py`` returns the number of
+  its batches as the weight) and Flower's FedAvg; the paper's Eq. 4 is the uniform mean
+  (``--set weighting=uniform``).
+- initialisation scale ``a`` of ``Uniform(-a, a)``: a number that follows ``decomp`` unless set: 5.0 for
+  BKD (the released script's ``uni_5.0``), 1.0 for the matrix forms (the paper tunes ``a`` over {0.01,
+  ..., 10} and does not report it).
 
 Ratio: the paper's whole-model 1/32 (``target_ratio``). The default dataset's MLP (digits,
 64-200-200-10) cannot reach it: its uncompressed first and last layers alone are 27.5% of the model.
@@ -54,19 +63,91 @@ SUMMARIES = {
 #: Whole-model ratio used where the paper's 1/32 is unreachable (the default digits MLP); see the module docstring.
 DEFAULT_FALLBACK_RATIO = 0.35
 
+_SEC51 = "paper: Sec. 5.1 (Hyperparameters)"
+_REDUCED = ("project: reduced setting for digits (1,438 training examples): at the paper's 100 clients each holds "
+            "about 14 examples, a fraction of one batch of 64; 10 clients, all training, keep the paper's 10 clients "
+            "per round (--num-clients 100 --fraction-fit 0.1 is the paper's)")
 _SHARED = {
-    "local_epochs": (3, "paper"),
-    "batch_size": (64, "paper"),
-    "momentum": (0.0, "paper"),
-    "weight_decay": (0.0, "paper"),
-    "fraction_fit": (0.1, "paper"),
+    "local_epochs": (3, f"{_SEC51}: 3 local epochs"),
+    "batch_size": (64, f"{_SEC51}: batch 64"),
+    "momentum": (0.0, "official code: run/32-feddmu.sh momentum=0 (Sec. 5.1: SGD)"),
+    "weight_decay": (0.0, "official code: run/32-feddmu.sh l2=0"),
+    "num_clients": ({"digits": (10, _REDUCED), "*": (100, f"{_SEC51}: 100 clients")}, _SEC51),
+    "fraction_fit": ({"digits": (1.0, _REDUCED), "*": (0.1, f"{_SEC51}: 10 clients per round")}, _SEC51),
 }
+_LR_MUD = ("official code: run/32-feddmu.sh lrs=(0.01) for FedMUD+BKD+AAD; the paper tunes lr over "
+           "{1.0, 0.3, 0.1, 0.03, 0.01} (Sec. 5.1) and reports no per-variant value")
+_LR_PROJECT = ("project: the smallest rate of the paper's grid {1.0, 0.3, 0.1, 0.03, 0.01} (Sec. 5.1) at which it "
+               "learns within 5 rounds on digits (docs/results/fedmud.md); the paper reports no tuned value")
 TRAIN_DEFAULTS: dict[str, dict[str, tuple[Any, str]]] = {
-    **{name: {"lr": (0.01, "official code"), **_SHARED} for name in ("fedmud", *VARIANTS)},
-    "fedlmt": {"lr": (0.03, "official code"), **_SHARED},
-    "fedpara": {"lr": (0.1, "project"), **_SHARED},
-    "fedhm": {"lr": (0.1, "project"), **_SHARED},
+    **{name: {"lr": (0.01, _LR_MUD), **_SHARED} for name in ("fedmud", *VARIANTS)},
+    "fedlmt": {"lr": (0.03, "official code: run/31-fedavg.sh lrs=(0.03), the released FedAvg rate (FedLMT's tuned "
+                            "rate is not reported)"), **_SHARED},
+    "fedpara": {"lr": (0.1, _LR_PROJECT), **_SHARED},
+    "fedhm": {"lr": (0.1, _LR_PROJECT), **_SHARED},
 }
+
+_DECOMP = {
+    "kron": "paper: Sec. 3.2 (block-wise Kronecker decomposition, BKD)",
+    "mat": "paper: Sec. 3.1 (matrix low-rank factors of the model update)",
+}
+_PATTERN = {
+    "aad": "paper: Sec. 3.3 (aggregation-aware decomposition, AAD)",
+    "ab": "paper: Sec. 3.1, Eq. 3 (both factors trained)",
+    "freeze": "paper: Sec. 5.3, Table 2 (the '+F' variants: one factor frozen)",
+}
+_INIT_SCALE = ("params.decomp", {
+    "kron": (5.0, "official code: run/32-feddmu.sh init uni_5.0 (BKD); the paper tunes a over "
+                  "{0.01, 0.05, 0.1, 0.5, 1, 5, 10} (Sec. 5.1)"),
+    "mat": (1.0, "project: the paper tunes a over {0.01, 0.05, 0.1, 0.5, 1, 5, 10} (Sec. 5.1) and does not report "
+                 "it; 1.0 is where every matrix variant learns at lr 0.01 on digits (0.1 stays at chance)"),
+    "hadamard": (1.0, "project: the paper tunes a (Sec. 5.1) and does not report FedPara's"),
+})
+_BASELINE = "paper: Sec. 5.1 (Baselines)"
+_COMMON_PROVENANCE = {
+    "target_ratio": f"{_SEC51}: ratio 1/32 for all methods",
+    "fallback_ratio": "project: digits' MLP cannot reach 1/32 (its dense first and last layers are 27.5% of it); "
+                      "at 0.35 every method learns within 5 rounds; used only when the target is unreachable",
+    "init_dist": f"{_SEC51}: factors drawn from U(-a, a)",
+    "skip_first": "paper: Sec. 5.1 (the first and last layers are not compressed; skip_front_back=1-1 in run/*.sh)",
+    "skip_last": "paper: Sec. 5.1 (the first and last layers are not compressed; skip_front_back=1-1 in run/*.sh)",
+    "weighting": "official code: train/client.py returns its number of batches as FedAvg's weight; here the number "
+                 "of examples, as Flower's FedAvg (the paper's Eq. 4 is uniform: --set weighting=uniform)",
+    "base_init": "official code: decompose/models.py initialises weights from Normal(0, 0.01)",
+    "base_std": "official code: decompose/models.py nn.init.normal_(std=0.01)",
+    "strict_ratio": "project: a ratio the model cannot reach is an error, never silently raised (the official code "
+                    "accepts its floor: strict_ratio=False)",
+}
+
+
+def _provenance(name: str) -> dict[str, str]:
+    cfg = METHOD_CONFIGS[name]
+    out = dict(_COMMON_PROVENANCE)
+    if name in ("fedlmt", "fedpara", "fedhm"):
+        what = {"fedlmt": "FedLMT trains a pre-decomposed model U@V",
+                "fedpara": "FedPara's low-rank Hadamard product (X1@Y1)*(X2@Y2)",
+                "fedhm": "FedHM factorises the server's model by truncated SVD"}[name]
+        out.update(decomp=f"{_BASELINE}: {what}", pattern=f"{_BASELINE}: {what}",
+                   reset_interval=f"{_BASELINE}: {what}; 0 = never reset")
+    else:
+        out.update(decomp=_DECOMP[cfg.decomp], pattern=_PATTERN[cfg.pattern],
+                   reset_interval="paper: Sec. 5.4, Fig. 3 (reset every round, s = 1; dmu_interval=1 in run/*.sh)")
+    if name == "fedlmt":
+        out["init_scale"] = ("project: the paper tunes a (Sec. 5.1) and does not report FedLMT's; U@V at about "
+                             "PyTorch's weight scale")
+    elif name == "fedpara":
+        out["init_scale"] = ("project: the paper tunes a (Sec. 5.1) and does not report FedPara's; (X1Y1)*(X2Y2) at "
+                             "about PyTorch's weight scale")
+    if name == "fedhm":
+        out["base_init"] = ("project: PyTorch's default init; a rank-r SVD of Normal(0, 0.01) weights leaves the "
+                            "network silent")
+    return out
+
+
+def _param_defaults(name: str) -> dict[str, Any]:
+    """Hyperparameters whose default follows another: ``init_scale`` follows ``decomp`` where the method's
+    config leaves it unset."""
+    return {"init_scale": _INIT_SCALE} if METHOD_CONFIGS[name].init_scale is None else {}
 
 
 def _defaults(cfg: FedMUDConfig) -> dict[str, Any]:
@@ -75,7 +156,7 @@ def _defaults(cfg: FedMUDConfig) -> dict[str, Any]:
         "pattern": cfg.pattern,
         "target_ratio": float(cfg.target_ratio),
         "fallback_ratio": DEFAULT_FALLBACK_RATIO,  # 0 = none
-        "init_scale": float(cfg.init_scale or 0.0),  # 0 = variant default (kron 5.0, mat 1.0)
+        "init_scale": float(cfg.scale),  # a number; follows decomp unless set (extra["param_defaults"])
         "init_dist": cfg.init_dist,
         "reset_interval": int(cfg.reset_interval or 0),  # 0 = never reset
         "skip_first": int(cfg.skip_first),
@@ -90,8 +171,7 @@ def _defaults(cfg: FedMUDConfig) -> dict[str, Any]:
 def config_from_params(name: str, params: dict) -> FedMUDConfig:
     """The :class:`FedMUDConfig` of method ``name`` with registry ``params`` applied (validated).
 
-    Registry conventions: ``init_scale=0`` means the variant default, ``reset_interval=0`` never
-    resets, ``fallback_ratio=0`` means no fallback.
+    Registry conventions: ``reset_interval=0`` never resets, ``fallback_ratio=0`` means no fallback.
     """
     base = METHOD_CONFIGS[name]
     p = dict(params)
@@ -101,7 +181,7 @@ def config_from_params(name: str, params: dict) -> FedMUDConfig:
         if key in p:
             over[key] = p[key]
     if "init_scale" in p:
-        over["init_scale"] = None if p["init_scale"] == 0 else p["init_scale"]
+        over["init_scale"] = p["init_scale"]
     if "fallback_ratio" in p:
         over["fallback_ratio"] = None if p["fallback_ratio"] == 0 else p["fallback_ratio"]
     if "reset_interval" in p:
@@ -137,4 +217,5 @@ for _name in SUMMARIES:
         defaults=_defaults(METHOD_CONFIGS[_name]), build_core=_builder(_name),
         client="flwr_strategies.clients.fedmud:build_fedmud_client",
         train_defaults=TRAIN_DEFAULTS[_name],
+        extra={"param_provenance": _provenance(_name), "param_defaults": _param_defaults(_name)},
     ))

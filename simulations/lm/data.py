@@ -80,7 +80,8 @@ INSTRUCTION_FORMATS = ("dolly", "alpaca", "gsm8k", "codealpaca")
 
 
 def load_instruction_file(path: str | Path, fmt: str = "dolly") -> list[dict]:
-    """Read instruction records into the common schema (spec 4.3 mappings): Dolly (jsonl:
+    """Read instruction records into the common schema (the official code's field mappings, App. E.1
+    datasets): Dolly (jsonl:
     instruction, context, response, category), Alpaca (json list or jsonl: instruction, input,
     output), GSM8K (jsonl: question, answer; ``####`` becomes ``The answer is``) or CodeAlpaca
     (Alpaca fields; the category is the ``input`` field, the language)."""

@@ -4,9 +4,9 @@
   its tokenizer; without it the cached tiny pretrained LLaMA-architecture base is used (built on
   first use, see :mod:`simulations.lm.model`). peft LoRA (``lora_r``, ``lora_alpha``,
   ``lora_dropout``, ``lora_targets``) on ``q_proj``/``v_proj`` by default; the base is frozen in
-  ``base_dtype``, the adapters are in ``adapter_dtype`` (fp32 by default; ``fp16`` as the
-  reference implementation).
-- Data: ``--dataset instructions`` (default, also for ``digits``; generated, 8 categories) or
+  ``base_dtype``, the adapters are in ``adapter_dtype`` (fp32 by default; the official code runs
+  the whole model in fp16: ``--set variant=code`` or both set to ``fp16``).
+- Data: ``--dataset instructions`` (default; generated, 8 categories) or
   ``dolly``/``alpaca``/``gsm8k``/``codealpaca`` (a jsonl/json file in ``--data-dir``). A random
   ``test_fraction`` is held out centrally; the train part is split over clients by
   ``--partition`` ``iid`` | ``dirichlet`` (LDA over categories, ``--alpha``) | ``meta`` (whole
@@ -126,7 +126,7 @@ class CausalLMTask:
         self.tokenizer = tok
         self.pad_id = int(tok.pad_token_id)
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-        if cfg.dataset in (None, "", "instructions", "digits"):
+        if cfg.dataset == "instructions":
             recs = generate_instructions(s.n_examples, seed=7 + int(data_seed))
             name = "instructions"
         elif cfg.dataset in LM_DATASETS:
@@ -180,7 +180,7 @@ class CausalLMTask:
             base.to(self.base_dtype)
             model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
                                targets=self.lora["targets"])
-        cast_adapters(model, self.adapter_dtype)  # frozen base in base_dtype, adapters in adapter_dtype (spec 1.3 rule 8)
+        cast_adapters(model, self.adapter_dtype)  # frozen base in base_dtype, adapters in adapter_dtype
         return model.to(self.device)
 
     def client_data(self, partition_id: int) -> tuple[LMData, None]:

@@ -29,7 +29,7 @@ epochs of batch 32, lr 0.1 x 0.998 per round, weight decay 5e-4 and gradient cli
 
 Besides the standard table (final / best accuracy, rounds to 95%) it writes
 ``rounds to DFedAvg's final accuracy`` per method with the speed-up over DFedAvg (the hard
-target the spec recommends; easy targets do not separate the methods on MNIST).
+target; easy targets do not separate the methods on MNIST).
 """
 
 from __future__ import annotations

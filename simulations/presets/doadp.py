@@ -14,14 +14,14 @@ A. logistic regression on binary Synthetic(1,1) (unit-norm rows, IID), 20 agents
    four (p, k/d) configurations of Fig. 2a, D-mSGD, and the baselines of Fig. 3 (DPDO, DP-DDA, CPGT),
    all at the same batch size and the same (epsilon, delta); plus DO-ADP with its noise calibrated
    by a standard accountant (dp-accounting PLD, Poisson batches) at the same (epsilon, delta);
-B. the CNN of the spec (three conv layers, no BatchNorm) for Table II's four configurations, on
+B. a three-convolution CNN (the paper's "three convolutional layers", Sec. VI-B; no BatchNorm) for Table II's four configurations, on
    MNIST's t10k split from ``--data-dir`` (digits without it), plus the PLD-calibrated run;
 C. a p x k/d sweep of A (the privacy-accuracy-communication trade-off plot);
 D. the Flower in-process path (strategy + 20 NumPyClients): rounds per second.
 
 ``doadp-paper`` (``python -m simulations compare --preset doadp-paper --data-dir MNIST_DIR --device cuda``):
 Table II at the paper's scale: MNIST 60,000/10,000, 20 agents (q = 3,000), T = 2,000 iterations,
-b = 32, the spec's CNN, epsilon in {1, 0.9, 0.8} x the four (p, k/d) configurations, Theorem 1 noise
+b = 32, the three-convolution CNN, epsilon in {1, 0.9, 0.8} x the four (p, k/d) configurations, Theorem 1 noise
 (delta0 = 1e-5, G = 1), alpha 0.01, gamma 0.05, beta 0.15.
 
 Scale knobs (``--set key=value`` style, in ``params``): ``parts``, ``T_A``, ``q_A``, ``d_A``, ``eps_A``,
@@ -81,8 +81,8 @@ def client_seeds(run: int, n: int = N_AGENTS) -> list[int]:
     return [1000 * (run + 1) + i for i in range(n)]
 
 
-def spec_cnn(side: int, channels: int = 1, num_classes: int = 10):
-    """The spec's CNN (Sec. 5.3): Conv 5x5 16 - Conv 5x5 32 - Conv 3x3 64, each ReLU + MaxPool 2, then
+def three_conv_cnn(side: int, channels: int = 1, num_classes: int = 10):
+    """The CNN of Table II's runs (the paper: "three convolutional layers", Sec. VI-B): Conv 5x5 16 - Conv 5x5 32 - Conv 3x3 64, each ReLU + MaxPool 2, then
     Linear; no BatchNorm (per-sample clipping needs per-sample gradients)."""
     import torch
 
@@ -310,12 +310,12 @@ def experiment_B(cfg, configs=CONFIGS_B, eps_list=None, pld=True, name=None) -> 
     q = len(ytr) // N_AGENTS
     shards = [(xtr[perm[i * q:(i + 1) * q]], ytr[perm[i * q:(i + 1) * q]]) for i in range(N_AGENTS)]
     torch.manual_seed(cfg["seed"])
-    model = spec_cnn(hw)
+    model = three_conv_cnn(hw)
     prob = TorchNetworkProblem(model, shards, device=cfg["device"])
     x0 = TorchGradOracle(model, xtr[:1], ytr[:1], cfg["device"]).flat_params()
     d = x0.size
     T, b = cfg["T_B"], cfg["b_B"]
-    evalo = TorchGradOracle(spec_cnn(hw), xte, yte, cfg["device"])
+    evalo = TorchGradOracle(three_conv_cnn(hw), xte, yte, cfg["device"])
     W = circulant_mixing(N_AGENTS, 3)
 
     def accuracy(x):
@@ -369,7 +369,7 @@ def experiment_D(cfg) -> dict:
     R = cfg["flower_rounds"]
     ecfg = ExperimentConfig(method="doadp", dataset="digits", num_clients=N_AGENTS, rounds=R, seed=cfg["seed"],
                             lr=0.05, local_steps=1, batch_size=16, model="logreg", progress=False,
-                            params={"eval_every": R, "epsilon": 1.0, "p": 0.8, "k_frac": 0.4})
+                            params={"eval_every": R, "epsilon": 1.0, "p": 0.8, "k_frac": 0.4, "delta0": 1e-5})
     t0 = time.perf_counter()
     res = run_experiment(ecfg)
     wall = time.perf_counter() - t0

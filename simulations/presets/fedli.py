@@ -1,14 +1,14 @@
 """FedLi presets: ``fedli`` (reduced scale, tuned baselines), ``fedli-paper`` (the paper's CIFAR-10
 setting) and ``fedli-code`` (the official code's configuration beside the paper's).
 
-``fedli``: FedLi-LS / FedLi-LU (untuned) vs tuned FedExP, FedAvg, FedAdam and SCAFFOLD (spec 001 §7).
+``fedli``: FedLi-LS / FedLi-LU (untuned) vs tuned FedExP, FedAvg, FedAdam and SCAFFOLD (paper Sec. 7, App. C).
 
 Paper setting: 100 clients, 10 per round, Dirichlet alpha = 0.1, one local epoch, batch 32, 500 rounds,
 CIFAR/FEMNIST/Shakespeare. Reduced here to MNIST (``--data-dir``; digits otherwise) with a 784-200-200-10
 MLP, 100 tuning-free rounds for the final table and 30-round tuning runs, so that the whole preset
 finishes in about 10 minutes on 2 CPU cores.
 
-Tuning (spec §7.4, reduced): each baseline's client lr from {1e-2, 1e-1, 1}; FedExP then its eps from
+Tuning (the paper's App. C protocol, reduced): each baseline's client lr from {1e-2, 1e-1, 1}; FedExP then its eps from
 {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1} at its best lr; FedAdam its server lr from {1e-2, 1e-1, 1} at its
 best client lr (found with server lr 0.1). The paper keeps the configuration with the highest training
 accuracy; clients here report training loss, so a configuration is scored by the mean client-reported
@@ -195,14 +195,14 @@ def render_markdown(results, sweep, base, tune_rounds, tune_wall, total_wall) ->
 # ----------------------------------------------------------------------------- fedli-paper
 #: The paper's main table (Table 1, CIFAR-10 row): ResNet-18 with GroupNorm, 100 clients with a
 #: Dirichlet(0.1) label split (FedML's per-class "hetero" procedure = our ``dirichlet-class``), one
-#: local epoch of batch 32, client lr 0.01, 500 rounds; SGD clients clip at max-norm 1.0 (spec §7.1:
-#: "used", no threshold given), Armijo clients never clip. 20 clients per round as issue 14 and the
-#: official FedSLS code state (the v1 paper's text says 10 per round: ``--fraction-fit 0.1``).
+#: local epoch of batch 32, client lr 0.01, 500 rounds; SGD clients clip at max-norm 1.0 (App. C:
+#: "used", no threshold given), Armijo clients never clip. 10 of the 100 clients per round (Sec. 7 and App. C;
+#: the successor FedSLS code takes the number as an argument: ``--fraction-fit 0.2`` for its 20).
 PAPER_BASE: dict[str, Any] = {
     "dataset": "cifar10",
     "model": "resnet18_gn",
     "num_clients": 100,
-    "fraction_fit": 0.2,
+    "fraction_fit": 0.1,
     "partition": "dirichlet-class",
     "alpha": 0.1,
     "local_epochs": 1,
@@ -265,15 +265,31 @@ def run_paper_preset(ctx: PresetContext) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- fedli-code
+#: The training settings the paper gives (Sec. 7, App. C), outside the default dataset's reduced setting.
+PAPER_TRAIN = ("lr", "lr_decay", "local_epochs", "local_steps", "batch_size", "weight_decay", "momentum", "grad_clip",
+               "fraction_fit")
+
+
+def paper_train(method: str) -> dict[str, Any]:
+    """The paper's training settings of ``method``: its defaults on the paper's dataset (not the default
+    dataset's reduced setting), ``"none"`` for an optional setting that is off."""
+    from flwr_strategies.registry import get_method
+
+    from ..settings import ExperimentConfig
+
+    cfg = ExperimentConfig(method=method, dataset="cifar10").resolve()
+    keys = [k for k in PAPER_TRAIN if k in get_method(method).train_defaults or k in ("local_epochs", "local_steps")]
+    return {k: ("none" if getattr(cfg, k) is None else getattr(cfg, k)) for k in keys}
+
+
 def code_entries() -> list[RunEntry]:
-    """Each method at its paper defaults and with the official code's configuration (``variant=code``
+    """Each method at the paper's training settings and with the official code's configuration (``variant=code``
     plus the code's training settings, :data:`flwr_strategies.fedli.registration.CODE_TRAIN`)."""
     from flwr_strategies.fedli.registration import CODE_TRAIN
-    from flwr_strategies.registry import get_method
 
     out = []
     for label, method in (("FedLi-LS", "fedli-ls"), ("FedLi-LU", "fedli-lu"), ("FedExP", "fedexp"), ("SCAFFOLD", "scaffold")):
-        paper = {k: v for k, (v, _) in get_method(method).train_defaults.items()}
+        paper = paper_train(method)
         out.append(RunEntry(f"{label} (paper)", method, paper))
         out.append(RunEntry(f"{label} (code)", method, {**paper, **CODE_TRAIN[method], "params": {"variant": "code"}}))
     return out
@@ -282,7 +298,7 @@ def code_entries() -> list[RunEntry]:
 register_preset(
     Preset(
         name="fedli-paper",
-        summary="FedLi paper's Table 1 setting: CIFAR-10 ResNet-18-GN, 100 clients (20/round), Dir(0.1), 500 rounds "
+        summary="FedLi paper's Table 1 setting: CIFAR-10 ResNet-18-GN, 100 clients (10/round), Dir(0.1), 500 rounds "
                 "(--data-dir, --device cuda)",
         base=PAPER_BASE,
         entries=PAPER_ENTRIES,
@@ -297,7 +313,7 @@ def _run_code_preset(ctx: PresetContext) -> Any:
 
     overrides = dict(ctx.overrides)
     methods = overrides.pop("methods", None)
-    entries = code_entries()
+    entries = list(ctx.preset.entries)
     if methods:
         wanted = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods)]
         entries = [e for e in entries if e.method in wanted or e.label.split(" (")[0] in wanted]
@@ -310,9 +326,10 @@ def _run_code_preset(ctx: PresetContext) -> Any:
 register_preset(
     Preset(
         name="fedli-code",
-        summary="FedLi-LS/LU, FedExP, SCAFFOLD: paper defaults vs the official code's configuration (digits, 30 rounds)",
+        summary="FedLi-LS/LU, FedExP, SCAFFOLD: the paper's training settings vs the official code's configuration "
+                "(digits, 20 clients, 30 rounds)",
         base={"dataset": "digits", "num_clients": 20, "rounds": 30, "partition": "dirichlet", "alpha": 0.5, "seed": 0},
-        entries=[],
+        entries=code_entries(),
         custom=_run_code_preset,
     )
 )

@@ -8,7 +8,8 @@
 - ``fedmezo-paper`` (paper scale, GPU): the paper's main setting (Dolly-Meta, Table 7 / Table 8
   3B column) with a local checkpoint and data file: OpenLLaMA-3B-v2 in fp16, LoRA r=128 /
   alpha=256 / dropout 0.05 on q_proj, v_proj, 3 clients, 500 rounds of 30 MeZO steps of batch 1,
-  lr 1e-5, mu 1e-3, tok_len 1000, 1% test split, evaluation every 10 rounds::
+  lr 1e-5, mu 1e-3, tok_len 1000, 1% test split, evaluation every 10 rounds; beside FedMeZO, the
+  official code's precision and arithmetic (``variant=code``), model-diff rates and BP LoRA FedAvg::
 
       python -m simulations compare --preset fedmezo-paper --model /models/open_llama_3b_v2 \\
           --data-dir /data/dolly --device cuda
@@ -17,7 +18,16 @@
   ``--dataset codealpaca --partition dirichlet --alpha 0.5 --lr 2e-5`` (CodeAlpaca-LDA,
   ``--set max_len=650``), ``--dataset alpaca --partition iid`` (Alpaca-IID).
 
-Both write ``summary.md`` (test loss per evaluated round for every run, final/best loss, bytes,
+- ``fedmezo-code``: the official code's configuration (FederatedScope branch FedMeZO,
+  ``llm/baseline/frozen/dolly/dolly_mezo_meta.yaml`` and ``dolly_bpbased_meta.yaml`` with
+  ``llm/trainer/mezo_trainer.py``): the whole model in half precision (``is_enable_half``), the
+  official MeZO arithmetic (``variant=code``), lr 1e-5, 30 steps of batch 1, mu 1e-3, weight decay 0,
+  LoRA 128/256/0.05, tok_len 1000, 1% test split, the meta split over 3 clients, evaluation every 10
+  rounds; beside FedMeZO at the paper's fp32 arithmetic. On the tiny base and generated instructions
+  (30 rounds, CPU); the official scale with ``--model DIR --dataset dolly --data-dir DIR --rounds 500
+  --device cuda``.
+
+All write ``summary.md`` (test loss per evaluated round for every run, final/best loss, bytes,
 wall time), ``summary.json`` and ``loss.png`` into the output folder.
 """
 
@@ -50,9 +60,23 @@ PAPER_BASE = {"method": "fedmezo", "dataset": "dolly", "partition": "meta", "num
               "params": {"lora_r": 128, "lora_alpha": 256, "lora_dropout": 0.05, "lora_targets": "q_proj,v_proj",
                          "max_len": 1000, "base_dtype": "fp16", "adapter_dtype": "fp32", "test_fraction": 0.01,
                          "eval_every": 10}}
+# ----------------------------------------------------------------------------- the official code's configuration
+CODE_BASE = {"method": "fedmezo", "dataset": "instructions", "partition": "meta", "num_clients": 3, "rounds": 30,
+             "lr": 1e-5, "local_epochs": "none", "local_steps": 30, "batch_size": 1, "fraction_fit": 1.0,
+             "weight_decay": 0.0, "momentum": 0.0, "lr_decay": 1.0, "grad_clip": "none", "seed": 0, "progress": False,
+             "params": {"lora_r": 128, "lora_alpha": 256, "lora_dropout": 0.05, "lora_targets": "q_proj,v_proj",
+                        "max_len": 1000, "test_fraction": 0.01, "eval_every": 10, "weighting": "uniform"}}
+CODE_ENTRIES = [
+    RunEntry("FedMeZO (paper)", "fedmezo", {"params": {"variant": "paper"}}),
+    RunEntry("FedMeZO (code)", "fedmezo", {"params": {"variant": "code", "mu": 1e-3, "lr_strategy": "frozen",
+                                                      "num_perturbations": 1}}),
+    RunEntry("BP LoRA FedAvg (code)", "lora-fedavg", {"params": {"variant": "code"}}),
+]
+
 PAPER_ENTRIES = [
     RunEntry("FedMeZO", "fedmezo"),
-    RunEntry("FedMeZO fp16 adapters (reference)", "fedmezo", {"params": {"adapter_dtype": "fp16"}}),
+    RunEntry("FedMeZO, official code (fp16 model, its arithmetic)", "fedmezo",
+             {"params": {"variant": "code", "adapter_dtype": "fp16", "z_device": "param", "restore_mode": "regenerate"}}),
     RunEntry("FedMeZO model-diff", "fedmezo", {"params": {"lr_strategy": "model-diff", "lr_alpha": 5e-6}}),
     RunEntry("BP LoRA FedAvg", "lora-fedavg"),
 ]
@@ -171,4 +195,10 @@ register_preset(Preset(
     summary="FedMeZO paper scale (Dolly-Meta): local OpenLLaMA-3B via --model, data via --data-dir, --device cuda, "
             "500 rounds",
     base=PAPER_BASE, entries=PAPER_ENTRIES, custom=run_fedmezo_preset,
+))
+register_preset(Preset(
+    name="fedmezo-code",
+    summary="FedMeZO with the official code's configuration (whole model fp16, official MeZO arithmetic, lr 1e-5) "
+            "beside the paper's fp32 arithmetic and the BP baseline; tiny base, generated instructions, 30 rounds",
+    base=CODE_BASE, entries=CODE_ENTRIES, custom=run_fedmezo_preset,
 ))

@@ -29,7 +29,7 @@ register_preset(
             RunEntry("FedAvg", "fedavg"),
             RunEntry("FedProx", "fedprox", {"params": {"proximal_mu": 0.01}}),
             # decentralized: all 10 clients train and gossip over the random graph; beta 0.9 because
-            # this preset has no weight decay / clipping (the paper's 0.99 needs them, spec section 10)
+            # this preset has no weight decay / clipping (the paper's 0.99 needs them: docs/results/dfedcata.md)
             RunEntry("DFedCata", "dfedcata", {"params": {"beta": 0.9}}),
             # Armijo line-search clients: no learning rate (the preset's lr 0.05 does not apply)
             RunEntry("FedLi-LS", "fedli-ls"),
