@@ -130,7 +130,7 @@ class FedMUDConfig:
     pattern: str = "aad"
     target_ratio: float = 1 / 32
     fallback_ratio: float | None = None
-    init_scale: float | None = None
+    init_scale: float | str | None = None
     init_dist: str = "uniform"
     reset_interval: int | None = 1
     skip_first: int = 1
