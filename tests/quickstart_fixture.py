@@ -155,9 +155,11 @@ class _Grid:
         return Recording()
 
 
-def run_message_app(app: Path, nodes: int, config: dict[str, Any]) -> tuple[dict[int, tuple[float, float]], list[str]]:
-    """Run the Message-API app in process; returns ``{round: (accuracy, loss)}`` of the app's own central
-    evaluation (round 0: the initial model) and the reasons of the ClientApps' error replies."""
+def run_message_app(app: Path, nodes: int, config: dict[str, Any], seed: int = 0
+                    ) -> tuple[dict[int, tuple[float, float]], list[str]]:
+    """Run the Message-API app in process (its model initialised after ``torch.manual_seed(seed)``);
+    returns ``{round: (accuracy, loss)}`` of the app's own central evaluation (round 0: the initial
+    model) and the reasons of the ClientApps' error replies."""
     import torch
     from flwr.app import Context, RecordDict
 
@@ -172,7 +174,7 @@ def run_message_app(app: Path, nodes: int, config: dict[str, Any]) -> tuple[dict
             return metrics
 
         server_app.global_evaluate = recording
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         grid = _Grid(client_app.app, nodes, config)
         context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
         try:

@@ -103,9 +103,10 @@ def test_switched_legacy_app_runs_and_learns(method, tmp_path):
         assert accs[3] >= 0.5, detail
 
 
-def measure(method: str, settings: list[str], rounds: int = 4, epochs: int = 3) -> None:
+def measure(method: str, settings: list[str], rounds: int = 4, epochs: int = 3, seeds: tuple[int, ...] = (0,)) -> None:
     """Print the central accuracy per round of the switched Message-API app for each ``momentum:lr``
-    (the example's ``train()`` with ``torch.optim.SGD(momentum=...)``; ``adam:lr`` uses Adam)."""
+    (the example's ``train()`` with ``torch.optim.SGD(momentum=...)``; ``adam:lr`` uses Adam) and
+    each seed of the initial model."""
     import tempfile
     from pathlib import Path
 
@@ -117,15 +118,25 @@ def measure(method: str, settings: list[str], rounds: int = 4, epochs: int = 3) 
             f"torch.optim.SGD(net.parameters(), lr=lr, momentum={momentum})"
         task.write_text(task.read_text().replace("torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)", optimizer))
         config = run_config(app, num_server_rounds=rounds, local_epochs=epochs, learning_rate=float(lr), fraction_evaluate=0.0)
-        try:
-            record, errors = run_message_app(app, NODES, config)
-            print(method, setting, {r: round(a, 3) for r, (a, _) in record.items()}, errors[:1], flush=True)
-        except RuntimeError as err:
-            print(method, setting, "stopped:", str(err)[:300], flush=True)
+        for seed in seeds:
+            try:
+                record, errors = run_message_app(app, NODES, config, seed=seed)
+                print(method, setting, f"seed {seed}", {r: round(a, 3) for r, (a, _) in record.items()}, errors[:1],
+                      flush=True)
+            except RuntimeError as err:
+                print(method, setting, f"seed {seed}", "stopped:", str(err)[:300], flush=True)
 
 
-if __name__ == "__main__":  # python tests/test_flower_quickstart_dropin.py fedlmt 0.9:0.02 0.9:0.03 0:0.1
-    import sys
+if __name__ == "__main__":
+    # python tests/test_flower_quickstart_dropin.py fedlmt 0.9:0.02 0.9:0.03 0:0.1 [--rounds 4 --epochs 3 --seeds 0]
+    import argparse
 
+    ap = argparse.ArgumentParser(description=measure.__doc__)
+    ap.add_argument("method")
+    ap.add_argument("settings", nargs="+")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--seeds", default="0")
+    args = ap.parse_args()
     logging.disable(logging.WARNING)
-    measure(sys.argv[1], sys.argv[2:])
+    measure(args.method, args.settings, args.rounds, args.epochs, tuple(int(s) for s in args.seeds.split(",")))
