@@ -18,7 +18,7 @@ from .training import client_generator, count_examples, get_weights, local_sgd, 
 
 def server_round(config: dict[str, Scalar]) -> int:
     """The round number of a train or evaluate config: Flower's key ``"server-round"`` (0 if absent)."""
-    return int(config.get("server_round", config.get("server-round", 0)))  # MERGE: "server-round" only
+    return int(config.get("server-round", 0))
 
 
 def train_settings(config: dict[str, Scalar], default: TrainConfig) -> dict[str, Any]:

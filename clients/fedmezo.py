@@ -137,7 +137,7 @@ class MeZO(torch.optim.Optimizer):
                    weight_decay=float(config.get("weight_decay", 0.0)),
                    num_perturbations=int(config.get("num_perturbations", 1)),
                    restore_mode=str(config.get("restore_mode", "snapshot")), z_device=str(config.get("z_device", "cpu")),
-                   seed=(int(config.get("run_seed", default_seed)), int(config.get("server_round", 0)), int(partition_id)),
+                   seed=(int(config.get("run_seed", default_seed)), int(config.get("server-round", config.get("server_round", 0))), int(partition_id)),
                    variant=str(config.get("variant", "paper")))
 
     @property
@@ -352,7 +352,7 @@ class _LoRAClient(TorchClient):
         """The server's ``config`` over this client's ``ClientSetup.train`` settings (used when a
         strategy other than FedMeZO's sends fewer keys)."""
         t = self.setup.train
-        rnd = int(config.get("server_round", 1))
+        rnd = int(config.get("server-round", config.get("server_round", 1)))
         base = {"lr": t.lr_at(rnd), "local_steps": int(t.local_steps or 0), "local_epochs": int(t.local_epochs or 0),
                 "batch_size": int(t.batch_size), "weight_decay": float(t.weight_decay), "momentum": float(t.momentum),
                 "run_seed": int(self.setup.seed), "server_round": rnd}
@@ -364,7 +364,7 @@ class _LoRAClient(TorchClient):
         B = int(config.get("batch_size") or 1)
         H = round_steps(config, self.setup.train_data, B)
         it = round_batches(self.setup.train_data, H, B, run_seed=int(config.get("run_seed", self.setup.seed)),
-                           server_round=int(config.get("server_round", 1)), partition_id=self.partition_id)
+                           server_round=int(config.get("server-round", config.get("server_round", 1))), partition_id=self.partition_id)
         return H, B, (_to(b, self.setup.device) for b in it)
 
     def evaluate(self, parameters, config):
@@ -437,7 +437,7 @@ class LoRAFedAvgClient(_LoRAClient):
         clip = config.get("grad_clip")
         H, B, batches = self._batches(config)
         dev = torch.device(self.setup.device) if self.setup.device is not None else torch.device("cpu")
-        seed = derive_seed(int(config.get("run_seed", self.setup.seed)), int(config.get("server_round", 1)),
+        seed = derive_seed(int(config.get("run_seed", self.setup.seed)), int(config.get("server-round", config.get("server_round", 1))),
                            self.partition_id, 0, 1)
         losses, seen = [], 0
         was = self.model.training

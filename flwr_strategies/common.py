@@ -1,7 +1,8 @@
 """Small helpers shared by every strategy: array layouts, payload byte counts, client identity.
 
 Everything here is framework-neutral except :func:`resolve_partitions`, which talks to a Flower
-``ClientManager`` to learn which connected client holds which data partition.
+``ClientManager`` to learn which connected client holds which data partition (Flower is imported
+there only, so the framework-neutral core can use this module).
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 import concurrent.futures
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.common import Code, GetPropertiesIns, Parameters
-from flwr.server.client_manager import ClientManager
-from flwr.server.client_proxy import ClientProxy
 
+if TYPE_CHECKING:  # pragma: no cover
+    from flwr.common import Parameters
+    from flwr.server.client_manager import ClientManager
+    from flwr.server.client_proxy import ClientProxy
+
+#: The partition id: Flower's node-config key, and the key under which clients report it.
 PARTITION_KEY = "partition-id"
 
 
@@ -135,6 +139,8 @@ class PartitionIdMissing(RuntimeError):
 
 
 def _query_partition(proxy: ClientProxy, timeout: float | None) -> int:
+    from flwr.common import Code, GetPropertiesIns
+
     res = proxy.get_properties(GetPropertiesIns(config={}), timeout=timeout, group_id=None)
     if res.status.code != Code.OK or PARTITION_KEY not in res.properties:
         raise PartitionIdMissing(

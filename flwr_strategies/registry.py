@@ -113,29 +113,43 @@ class MethodSpec:
         factory = load_object(self.client) if isinstance(self.client, str) else self.client
         return factory(setup, params)
 
+    def _factory(self, setup: Any, params: dict):
+        """``(initial_arrays, num_partitions) -> core`` for the adapters; the first core is built
+        now, so a setting the method rejects fails before any client connects."""
+        if self.build_core is None:
+            raise ValueError(f"method '{self.name}' has no framework-neutral core")
+        first = [self.build_core(setup, params)]
+
+        def core(initial_arrays, num_partitions):
+            built = first.pop() if first else self.build_core(setup, params)
+            if built.num_partitions is not None and built.num_partitions != num_partitions:
+                raise ValueError(f"method '{self.name}' was set up for {built.num_partitions} clients but "
+                                 f"{num_partitions} connected")
+            return built
+
+        return core
+
     def legacy_strategy(self, setup: Any, params: dict, **kwargs: Any) -> Any:
-        """A :class:`~flwr_strategies.adapters.LegacyStrategy` over this method's core."""
+        """A :class:`~flwr_strategies.adapters.LegacyStrategy` over this method's core, set up for
+        the experiment (all its clients, its sampling, no federated evaluation unless ``kwargs``
+        ask for it)."""
         from .adapters.legacy import LegacyStrategy
 
-        if self.build_core is None:
-            raise ValueError(f"method '{self.name}' has no framework-neutral core")
         kwargs.setdefault("min_available_clients", setup.num_clients)
-        return LegacyStrategy(self.build_core(setup, params), evaluate_fn=setup.evaluate_fn, **kwargs)
+        kwargs.setdefault("fraction_evaluate", 0.0)
+        return LegacyStrategy(core_factory=self._factory(setup, params), initial_parameters=setup.initial_parameters,
+                              evaluate_fn=setup.evaluate_fn, fraction_fit=setup.fraction_fit,
+                              min_fit_clients=setup.clients_per_round, seed=setup.seed, **kwargs)
 
     def message_strategy(self, setup: Any, params: dict, **kwargs: Any) -> Any:
-        """A Message-API strategy over this method's core (full node set, no federated evaluation
-        unless ``kwargs`` ask for it)."""
-        from .adapters.message import CoreFactoryStrategy
+        """A :class:`~flwr_strategies.adapters.MessageStrategy` over this method's core (the same
+        set-up as :meth:`legacy_strategy`)."""
+        from .adapters.message import MessageStrategy
 
-        if self.build_core is None:
-            raise ValueError(f"method '{self.name}' has no framework-neutral core")
         kwargs.setdefault("fraction_evaluate", 0.0)
-        kwargs.setdefault("min_evaluate_nodes", 0)
         kwargs.setdefault("min_available_nodes", setup.num_clients)
-        kwargs.setdefault("min_train_nodes", setup.clients_per_round)
-        kwargs.setdefault("fraction_train", setup.fraction_fit)
-        kwargs.setdefault("seed", setup.seed)
-        return CoreFactoryStrategy(lambda arrays, n: self.build_core(setup, params), **kwargs)
+        return MessageStrategy(fraction_train=setup.fraction_fit, min_train_nodes=setup.clients_per_round,
+                               seed=setup.seed, core_factory=self._factory(setup, params), **kwargs)
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:

@@ -6,15 +6,16 @@ and real deployments all run these two objects.
 runs the method:
 
 - a method with a framework-neutral core runs on its Message-API strategy
-  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, ``strategy.start(...)``) with
-  central evaluation on the experiment's test set;
+  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
+  with central evaluation on the experiment's test set;
 - a method still registered with only a legacy ``build_strategy`` runs on Flower's compatibility
   layer (``start_grid`` with the legacy ``Server``), wrapped in
   :class:`~flwr_strategies.metering.MeteredStrategy`.
 
 Either way the per-round records have the keys of the in-process backend, and with ``out-dir``
 set the ServerApp writes ``<out-dir>/results.json`` after every round (``status`` says whether the
-run is ``running``, ``completed`` or ``failed``) and ``<out-dir>/final.npz`` (the final model) at
+run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
+:func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
 the end. A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
 actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
 with an error instead of going on with fewer clients.
@@ -61,17 +62,18 @@ from flwr.common import log
 from flwr.server import Server, ServerConfig
 from flwr.serverapp import Grid, ServerApp
 
-from flwr_strategies.adapters.message import MessageStrategy
+from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
 from flwr_strategies.clients.doadp import allow_private_eval, client_seed_of, private_eval_allowed, set_client_seed
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.metering import MeteredStrategy
 from flwr_strategies.sampling import PartitionClientManager
 
+from .backends import round_timeout
 from .experiment import Experiment, ExperimentConfig, get_experiment
 from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
-from .results import summarize, write_json
+from .results import finished_status, summarize, write_json
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -147,27 +149,13 @@ class RunReport:
     def __init__(self, cfg: ExperimentConfig, out_dir: str) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir) if out_dir else None
-        self.source: Any = None  # a RoundRecorder or a MeteredStrategy (rounds + failure_log)
+        self.source: Any = None  # the strategy's RoundRecorder
         self._t0 = time.perf_counter()
         self.path = ""
         self.final: list[np.ndarray] | None = None
 
     def records(self) -> list[dict[str, Any]]:
-        src = self.source
-        if src is None:
-            return []
-        if hasattr(src, "snapshot"):  # a RoundRecorder: add the in-process backend's `nonfinite` count
-            rounds = [dict(r) for r in src.snapshot()]
-            log_ = list(src.failure_log)
-            for rec in rounds:
-                rec.setdefault("nonfinite", sum(1 for e in log_ if e["round"] == rec["round"] and e["phase"] == "rejected"
-                                                and "NaN or infinite" in e["error"]))
-            return rounds
-        rounds = list(src.rounds)
-        current = getattr(src, "_current", None)
-        if current is not None:
-            rounds.append({k: v for k, v in current.items() if not k.startswith("_")})
-        return rounds
+        return [] if self.source is None else [dict(r) for r in self.source.snapshot()]
 
     def write(self, status: str = "running", error: str | None = None) -> None:
         if self.out_dir is None:
@@ -220,9 +208,9 @@ class RunReport:
 NODE_ORDERS = ("query", "registration")
 
 
-def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> MessageStrategy:
-    """Learn which node holds which partition; returns a probe with ``node_of_partition``,
-    ``partition_of_node`` and ``num_partitions``.
+def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout: float = 600.0) -> NodeDirectory:
+    """Learn which node holds which partition; returns a :class:`NodeDirectory` with
+    ``node_of_partition``, ``partition_of_node`` and ``num_partitions``.
 
     ``order="query"`` (default; any runtime): ask every node (``query.partition``) and wait until
     every partition ``0..num-partitions-1`` is connected. ``order="registration"`` (Flower's
@@ -235,7 +223,7 @@ def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout
     """
     if order not in NODE_ORDERS:
         raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
-    probe = MessageStrategy(min_available_nodes=1, wait_timeout=timeout)
+    probe = NodeDirectory(min_available_nodes=1, wait_timeout=timeout)
     if order == "query":
         probe.identify(grid)
         return probe
@@ -274,21 +262,19 @@ def _evaluate_fn(exp: Experiment):
     return evaluate
 
 
-def run_message_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray]:
-    """Run ``exp``'s method on its Message-API strategy; returns the final model."""
+def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray]:
+    """Run ``exp``'s method on its Message-API strategy (Flower's ``start()``); returns the final model."""
     cfg = exp.cfg
     strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params), on_round_end=report)
-    strategy.partition_of_node = dict(probe.partition_of_node)
-    strategy.node_of_partition = dict(probe.node_of_partition)
-    strategy.num_partitions = probe.num_partitions
+    strategy.nodes = probe  # the partitions are known already: no second query
     report.source, report.path = strategy.history, "Message API strategy"
-    per_round = cfg.client_timeout * max(1, cfg.num_clients) if cfg.client_timeout else 3600.0
+    per_round = round_timeout(cfg)
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
         num_rounds=cfg.rounds,
         timeout=per_round,
-        evaluate_fn=_evaluate_fn(exp),
+        evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)),
     )
     strategy.history.finalize()
     return result.arrays.to_numpy_ndarrays()
@@ -312,7 +298,7 @@ class _ClaimCheckingStrategy(MeteredStrategy):
         return super().aggregate_fit(server_round, results, failures)
 
 
-def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, report: RunReport) -> list[np.ndarray] | None:
+def run_legacy_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray] | None:
     """Run ``exp``'s legacy-only strategy through Flower's compatibility layer. The partitions
     learned by ``probe`` are handed to the client manager, so the strategy does not ask every
     node again."""
@@ -322,11 +308,11 @@ def run_legacy_strategy(grid: Grid, exp: Experiment, probe: MessageStrategy, rep
     cfg = exp.cfg
     pid_of_cid = {str(node): pid for node, pid in probe.partition_of_node.items()}
     strategy = _ClaimCheckingStrategy(exp.build_strategy(), pid_of_cid, on_round_end=report)
-    report.source, report.path = strategy, "legacy strategy (Flower compat)"
+    report.source, report.path = strategy.history, "legacy strategy (Flower compat)"
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
     server = Server(client_manager=manager, strategy=strategy)
-    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.client_timeout))
+    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=round_timeout(cfg)))
     strategy.finalize()
     return parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
 
@@ -353,7 +339,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
         raise
     report.final = final
     report.write_final(final)
-    report.write("completed")
+    report.write(finished_status(summarize(report.records())))
     return report
 
 

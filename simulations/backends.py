@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -278,7 +279,38 @@ def _read_results(path: Path) -> dict[str, Any] | None:
 
 
 class RayRunError(RuntimeError):
-    """A run in Flower's simulation runtime did not complete (the message has the status and log)."""
+    """A run in Flower's simulation runtime did not complete (the message has the status and log).
+
+    ``results`` holds what the ServerApp wrote to ``results.json`` before that (maybe empty).
+    """
+
+    def __init__(self, message: str, results: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.results = dict(results or {})
+
+
+#: Flower's own per-round limit (``Strategy.start(timeout=3600)``), used with ``client_timeout="auto"``
+FLOWER_ROUND_TIMEOUT_S = 3600.0
+#: seconds allowed for start-up (SuperLink, Ray, the nodes answering) in the ray backend's overall limit
+RAY_STARTUP_S = 600.0
+#: seconds ``flwr run`` may take to return after the ServerApp has written its final status
+RAY_FINISH_GRACE_S = 60.0
+
+
+def round_timeout(cfg: ExperimentConfig) -> float:
+    """Seconds the ServerApp waits for one round's replies: ``client_timeout`` per client
+    (``num_clients`` of them, in case they run one after another), or Flower's own 3,600 s per
+    round with ``client_timeout`` ``"auto"`` or None."""
+    t = cfg.client_timeout
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        return float(t) * max(1, int(cfg.num_clients))
+    return FLOWER_ROUND_TIMEOUT_S
+
+
+def ray_timeout(cfg: ExperimentConfig) -> float:
+    """The ray backend's overall limit: start-up plus two exchanges (train, evaluate) per round,
+    each bounded by :func:`round_timeout`."""
+    return RAY_STARTUP_S + 2 * int(cfg.rounds) * round_timeout(cfg)
 
 
 def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, app_dir: Path | str | None = None,
@@ -287,16 +319,23 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     app against a private local simulation SuperLink with ``num-supernodes = cfg.num_clients``.
 
     Round records come from the ServerApp's ``results.json`` (same keys and, on the same seed,
-    the same numbers as the in-process backend). A run that does not finish ``completed`` raises
-    :class:`RayRunError` with the run's status, error and log tail. ``app_dir`` replaces the
-    generated app folder (tests use it to run a different ClientApp); ``timeout`` bounds the
-    whole run in seconds (default: none).
+    the same numbers as the in-process backend). :class:`RayRunError` (with the run's status, error
+    and log tail) is raised when Flower does not report ``finished:completed``, when the ServerApp
+    failed, when the whole run takes longer than ``timeout`` seconds (default
+    :func:`ray_timeout`), and when ``flwr run`` has not returned :data:`RAY_FINISH_GRACE_S`
+    seconds after the ServerApp wrote its final status (a ClientApp that never returns keeps
+    Flower's run open). A run that finished degraded is returned; its records say why.
+    ``app_dir`` replaces the generated app folder (tests use it to run a different ClientApp).
     """
     from .deployment import LocalSimulation, flower_cli_available
 
     if not flower_cli_available():
-        raise RuntimeError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
-                           "CLI (flwr, flower-superlink) is not on PATH; install flwr[simulation] in this environment")
+        from .deployment import interpreter_scripts
+
+        raise FileNotFoundError("the ray backend runs `flwr run` against `flower-superlink --simulation`, but the Flower "
+                           f"CLI (flwr, flower-superlink) is neither beside {sys.executable} "
+                           f"({', '.join(interpreter_scripts())}) nor on PATH; install flwr[simulation] in this "
+                           "environment")
     _quiet_flower(verbose)
     cfg = cfg.validate()  # resolved: the ServerApp and the clients rebuild exactly this
     t0 = time.perf_counter()
@@ -312,7 +351,9 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     run_config = {"experiment": json.dumps({**cfg.to_dict(), "client_seed": None}, default=str),
                   "out-dir": str(out_dir), "node-order": "registration"}
     results_path = out_dir / "results.json"
+    timeout = ray_timeout(cfg) if timeout is None else float(timeout)
     seen = 0
+    stuck: str | None = None
     try:
         with LocalSimulation(work, env=env) as sim:
             ready = time.perf_counter()
@@ -320,10 +361,19 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
             with open(log_path, "wb") as log_file:
                 proc = subprocess.Popen(["flwr", *sim.flwr_run_args(app, run_config, federation_config(cfg, verbose))],
                                         env=sim.env, cwd=app, stdout=log_file, stderr=subprocess.STDOUT)
+                finished_at: float | None = None
                 try:
                     while proc.poll() is None:
-                        if timeout is not None and time.perf_counter() - t0 > timeout:
-                            raise RayRunError(f"the run did not finish within {timeout:g} s")
+                        now = time.perf_counter()
+                        if now - t0 > timeout:
+                            stuck = f"the run did not finish within the ray backend's limit of {timeout:g} s"
+                            break
+                        if finished_at is None and (_read_results(results_path) or {}).get("status", "running") != "running":
+                            finished_at = now  # the ServerApp has written its final status
+                        if finished_at is not None and now - finished_at > RAY_FINISH_GRACE_S:
+                            stuck = (f"the ServerApp finished, but `flwr run` had not returned {RAY_FINISH_GRACE_S:g} s "
+                                     "later (a ClientApp that never returns keeps Flower's run open)")
+                            break
                         if on_round_end is not None:
                             seen = _report_new_rounds(results_path, seen, on_round_end)
                         time.sleep(0.2)
@@ -332,18 +382,20 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
                         proc.kill()
                         proc.wait()
             cli_log = log_path.read_text(errors="replace")
-            status = sim.run_status(sim.run_id(cli_log)) if "started run" in cli_log else "not started"
+            status = sim.run_status(sim.run_id(cli_log), wait=5.0 if stuck else 30.0) if "started run" in cli_log \
+                else "not started"
             server_log = sim.all_logs(3000)
         total = time.perf_counter() - t0
         results = _read_results(results_path) or {}
         if on_round_end is not None:
             _report_new_rounds(results_path, seen, on_round_end)
-        if status != "finished:completed" or results.get("status") != "completed":
+        ended = results.get("status", "running")
+        if stuck or status != "finished:completed" or ended in ("running", "failed"):
             error = results.get("error") or "(no error recorded by the ServerApp)"
+            what = stuck or "the run in Flower's simulation runtime did not complete"
             raise RayRunError(
-                f"the run in Flower's simulation runtime ended with status {status!r}: {error}\n"
-                f"--- flwr run ---\n{cli_log[-4000:]}\n{server_log}"
-            )
+                f"{what}; Flower's status {status!r}, "
+                f"the ServerApp's {ended!r}: {error}\n--- flwr run ---\n{cli_log[-4000:]}\n{server_log}", results)
         rounds = results["rounds"]
         final_path = out_dir / "final.npz"
         final = None

@@ -6,8 +6,14 @@ field. A flag not given is *unset*: the method's paper defaults apply, then the 
 ``list --method METHOD``) shows each value a run would use and where it comes from.
 
 Errors in flags, method settings and data files are reported before the first round as one line
-``error: --flag value: what is wrong`` with exit status 2; a run in which every client failed
-exits with status 1.
+``error: --flag value: what is wrong`` with exit status 2. A run that finished reports its status
+(``results.json`` ``status``, and on stderr when it is not ``ok``) in the exit status:
+
+- 0: ``ok``;
+- 1: ``failed``: no client update was aggregated in any round, or the ``ray`` backend's run did
+  not finish (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
+- 3: ``degraded``: the run finished but a round aggregated no client update, a partition failed
+  every round to the end, a round's aggregate was rejected as not finite, or the loss diverged.
 """
 
 from __future__ import annotations
@@ -52,8 +58,8 @@ _HELP: dict[str, str] = {
     "client_threads": "torch threads per client (default 1)",
     "client_seed": "simulation only: a secret per-node seed for the clients' private randomness (DO-ADP noise "
                    "and coins), kept in each node's context.state, never sent to the server; unset: OS entropy",
-    "client_timeout": "seconds one client may take for one round in process (default 3600); a client that "
-                      "overruns is a failed client",
+    "client_timeout": "seconds one client call may take in process, or 'auto' (default: 10x the slowest call so "
+                      "far, at least 60 s, 600 s before the first); a client that overruns is a failed client",
 }
 _FIELDS = tuple(_HELP)
 
@@ -73,6 +79,16 @@ def _optional(kind: type):
         return kind(text)
 
     parse.__name__ = kind.__name__  # argparse names the type in its error message
+    return parse
+
+
+def _auto_or(kind: type):
+    """argparse type: a ``kind`` value, or the word auto."""
+
+    def parse(text: str) -> Any:
+        return "auto" if text.strip().lower() == "auto" else kind(text)
+
+    parse.__name__ = kind.__name__
     return parse
 
 
@@ -114,6 +130,8 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
         kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
         if name in OPTIONAL and kind is not str:
             kind = _optional(kind)
+        if name == "client_timeout":
+            kind = _auto_or(float)
         help_text = _HELP[name]
         if name in table:
             value, source = table[name]
@@ -160,10 +178,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.out:
         print(f"wrote {Path(args.out) / 'results.json'}")
-    if res["status"] != "ok":
-        print(f"error: {res['method']} {res['status']}", file=sys.stderr)
-        return 1
-    return 0
+    return _status_exit(res["method"], res["status"])
+
+
+#: exit statuses of a finished run (see the module docstring)
+EXIT_FAILED, EXIT_DEGRADED = 1, 3
+
+
+def _status_exit(label: str, status: str) -> int:
+    if status == "ok":
+        return 0
+    print(f"error: {label} {status}", file=sys.stderr)
+    return EXIT_DEGRADED if status.startswith("degraded") else EXIT_FAILED
 
 
 def print_defaults(method: str) -> None:
@@ -222,6 +248,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from flwr_strategies.setup import SettingError
+
     from .compare import run_entries, run_preset
     from .presets import RunEntry, get_preset
 
@@ -236,16 +264,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from flwr_strategies.registry import get_method
 
         names = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not names:
+            raise SettingError("methods", args.methods, "a comma-separated list of at least one method name")
         for m in names:
             get_method(m)
         entries = [RunEntry(m, m) for m in names]
         out = Path(args.out or "runs/compare")
         res = run_entries(entries, {}, overrides, out, target=args.target, title="compare " + ", ".join(names))
-    failed = [r for r in res if isinstance(r, dict) and r.get("status", "ok") != "ok"] if isinstance(res, list) else []
-    if failed:
-        print(f"error: {len(failed)} of {len(res)} runs failed: " + "; ".join(f"{r['label']} {r['status']}" for r in failed),
+    runs = [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
+    bad = [r for r in runs if r.get("status", "ok") != "ok"]
+    if bad:
+        print(f"error: {len(bad)} of {len(runs)} runs did not end ok: " + "; ".join(f"{r['label']} {r['status']}" for r in bad),
               file=sys.stderr)
-        return 1
+        return EXIT_DEGRADED if all(r["status"].startswith("degraded") for r in bad) else EXIT_FAILED
     return 0
 
 

@@ -51,8 +51,9 @@ def markdown_table(results: list[dict[str, Any]], target: float | None) -> str:
         s = r["summary"]
         final = "-" if s.get("final_accuracy") is None else f"{s['final_accuracy']:.4f} ({s['final_accuracy_round']})"
         best = "-" if s.get("best_accuracy") is None else f"{s['best_accuracy']:.4f}"
-        if r.get("status", "ok") != "ok":
-            final = f"**failed** ({final})"
+        status = r.get("status", "ok")
+        if status != "ok":
+            final = f"**{status.split(':')[0]}** ({final})"
         row = [r["label"], final, best]
         if target is not None:
             row.append(str(s.get("rounds_to_target") or f"> {s['rounds']}"))

@@ -109,24 +109,61 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim).reshape(shape)
 
 
+def _first_non_integer(values: np.ndarray) -> tuple[int, float]:
+    """Index and value of the first entry of a floating array that is not a whole number."""
+    flat = values.reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.round(flat)))
+    i = int(bad[0]) if bad.size else 0
+    return i, float(flat[i])
+
+
+def check_labels(path: Path, labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """``labels`` as int64 after checking they are integers in ``0..num_classes-1``; raises
+    :class:`DataFileError` naming ``path`` and the first bad value (a float label is never
+    truncated, a NaN never becomes a huge negative integer)."""
+    if labels.dtype.kind not in "iu":
+        kind = labels.dtype.name
+        if labels.dtype.kind == "f" and labels.size:
+            i, v = _first_non_integer(labels)
+            raise DataFileError(f"{path}: labels must be integers, the file holds {kind} values (label {v} at index {i})")
+        raise DataFileError(f"{path}: labels must be integers, the file holds {kind} values")
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if bad.size:
+        raise DataFileError(f"{path}: label {int(labels[bad[0]])} at index {int(bad[0])} is outside 0..{num_classes - 1} "
+                            f"({bad.size} bad labels)")
+    return labels.astype(np.int64)
+
+
+def check_pixels(path: Path, images: np.ndarray) -> np.ndarray:
+    """``images`` after checking they are unsigned bytes (0..255, what the MNIST and CIFAR files
+    hold); raises :class:`DataFileError` naming ``path``, the dtype and, for signed data, the most
+    negative pixel (never cast)."""
+    if images.dtype != np.uint8:
+        detail = ""
+        if images.dtype.kind in "if" and images.size and float(np.nanmin(images)) < 0:
+            detail = f", with negative pixels down to {np.nanmin(images).item()}"
+        raise DataFileError(f"{path}: images must be unsigned bytes (pixels 0..255), the file holds "
+                            f"{images.dtype.name} values{detail}")
+    return images
+
+
 def read_mnist_pair(images_path: Path, labels_path: Path, num_classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """MNIST images (N, 28, 28) and labels (N,) from two idx files, checked against each other:
-    same count, labels in ``0..num_classes-1``, images 28x28. Raises :class:`DataFileError` naming
-    the file and the value."""
+    at least one image, same count, images 28x28 unsigned bytes, labels integers in
+    ``0..num_classes-1``. Raises :class:`DataFileError` naming the file and the value."""
     x = read_idx(images_path)
     y = read_idx(labels_path)
     if x.ndim != 3 or x.shape[1:] != (28, 28):
         raise DataFileError(f"{images_path}: expected images of shape (N, 28, 28), got {x.shape}")
+    if len(x) == 0:
+        raise DataFileError(f"{images_path} holds no images (its header says 0)")
+    check_pixels(images_path, x)
     if y.ndim != 1:
         raise DataFileError(f"{labels_path}: expected a label vector (N,), got shape {y.shape}")
     if len(y) != len(x):
         raise DataFileError(f"{labels_path} holds {len(y)} labels but {images_path} holds {len(x)} images; "
                             "they must match one to one")
-    bad = np.flatnonzero((y < 0) | (y >= num_classes))
-    if bad.size:
-        raise DataFileError(f"{labels_path}: label {int(y[bad[0]])} at index {int(bad[0])} is outside 0..{num_classes - 1} "
-                            f"({bad.size} bad labels)")
-    return x, y.astype(np.int64)
+    return x, check_labels(labels_path, y, num_classes)
 
 
 def _find(data_dir: Path, stem: str) -> Path | None:
@@ -214,7 +251,8 @@ def read_cifar_pickle(path: Path, label_keys: tuple[str, ...], num_classes: int)
     """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one CIFAR python-pickle batch file.
 
     Raises :class:`DataFileError` naming the file when it cannot be unpickled (truncated, corrupt,
-    not a CIFAR batch), when its arrays have the wrong size or count, or a label is out of range.
+    not a CIFAR batch), when its arrays have the wrong size, count or dtype (images must be uint8,
+    labels integers: nothing is cast), or a label is out of range.
     """
     try:
         with open(path, "rb") as fh:
@@ -228,18 +266,18 @@ def read_cifar_pickle(path: Path, label_keys: tuple[str, ...], num_classes: int)
         found = sorted(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
         raise DataFileError(f"{path}: expected a dict with 'data' and '{label_keys[0]}', found {found}")
     try:
-        data = np.asarray(entry["data"], dtype=np.uint8)
-        labels = np.asarray(entry[key], dtype=np.int64).reshape(-1)
+        data = np.asarray(entry["data"])
+        labels = np.asarray(entry[key]).reshape(-1)
     except (TypeError, ValueError) as err:
         raise DataFileError(f"{path}: 'data' or '{key}' is not numeric ({err})") from None
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
         raise DataFileError(f"{path}: 'data' must have shape (N, 3072) (3x32x32 images), got {data.shape}")
+    if len(data) == 0:
+        raise DataFileError(f"{path} holds no images")
+    check_pixels(path, data)
     if len(labels) != len(data):
         raise DataFileError(f"{path}: {len(labels)} labels for {len(data)} images; they must match one to one")
-    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
-    if bad.size:
-        raise DataFileError(f"{path}: label {int(labels[bad[0]])} at index {int(bad[0])} is outside 0..{num_classes - 1}")
-    return data.reshape(-1, 3, 32, 32), labels
+    return data.reshape(-1, 3, 32, 32), check_labels(path, labels, num_classes)
 
 
 def _md5(path: Path) -> str:

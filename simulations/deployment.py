@@ -33,6 +33,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
 import time
 import urllib.request
 from pathlib import Path
@@ -75,11 +77,36 @@ def run_config_arg(run_config: dict[str, Any]) -> str:
     return " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
 
 
+FLOWER_CLI = ("flwr", "flower-superlink", "flower-supernode")
+
+
+def interpreter_scripts() -> list[str]:
+    """The folders where the running interpreter's packages put their command-line tools: the
+    folder of ``sys.executable`` (a virtual environment's ``bin``) and ``sysconfig``'s scripts
+    folder, without resolving symlinks (a venv's python links to the base interpreter)."""
+    out = []
+    for folder in (os.path.dirname(os.path.abspath(sys.executable)), sysconfig.get_path("scripts")):
+        if folder and folder not in out and os.path.isdir(folder):
+            out.append(folder)
+    return out
+
+
+def tool_path(path: str | None = None) -> str:
+    """``path`` (default: ``$PATH``) with :func:`interpreter_scripts` in front, so that the Flower
+    CLI installed beside the running interpreter is found (and used) even when its environment was
+    never activated, as when an IDE, a notebook or cron runs ``<venv>/bin/python -m ...``."""
+    parts = [p for p in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep) if p]
+    front = interpreter_scripts()
+    return os.pathsep.join(front + [p for p in parts if p not in front])
+
+
 def deployment_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for every Flower process of the deployment and for the ``flwr`` CLI."""
+    """Environment for every Flower process of the deployment and for the ``flwr`` CLI (``PATH``
+    starts with the running interpreter's scripts folder: :func:`tool_path`)."""
     env = os.environ.copy()
     env.update(
         {
+            "PATH": tool_path(env.get("PATH", "")),
             "FLWR_HOME": str(flwr_home),
             "FLWR_TELEMETRY_ENABLED": "0",
             "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -411,5 +438,6 @@ class LocalSimulation(FlowerProcesses):
 
 
 def flower_cli_available() -> bool:
-    """True when ``flower-superlink``, ``flower-supernode`` and ``flwr`` are on PATH."""
-    return all(shutil.which(c) for c in ("flower-superlink", "flower-supernode", "flwr"))
+    """True when ``flower-superlink``, ``flower-supernode`` and ``flwr`` are found beside the
+    running interpreter or on ``PATH`` (:func:`tool_path`)."""
+    return all(shutil.which(c, path=tool_path()) for c in FLOWER_CLI)

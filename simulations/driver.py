@@ -6,7 +6,8 @@ the same process. :class:`CoreDriver` makes exactly the calls the two Flower ada
 (:class:`~flwr_strategies.adapters.legacy.LegacyStrategy`,
 :class:`~flwr_strategies.adapters.message.MessageStrategy`): ``select``, ``configure_train``, one
 client ``fit`` per instruction, ``train_round`` (shared reply validation, then the core's atomic
-aggregation), ``evaluate``. Clients get the same arrays (fresh copies, as deserialisation gives
+aggregation), the shared round record (:meth:`~flwr_strategies.adapters.recorder.RoundRecorder.training`),
+``evaluate``. Clients get the same arrays (fresh copies, as deserialisation gives
 them) and the same config (``partition-id`` added) as on those paths, so the per-round numbers are
 bit-identical; ``tests/test_inprocess_driver.py`` checks this against both adapters.
 
@@ -31,13 +32,12 @@ from flwr.common import Context, RecordDict, log
 from flwr_strategies.adapters.recorder import RoundRecorder, arrays_nbytes, bytes_entries
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.server import ServerCore
+from flwr_strategies.common import PARTITION_KEY
 from flwr_strategies.core.validation import Rejection, ReplyError, check_policy
 
 from .timeouts import BoundedCaller
 
 __all__ = ["CoreDriver", "PartitionContexts", "ClientFit", "EvalFn"]
-
-PARTITION_KEY = "partition-id"
 
 #: ``(context, arrays, config) -> (arrays, num_examples, metrics)``: one client's ``fit``.
 ClientFit = Callable[[Context, list[np.ndarray], dict[str, Any]], tuple[list[np.ndarray], int, dict[str, Any]]]
@@ -84,10 +84,6 @@ class PartitionContexts:
     def values(self) -> list[Context]:
         """The contexts created so far (partitions that have been sampled)."""
         return list(self._contexts.values())
-
-
-def _nonfinite(rejections: list[Rejection]) -> int:
-    return sum(1 for r in rejections if "NaN or infinite" in r.reason)
 
 
 class CoreDriver:
@@ -159,7 +155,7 @@ class CoreDriver:
         failed: list[int] = []
         for ins in instructions:
             pid = int(ins.partition_id)
-            config = {**ins.config, PARTITION_KEY: pid}
+            config = {"server-round": rnd, **ins.config, PARTITION_KEY: pid}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
             try:
                 arrays, num_examples, metrics = self._fit(rnd, pid, ins.arrays, config)
@@ -180,24 +176,18 @@ class CoreDriver:
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
         result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply)
-        rejections = rejected + list(result.rejections)
-        for r in rejections:
-            log(WARNING, "Round %s: rejected reply from %s", rnd, r)
-            self.history.log_failure(rnd, "rejected", str(r))
-        metrics = dict(result)
-        metrics["rejected"] = len(rejections)
-        rec["failures"] = int(metrics.get("failures", 0))
-        rec["rejected"] = len(rejections)
-        rec["nonfinite"] = _nonfinite(rejections)
-        for key, value in metrics.items():
-            rec[f"fit_{key}"] = value
+        self.history.training(rnd, result, rejected, len(replies))
 
     def evaluate(self, rnd: int) -> None:
-        """Central evaluation of the core's model after round ``rnd`` (when the core evaluates)."""
+        """Central evaluation of the core's model after round ``rnd`` (when the core evaluates);
+        round 0 scores the initial model, as Flower's run loop does."""
         if self.evaluate_fn is None or not self.core.should_evaluate(rnd):
             return
         rec = self.history.record(rnd)
-        res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
+        if rnd == 0:
+            res = self.evaluate_fn(0, [np.array(a, copy=True) for a in self.core.initial_arrays], {})
+        else:
+            res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
         if res is None:
             return
         loss, metrics = res
@@ -212,7 +202,7 @@ class CoreDriver:
         if int(num_rounds) != num_rounds or num_rounds < 0:
             raise ValueError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
         if state is not None:
-            self.core.load_state_dict(state)
+            self.core.load_state_dict(state, num_rounds=num_rounds)
         first = self.core.server_round + 1
         try:
             self.evaluate(first - 1)

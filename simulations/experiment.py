@@ -82,9 +82,8 @@ class Experiment:
             return self.task.evaluate(self._eval_model)
 
     def fit_config(self, server_round: int) -> dict[str, Any]:
-        """The standard per-round client config."""
+        """The standard per-round client config (the strategy adds the round, ``server-round``)."""
         return {
-            "server_round": int(server_round),
             "lr": self.train.lr_at(server_round),
             "local_epochs": int(self.train.local_epochs or 0),
             "local_steps": int(self.train.local_steps or 0),
@@ -241,7 +240,7 @@ def _inject_failure(client: Any, pid: int, failures: set[tuple[int | None, int]]
     def fit(*args, **kwargs):
         ins = args[0] if len(args) == 1 and not kwargs else None
         config = getattr(ins, "config", None) if ins is not None else (args[1] if len(args) > 1 else kwargs.get("config", {}))
-        rnd = int((config or {}).get("server_round", 0))
+        rnd = int((config or {}).get("server-round", 0))
         if (None, pid) in failures or (rnd, pid) in failures:
             raise InjectedFailure(f"injected failure of partition {pid} in round {rnd}")
         return original(*args, **kwargs)

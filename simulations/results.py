@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +27,10 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+#: a run whose final loss is more than this many times the initial model's loss has diverged
+DIVERGENCE_FACTOR = 100.0
+
+
 def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
     """Final/best accuracy, rounds to ``target``, bytes per round, failures and wall time of a run.
 
@@ -32,7 +38,13 @@ def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict
     last round that has them, and ``final_accuracy_round`` / ``final_loss_round`` say which round
     that is (a method that evaluates every k rounds may end on an unevaluated round; round 0 is the
     initial model). ``client_updates`` counts the client replies that were aggregated (sampled
-    clients minus failures and rejections); 0 means every client failed in every round.
+    clients minus failures, which include rejections); 0 means every client failed in every round.
+
+    What makes a run degraded (:func:`run_status`) is listed too: ``rounds_without_updates``
+    (rounds in which no reply was aggregated, a rejected round included), ``rejected_rounds``
+    (rounds whose aggregate was not finite), ``lost_partitions`` (partitions whose last two or more
+    sampled rounds all failed, or that failed every round they were sampled in) and ``diverged``
+    (the final loss is not finite or more than :data:`DIVERGENCE_FACTOR` times the initial one).
     """
     trained = [r for r in rounds if r["round"] > 0]
     accs = [(r["round"], r["accuracy"]) for r in rounds if r.get("accuracy") is not None]
@@ -54,6 +66,9 @@ def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict
         "failures": sum(r.get("failures", 0) for r in trained),
         "client_updates": sum(client_updates(r) for r in trained),
         "rounds_without_updates": [r["round"] for r in trained if client_updates(r) == 0],
+        "rejected_rounds": [r["round"] for r in trained if r.get("fit_round_rejected")],
+        "lost_partitions": lost_partitions(trained),
+        "diverged": diverged(losses),
         "rounds_wall_s": sum(r.get("wall_s", 0.0) for r in trained),
     }
     if target is not None:
@@ -64,16 +79,73 @@ def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict
 
 
 def client_updates(record: dict[str, Any]) -> int:
-    """Client replies aggregated in one round: sampled clients minus failures and rejections."""
-    rejected = record.get("rejected", record.get("fit_rejected", 0)) or 0
-    return max(0, int(record.get("clients", 0)) - int(record.get("failures", 0) or 0) - int(rejected))
+    """Client replies aggregated in one round: sampled clients minus failures (a rejected reply
+    counts as a failure too, so rejections are not subtracted twice)."""
+    if "fit_sampled_partitions" in record and "fit_failed_partitions" in record:
+        return len(set(record["fit_sampled_partitions"]) - set(record["fit_failed_partitions"]))
+    return max(0, int(record.get("clients", 0)) - int(record.get("failures", 0) or 0))
+
+
+def lost_partitions(trained: list[dict[str, Any]]) -> dict[int, int]:
+    """``{partition: first round of its final run of failures}`` for every partition whose last
+    two or more sampled rounds all failed, or that failed in every round it was sampled in."""
+    history: dict[int, list[tuple[int, bool]]] = {}
+    for rec in trained:
+        failed = set(rec.get("fit_failed_partitions") or ())
+        for pid in rec.get("fit_sampled_partitions") or ():
+            history.setdefault(int(pid), []).append((int(rec["round"]), pid in failed))
+    out: dict[int, int] = {}
+    for pid, rows in sorted(history.items()):
+        trailing = 0
+        for _, bad in reversed(rows):
+            if not bad:
+                break
+            trailing += 1
+        if trailing >= 2 or (trailing and trailing == len(rows)):
+            out[pid] = rows[len(rows) - trailing][0]
+    return out
+
+
+def diverged(losses: list[tuple[int, float]]) -> bool:
+    """True when the last evaluated loss is not finite, or exceeds the first evaluated one
+    (normally the initial model's, round 0) :data:`DIVERGENCE_FACTOR` times."""
+    if not losses:
+        return False
+    first, last = float(losses[0][1]), float(losses[-1][1])
+    if not math.isfinite(last):
+        return True
+    return len(losses) > 1 and math.isfinite(first) and first > 0 and last > DIVERGENCE_FACTOR * first
 
 
 def run_status(summary: dict[str, Any]) -> str:
-    """``"ok"``, or why the run counts as failed (no client update was aggregated in any round)."""
+    """``"ok"``; ``"failed: ..."`` when no client update was aggregated in any round; or
+    ``"degraded: ..."`` naming what went wrong (rounds without any update, rejected rounds, lost
+    partitions, divergence) for a run that finished but must not count as a plain success."""
     if summary["rounds"] > 0 and summary["client_updates"] == 0:
         return f"failed: every client failed in every round ({summary['failures']} failures, see failure_log)"
-    return "ok"
+    reasons = []
+    if summary.get("rounds_without_updates"):
+        reasons.append(f"no client update was aggregated in rounds {_rounds(summary['rounds_without_updates'])}")
+    if summary.get("rejected_rounds"):
+        reasons.append(f"the aggregate was not finite in rounds {_rounds(summary['rejected_rounds'])}")
+    lost = summary.get("lost_partitions") or {}
+    if lost:
+        reasons.append("partitions " + ", ".join(f"{p} (from round {r})" for p, r in sorted(lost.items(), key=lambda t: int(t[0])))
+                       + " failed in every round they were sampled in, to the end of the run")
+    if summary.get("diverged"):
+        reasons.append(f"the loss diverged (final loss {summary['final_loss']!r} in round {summary['final_loss_round']})")
+    return "degraded: " + "; ".join(reasons) if reasons else "ok"
+
+
+def finished_status(summary: dict[str, Any]) -> str:
+    """The ``status`` a ServerApp writes when its run has ended without an exception:
+    ``"completed"``, or :func:`run_status`'s ``"degraded: ..."`` / ``"failed: ..."``."""
+    status = run_status(summary)
+    return "completed" if status == "ok" else status
+
+
+def _rounds(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:10]) + (f" and {len(values) - 10} more" if len(values) > 10 else "")
 
 
 def final_text(summary: dict[str, Any]) -> str:
@@ -92,10 +164,22 @@ def final_text(summary: dict[str, Any]) -> str:
 
 
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
-    """Write ``data`` as indented JSON, creating parent folders."""
+    """Write ``data`` as indented JSON, creating parent folders, atomically: the text goes to a
+    temporary file beside ``path`` (flushed to disk) that then replaces ``path``, so a disk that
+    fills up or a crash leaves the previous file (or none), never a truncated one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=_default))
+    text = json.dumps(data, indent=2, default=_default)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 

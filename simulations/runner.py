@@ -8,8 +8,8 @@ from typing import Any
 
 from flwr_strategies.setup import SettingError
 
-from .backends import run_backend
-from .experiment import ExperimentConfig, get_experiment
+from .backends import RayRunError, RunOutcome, run_backend
+from .experiment import ExperimentConfig, _preserved_rng, get_experiment
 from .results import package_versions, run_status, summarize, write_json
 
 
@@ -55,6 +55,27 @@ def prepare_out(cfg: ExperimentConfig) -> Path | None:
     return out
 
 
+def check_faults_can_fire(exp) -> None:
+    """Raise :class:`~flwr_strategies.setup.SettingError` (``--fail``) for an injected failure
+    that the run's sampling would never trigger: ``ROUND:PARTITION`` when the partition is not
+    sampled in that round, ``*:PARTITION`` when it is sampled in no round. The sampling is the
+    core's own seeded draw (the same on every backend), replayed on a scratch core."""
+    cfg = exp.cfg
+    faults = cfg.failures()
+    if not faults or exp.spec.build_core is None:
+        return
+    with _preserved_rng():
+        core = exp.spec.build_core(exp.server_setup(), dict(exp.params))
+        sampled = {r: set(core.select(r, range(cfg.num_clients))) for r in range(1, cfg.rounds + 1)}
+    for r, p in sorted(faults, key=lambda t: (t[0] or 0, t[1])):
+        if r is not None and p not in sampled[r]:
+            raise SettingError("fail", f"{r}:{p}", f"a failure that can happen: partition {p} is not sampled in round {r} "
+                                                  f"(sampled: {sorted(sampled[r])[:20]})")
+        if r is None and not any(p in s for s in sampled.values()):
+            raise SettingError("fail", f"*:{p}", f"a failure that can happen: partition {p} is sampled in none of the "
+                                                 f"{cfg.rounds} rounds")
+
+
 def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: float | None = None, verbose: bool = False) -> dict[str, Any]:
     """Run ``cfg`` on its backend and return (and write to ``cfg.out``) the results dict.
 
@@ -63,17 +84,26 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     and checked, and the method's server core and one client are built (so a method setting it
     rejects fails here). Each raises naming the setting or file and the value.
 
-    ``results["status"]`` is ``"ok"``, or says why the run failed (no client update aggregated
-    in any round); ``results["provenance"]`` gives the source of every setting.
+    ``results["status"]`` is ``"ok"``, ``"degraded: ..."`` (the run finished, but see
+    :func:`~.results.run_status`) or ``"failed: ..."`` (no client update aggregated in any round,
+    or the ray backend's run failed or did not return; the rounds it recorded are kept);
+    ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
+    atomically.
     """
     cfg = cfg.validate()  # resolved
     out = prepare_out(cfg)
     t0 = time.perf_counter()
     exp = get_experiment(cfg)
     exp.preflight()
+    check_faults_can_fire(exp)
     progress = _Progress(cfg, label)
+    error = None
     try:
         strategy, timing = run_backend(cfg, on_round_end=progress, verbose=verbose)
+    except RayRunError as err:  # Flower's run failed or did not return: keep what it recorded
+        error = str(err).split("\n", 1)[0]
+        strategy = RunOutcome(err.results.get("rounds", []), err.results.get("failure_log", []))
+        timing = {}
     finally:
         progress.close()
     rounds = strategy.rounds
@@ -81,7 +111,7 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     results = {
         "method": cfg.method,
         "label": label or cfg.method,
-        "status": run_status(summary),
+        "status": f"failed: {error}" if error else run_status(summary),
         "seed": cfg.seed,
         "config": {k: v for k, v in cfg.to_dict().items() if k != "provenance"},
         "provenance": cfg.sources(),

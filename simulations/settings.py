@@ -237,7 +237,7 @@ class ExperimentConfig:
     client_gpus: float = 0.0
     client_threads: int = 1
     client_seed: int | None = None
-    client_timeout: float | None = 3600.0
+    client_timeout: float | str | None = "auto"
     synthetic_mean_samples: float = 4.0
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
@@ -519,8 +519,9 @@ def _check(cfg: ExperimentConfig) -> None:
     _integer("client_threads", cfg.client_threads, 1)
     if cfg.client_seed is not None:
         _integer("client_seed", cfg.client_seed, 0)
-    if cfg.client_timeout is not None:
-        _number("client_timeout", cfg.client_timeout, "a number of seconds > 0 (or None: no limit)", lambda v: v > 0)
+    if cfg.client_timeout is not None and cfg.client_timeout != "auto":
+        _number("client_timeout", cfg.client_timeout, "'auto', a number of seconds > 0 (or None: no limit)",
+                lambda v: v > 0)
     _number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number", lambda v: True)
     for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
         text = f"{'*' if r is None else r}:{p}"
@@ -616,6 +617,8 @@ def _typed(name: str, raw: Any, key: str) -> Any:
                 return int(raw)
             return int(str(raw).strip())
         if name in FLOAT_SETTINGS:
+            if name == "client_timeout" and str(raw).strip().lower() == "auto":
+                return "auto"
             if isinstance(raw, bool):
                 raise ValueError
             return float(raw)

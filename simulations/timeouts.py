@@ -1,5 +1,9 @@
 """Bounded client calls for the in-process backend: a client that does not return in time fails.
 
+The default limit (``client_timeout="auto"``) is tied to the run's own rounds, not to a fixed
+hour: a call may take ten times the slowest call that returned so far (at least 60 s; 600 s
+before any has returned), so a hung client costs about ten clients' worth of work.
+
 :class:`BoundedCaller` runs each client call with a time limit and raises :class:`ClientTimeout`
 in the caller when it overruns (the round counts that client as failed and goes on). Two ways,
 chosen per call:
@@ -22,10 +26,30 @@ from __future__ import annotations
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BoundedCaller", "ClientTimeout"]
+__all__ = ["AUTO", "BoundedCaller", "ClientTimeout", "auto_limit"]
+
+#: ``client_timeout="auto"``: each call's limit follows the calls that returned (see :func:`auto_limit`)
+AUTO = "auto"
+#: seconds a call may take before any call has returned (data loading, model building, first steps)
+AUTO_FIRST_S = 600.0
+#: after that: this many times the slowest call that returned so far ...
+AUTO_FACTOR = 10.0
+#: ... but never less than this many seconds
+AUTO_FLOOR_S = 60.0
+
+
+def auto_limit(slowest: float | None) -> float:
+    """The ``"auto"`` limit of the next call when the slowest call that returned took ``slowest``
+    seconds (None: none has returned yet): ``max(AUTO_FLOOR_S, AUTO_FACTOR * slowest)``, or
+    ``AUTO_FIRST_S`` before the first. A client that hangs then costs about ten rounds' worth of
+    its own work, not a fixed hour."""
+    if slowest is None:
+        return AUTO_FIRST_S
+    return max(AUTO_FLOOR_S, AUTO_FACTOR * float(slowest))
 
 
 class ClientTimeout(TimeoutError):
@@ -60,17 +84,22 @@ class BoundedCaller:
 
     Parameters
     ----------
-    timeout : float | None
-        Seconds one call may take, > 0. None runs calls directly with no limit.
+    timeout : float | "auto" | None
+        Seconds one call may take, > 0; ``"auto"``: a limit that follows the calls that returned
+        (:func:`auto_limit`: 10x the slowest so far, at least 60 s; 600 s before the first);
+        None runs calls directly with no limit.
     use_signal : bool (default: True)
         Allow the ``SIGALRM`` timer for calls made on the main thread (see the module docstring);
         False always uses the worker thread.
     """
 
-    def __init__(self, timeout: float | None, use_signal: bool = True) -> None:
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"client timeout must be a number of seconds > 0 or None, got {timeout!r}")
-        self.timeout = None if timeout is None else float(timeout)
+    def __init__(self, timeout: float | str | None, use_signal: bool = True) -> None:
+        if timeout is not None and timeout != AUTO and not (
+                isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0):
+            raise ValueError(f"client timeout must be a number of seconds > 0, 'auto' or None, got {timeout!r}")
+        self.auto = timeout == AUTO
+        self.timeout = None if timeout is None or self.auto else float(timeout)
+        self.slowest: float | None = None  # the slowest call that returned ("auto")
         self.use_signal = bool(use_signal)
         self._inbox: queue.SimpleQueue[_Call | None] | None = None
         self._armed: str | None = None  # what the SIGALRM timer is guarding right now
@@ -131,11 +160,16 @@ class BoundedCaller:
     # ------------------------------------------------------------------ API
     def __call__(self, fn: Callable[[], Any], what: str = "client call") -> Any:
         """``fn()``, or :class:`ClientTimeout` after ``timeout`` seconds."""
+        if self.auto:
+            self.timeout = auto_limit(self.slowest)
         if self.timeout is None:
             return fn()
-        if self._signal_ready():
-            return self._call_with_alarm(fn, what)
-        return self._call_on_worker(fn, what)
+        start = time.perf_counter()
+        value = self._call_with_alarm(fn, what) if self._signal_ready() else self._call_on_worker(fn, what)
+        if self.auto:
+            took = time.perf_counter() - start
+            self.slowest = took if self.slowest is None else max(self.slowest, took)
+        return value
 
     def close(self) -> None:
         """Give ``SIGALRM`` back and let the current worker thread finish (an abandoned one stays

@@ -5,7 +5,7 @@ the method's ready-made client; only the Flower API in between differs:
 
 - legacy: Flower's ``Server`` + the method's :class:`~flwr_strategies.adapters.LegacyStrategy` and
   in-process client proxies (``NumPyClient``);
-- message: the method's Message-API strategy (``start()``) on an
+- message: the method's Message-API strategy (Flower's ``start()``) on an
   :class:`~flwr_strategies.simulations.inprocess_grid.InProcessGrid` running
   :func:`flwr_strategies.clients.app.numpy_client_app`.
 
@@ -49,7 +49,8 @@ def legacy_run(cfg: ExperimentConfig, *, rounds: int | None = None, state: dict 
         manager.register(proxy)
     server = Server(client_manager=manager, strategy=strategy)
     server.set_max_workers(1)
-    server.fit(num_rounds=(rounds or cfg.rounds) - strategy.core.server_round, timeout=None)
+    done = int(state["server_round"]) if state is not None else 0
+    server.fit(num_rounds=(rounds or cfg.rounds) - done, timeout=None)
     strategy.history.finalize()
     return _records(strategy.history), strategy, clients
 
@@ -74,8 +75,13 @@ def message_run(cfg: ExperimentConfig, *, rounds: int | None = None, state: dict
         loss, metrics = exp.evaluate_fn(server_round, arrays.to_numpy_ndarrays(), {})
         return MetricRecord({"loss": float(loss), **{k: float(v) for k, v in metrics.items()}})
 
+    done = 0
+    if state is not None:
+        strategy.load_state_dict(state)
+        done = int(state["server_round"])
     strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-                   num_rounds=rounds or cfg.rounds, evaluate_fn=evaluate_fn, state=state)
+                   num_rounds=(rounds or cfg.rounds) - done, evaluate_fn=strategy.central_evaluation(evaluate_fn))
+    strategy.history.finalize()
     return _records(strategy.history), strategy, grid
 
 

@@ -19,17 +19,22 @@ from flwr_strategies.simulations.settings import config_from_run_config
 
 # -- data-file fixtures ------------------------------------------------------------------------------
 def _idx(array: np.ndarray) -> bytes:
-    codes = {np.dtype(np.uint8): 0x08}
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int8): 0x09, np.dtype(">f4"): 0x0D, np.dtype(">f8"): 0x0E}
     header = bytes([0, 0, codes[array.dtype], array.ndim]) + b"".join(struct.pack(">I", n) for n in array.shape)
     return header + array.tobytes()
 
 
-def _mnist(folder: Path, n_images: int = 40, n_labels: int = 40, bad_label: int | None = None,
-           gz: bool = True, truncate_gz: bool = False, magic: bool = True) -> Path:
+def _mnist(folder: Path, n_images: int = 40, n_labels: int = 40, bad_label: float | None = None,
+           gz: bool = True, truncate_gz: bool = False, magic: bool = True, label_dtype: str = "u1",
+           image_dtype: str = "u1") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 255, (n_images, 28, 28), dtype=np.uint8)
-    y = (np.arange(n_labels) % 10).astype(np.uint8)
+    if image_dtype == "i1":  # signed bytes: pixels above 127 read as negative values
+        x = x.view(np.int8)
+    elif image_dtype != "u1":
+        x = (x / 255.0).astype(image_dtype)
+    y = (np.arange(n_labels) % 10).astype(label_dtype)
     if bad_label is not None:
         y[7] = bad_label
     images, labels = _idx(x), _idx(y)
@@ -54,6 +59,8 @@ def _cifar(folder: Path, corrupt: str | None = None) -> Path:
         entry = {"data": rng.integers(0, 255, (4, 3072), dtype=np.uint8), "labels": [int(v) for v in rng.integers(0, 10, 4)]}
         if name == "data_batch_3" and corrupt == "label":
             entry["labels"][2] = 10
+        if name == "data_batch_3" and corrupt == "float_label":
+            entry["labels"][2] = 2.5
         if name == "data_batch_3" and corrupt == "shape":
             entry["data"] = entry["data"][:, :1000]
         blob = pickle.dumps(entry)
@@ -131,6 +138,18 @@ CLI_ROWS = [
     ("mnist-label-12", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_label12"], ["t10k-labels-idx1-ubyte", "label 12"]),
     ("mnist-bad-magic", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_magic"], ["t10k-labels-idx1-ubyte", "not an idx file"]),
     ("mnist-missing", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_none"], ["t10k-images-idx3-ubyte", "mnist_none"]),
+    ("mnist-float-label-2.5", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_float_label"],
+     ["t10k-labels-idx1-ubyte", "labels must be integers", "float32", "label 2.5 at index 7"]),
+    ("mnist-nan-label", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_nan_label"],
+     ["t10k-labels-idx1-ubyte", "labels must be integers", "float64", "label nan at index 7"]),
+    ("mnist-int8-images", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_int8"],
+     ["t10k-images-idx3-ubyte", "unsigned bytes", "int8", "negative pixels down to -128"]),
+    ("mnist-float32-images", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_float_images"],
+     ["t10k-images-idx3-ubyte", "unsigned bytes", "float32"]),
+    ("mnist-empty-idx", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_empty"],
+     ["t10k-images-idx3-ubyte", "holds no images"]),
+    ("cifar-float-label-2.5", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_float_label"],
+     ["data_batch_3", "labels must be integers", "label 2.5 at index 2"]),
     ("cifar-garbage-pickle", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_garbage"], ["data_batch_3", "not a readable CIFAR"]),
     ("cifar-truncated-pickle", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_truncated"], ["data_batch_3", "not a readable CIFAR"]),
     ("cifar-label-10", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_label"], ["data_batch_3", "label 10"]),
@@ -144,6 +163,12 @@ FIXTURES = {
     "mnist_label12": lambda d: _mnist(d, bad_label=12, gz=False),
     "mnist_magic": lambda d: _mnist(d, magic=False),
     "mnist_none": lambda d: d.mkdir(),
+    "mnist_float_label": lambda d: _mnist(d, bad_label=2.5, label_dtype=">f4"),
+    "mnist_nan_label": lambda d: _mnist(d, bad_label=float("nan"), label_dtype=">f8", gz=False),
+    "mnist_int8": lambda d: _mnist(d, image_dtype="i1"),
+    "mnist_float_images": lambda d: _mnist(d, image_dtype=">f4"),
+    "mnist_empty": lambda d: _mnist(d, n_images=0, n_labels=0),
+    "cifar_float_label": lambda d: _cifar(d, "float_label"),
     "cifar_garbage": lambda d: _cifar(d, "garbage"),
     "cifar_truncated": lambda d: _cifar(d, "truncated"),
     "cifar_label": lambda d: _cifar(d, "label"),

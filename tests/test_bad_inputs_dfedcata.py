@@ -98,7 +98,9 @@ def test_legacy_and_message_classes_validate_in_the_constructor():
     with pytest.raises(ValueError, match="beta"):
         serverapp.DFedCata(beta=float("nan"))
     with pytest.raises(ValueError, match="topology_p"):
-        strategy.DFedAvg(num_clients=4, initial_parameters=init, topology="erdos_renyi", topology_p=0.0)
+        strategy.DFedAvg(initial_parameters=init, topology="erdos_renyi", topology_p=0.0)
+    with pytest.raises(ValueError, match="DFedAvg: every peer .* fraction_fit"):
+        strategy.DFedAvg(fraction_fit=0.5)
     with pytest.raises(ValueError, match="fraction_train"):
         serverapp.DPSGD(fraction_train=0.3)
 
@@ -228,7 +230,7 @@ def test_legacy_adapter_rejects_a_reply_claiming_another_partition():
             self.cid, self.pid = f"c{pid}", pid
 
     proxies = {i: Proxy(i) for i in range(M)}
-    s = DFedAvg(num_clients=M, initial_parameters=[np.zeros(s, np.float32) for s in SHAPES], neighbours=3,
+    s = DFedAvg(initial_parameters=[np.zeros(s, np.float32) for s in SHAPES], neighbours=3,
                 partition_resolver=lambda cm: proxies, min_available_clients=1)
 
     class CM:
@@ -238,7 +240,7 @@ def test_legacy_adapter_rejects_a_reply_claiming_another_partition():
         def num_available(self):
             return M
 
-    ins = s.configure_fit(1, None, CM())
+    ins = s.configure_fit(1, s.initialize_parameters(CM()), CM())
     before = _state(s.core)
     arrays = [np.full(sh, 9.0, np.float32) for sh in SHAPES]
     res = [(proxies[0], FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1, {"partition-id": 3}))]

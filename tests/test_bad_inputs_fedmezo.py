@@ -103,7 +103,7 @@ STRATEGY_ARGS = [
     (FedMeZO, {"trainable": [1, 1]}, "trainable positions repeat"),
     (FedMeZO, {"trainable": ["q.lora_C.weight"]}, "trainable names ['q.lora_C.weight'] are not in the model's arrays"),
     (FedMeZO, {"mu": -1.0}, "mu must be > 0.0, got -1.0"),
-    (LoRAFedAvg, {"fraction_fit": 0.0}, "fraction_train must be in (0, 1], got 0.0"),
+    (LoRAFedAvg, {"fraction_fit": 0.0}, "LoRAFedAvg: fraction_fit must be in (0, 1], got 0.0"),
     (LoRAFedAvg, {"num_rounds": -1}, "final_round must be an integer >= 0 or None, got -1"),
 ]
 
@@ -131,7 +131,7 @@ def test_lm_settings_rejected_before_training():
                                 ("max_len", 2, "max_len must be an integer >= 8, got 2"),
                                 ("test_fraction", 1.0, "test_fraction must be a finite number in (0.0, 1.0), got 1.0"),
                                 ("lora_targets", " , ", "lora_targets must name at least one module"),
-                                ("model_dir", "/nonexistent/llama", "--model-dir /nonexistent/llama does not exist")]:
+                                ("model_dir", "/nonexistent/llama", "model folder /nonexistent/llama does not exist")]:
         with pytest.raises((ValueError, FileNotFoundError)) as err:
             LMSettings.from_params({**base, key: value})
         assert message in str(err.value), key
@@ -205,7 +205,7 @@ TAMPERED = [
     ("whole model instead of adapters", "params", "uniform",
      lambda c: _arrays(c, lambda a: list(_model().values())), "expected 2 arrays, got 4"),
     ("integer dtype", "params", "uniform", lambda c: _arrays(c, lambda a: [a[0].astype(np.int32), a[1]]),
-     "array 0 has dtype int32, expected kind 'f'"),
+     "array 0 has dtype int32, expected float32"),
     ("partition -1", "params", "uniform", lambda c: _with(_good(c, 1), partition_id=-1), "partition id -1 is outside 0..2"),
     ("unsampled partition", "params", "uniform", lambda c: _with(_good(c, 1), partition_id=2),
      "partition 2 was not sampled this round"),

@@ -185,7 +185,7 @@ def test_tampered_reply_is_dropped_or_raises_with_state_unchanged(method, name, 
 def test_nan_reply_through_the_legacy_strategy_is_dropped():
     """The drop-in path: Flower's FitRes into the legacy strategy; one NaN client cannot poison the model."""
     net = tiny_net()
-    strategy = FedMUD(model=net, initial_parameters=_init(net), target_ratio=0.5, num_partitions=2)
+    strategy = FedMUD(model=net, initial_parameters=_init(net), target_ratio=0.5)
     core = strategy.core
     ins = core.configure_train(1, [0, 1])
     strategy._sampled[1] = [0, 1]

@@ -84,7 +84,8 @@ def _user_cfg() -> ExperimentConfig:
 
 def _legacy_direct(cfg: ExperimentConfig, strategy_cls, **kw):
     exp = get_experiment(cfg)
-    strategy = strategy_cls(num_clients=cfg.num_clients, initial_parameters=[a.copy() for a in exp.initial_parameters],
+    strategy = strategy_cls(min_available_clients=cfg.num_clients, fraction_evaluate=0.0,
+                            initial_parameters=[a.copy() for a in exp.initial_parameters],
                             evaluate_fn=exp.evaluate_fn, on_fit_config_fn=exp.fit_config, seed=cfg.seed, **kw)
     manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
     for pid in range(cfg.num_clients):
@@ -111,8 +112,8 @@ def _message_direct(cfg: ExperimentConfig, strategy):
 
     grid = InProcessGrid(numpy_client_app(client_fn), cfg.num_clients)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-                            num_rounds=cfg.rounds, evaluate_fn=evaluate_fn)
-    recs = [(r["round"], r["loss"], r["accuracy"]) for r in strategy.history.rounds if r.get("loss") is not None]
+                            num_rounds=cfg.rounds, evaluate_fn=evaluate_fn)  # Flower's own run loop
+    recs = [(r, m["loss"], m["accuracy"]) for r, m in sorted(result.evaluate_metrics_serverapp.items())]
     return recs, result
 
 
@@ -148,7 +149,7 @@ def test_dfedavg_and_dpsgd_classes_build_their_cores():
     from flwr_strategies.dfedcata.server import DFedAvgServer, DPSGDServer
 
     init = [np.zeros((3, 2), np.float32)]
-    assert isinstance(strategy.DFedAvg(num_clients=4, initial_parameters=init).core, DFedAvgServer)
-    assert isinstance(strategy.DPSGD(num_clients=4, initial_parameters=init, topology="ring").core, DPSGDServer)
+    assert isinstance(strategy.DFedAvg(initial_parameters=init).build_core(init, 4), DFedAvgServer)
+    assert isinstance(strategy.DPSGD(initial_parameters=init, topology="ring").build_core(init, 4), DPSGDServer)
     assert isinstance(serverapp.DPSGD(topology="ring").build_core(init, 4), DPSGDServer)
     assert isinstance(serverapp.DFedAvg().build_core(init, 4), DFedAvgServer)

@@ -189,7 +189,7 @@ def _client(train_data, params=None, **train):
     return build_decentralized_client(setup, params or {}), get_weights(model)
 
 
-CONFIG = {"lr": 0.1, "local_epochs": 2, "batch_size": 8, "server_round": 3, "seed": 5, "lam": 0.05}
+CONFIG = {"lr": 0.1, "local_epochs": 2, "batch_size": 8, "server-round": 3, "seed": 5, "lam": 0.05}
 
 
 def test_dataloader_input_gives_the_tensor_path_numbers():

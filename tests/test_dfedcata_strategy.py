@@ -183,8 +183,8 @@ def test_sequential_inplace_matches_reference(anchor):
     seen = []
 
     def client(pid, r, arrays, cfg):
-        seen.append((cfg["flower_round"], pid, cfg["server_round"]))
-        return quad_client(pid, cfg["server_round"], arrays, cfg)
+        seen.append((cfg["flower_round"], pid, cfg["server-round"]))
+        return quad_client(pid, cfg["server-round"], arrays, cfg)
 
     for r in range(1, M * T + 1):
         ins = s.configure_train(r, s.select(r, range(M)))

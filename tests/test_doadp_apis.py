@@ -58,8 +58,12 @@ def seeded_message_run(cfg, *, rounds=None, state=None, grid=None, base=100):
         loss, metrics = exp.evaluate_fn(server_round, arrays.to_numpy_ndarrays(), {})
         return MetricRecord({"loss": float(loss), **{k: float(v) for k, v in metrics.items()}})
 
+    done = 0
+    if state is not None:
+        strategy.load_state_dict(state)
+        done = int(state["server_round"])
     strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-                   num_rounds=rounds or cfg.rounds, evaluate_fn=evaluate_fn, state=state)
+                   num_rounds=(rounds or cfg.rounds) - done, evaluate_fn=strategy.central_evaluation(evaluate_fn))
     recs = [(r["round"], r["loss"], r.get("accuracy")) for r in strategy.history.rounds if r.get("loss") is not None]
     return recs, strategy, grid
 

@@ -69,7 +69,7 @@ def test_declared_dataset_size_larger_than_what_ran_is_refused_with_the_epsilon_
     exp, grid = _experiment()
     real_q = min(exp.server_setup().num_examples.values())  # the records each agent samples from
     # the user declares ten times the records the agents hold, as in the issue (3,000 vs 300)
-    strategy = DOADP(local_dataset_size=10 * real_q, alpha=0.05, batch_size=B, epsilon=1.0, delta=DELTA,
+    strategy = DOADP(num_rounds=20, local_dataset_size=10 * real_q, lr=0.05, batch_size=B, epsilon=1.0, delta=DELTA,
                      calibration="accountant", neighbours=3)
     with pytest.raises(DatasetSizeError) as err:
         strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
@@ -166,7 +166,7 @@ def test_checkpoint_without_accountant_or_another_laplace_calibration_is_refused
     _round(core, 1)
     state = core.state_dict()
     del state["method"]["accountant"]
-    with pytest.raises(ValueError, match="no privacy accountant"):
+    with pytest.raises(ValueError, match="no privacy accountant|lacks .accountant."):
         _core(calibration="accountant", epsilon=2.0).load_state_dict(state)
     dpdo = _core(DPDOServer, epsilon=1.0)
     _round(dpdo, 1)

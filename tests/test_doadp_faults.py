@@ -50,7 +50,7 @@ class LossyProxy(InProcessClientProxy):
 
     def fit(self, ins, timeout, group_id):
         res = super().fit(ins, timeout, group_id)
-        if self.node_id == 1 and int(ins.config["server_round"]) == 2:
+        if self.node_id == 1 and int(ins.config["server-round"]) == 2:
             idx, val = parameters_to_ndarrays(res.parameters)[:2]
             res.parameters = ndarrays_to_parameters([np.zeros_like(idx), val])  # duplicate indices
         return res

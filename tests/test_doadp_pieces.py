@@ -157,7 +157,7 @@ def test_user_app_runs_under_the_message_api_doadp():
         if seed_clients:
             for ctx in grid.contexts.values():
                 set_client_seed(ctx.state, 100 + int(ctx.node_config["partition-id"]))
-        strategy = DOADP(local_dataset_size=40, num_rounds=3, alpha=0.1, batch_size=8, epsilon=1.0, k_frac=0.3,
+        strategy = DOADP(local_dataset_size=40, num_rounds=3, lr=0.1, batch_size=8, epsilon=1.0, k_frac=0.3,
                          min_available_nodes=3)
         init = ArrayRecord(_model().state_dict())
         result = strategy.start(grid=grid, initial_arrays=init, num_rounds=3)

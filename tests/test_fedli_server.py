@@ -1,5 +1,5 @@
 """Server cores of spec 001: FedLi-LS / FedLi-LU / FedExP / SCAFFOLD (O7, O8, O20 through the cores,
-the framework's reply validation in place of ``on_nonfinite``, the official-code options and the
+the framework's reply validation, the official-code options and the
 constructors of both Flower APIs)."""
 
 import os
@@ -79,7 +79,7 @@ def test_o20_missing_scalar_is_rejected_with_a_clear_error(setup):
 
 
 def test_nonfinite_reports_raise_or_are_dropped_with_state_unchanged(setup):
-    """The former on_nonfinite='raise'/'drop' are the framework's on_bad_reply='raise'/'drop'."""
+    """A NaN report raises (on_bad_reply="raise") or is dropped with the state unchanged."""
     init, clients, _ = setup
     bad = [Reply(0, clients[0], 10, {"step_size": float("nan")}), Reply(1, clients[1], 10, {"step_size": 0.5})]
     core = FedLiLSServer(init)
@@ -96,13 +96,12 @@ def test_nonfinite_reports_raise_or_are_dropped_with_state_unchanged(setup):
     assert m["rejected"] == 1 and all(np.array_equal(a, b) for a, b in zip(lu.global_arrays(), init))
 
 
-def test_legacy_on_nonfinite_maps_to_on_bad_reply(setup):
+def test_bad_reply_policy_has_one_name(setup):
     init, _, _ = setup
-    s = strategy.FedLiLS(initial_parameters=init, on_nonfinite="raise")
-    assert s.on_bad_reply == "raise"
+    assert strategy.FedLiLS(initial_parameters=init, on_bad_reply="raise").on_bad_reply == "raise"
     assert strategy.FedLiLU(initial_parameters=init).on_bad_reply == "drop"
-    with pytest.raises(ValueError, match="contradicts"):
-        strategy.FedExP(initial_parameters=init, on_nonfinite="raise", on_bad_reply="drop")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'on_nonfinite'"):
+        strategy.FedExP(initial_parameters=init, on_nonfinite="raise")
 
 
 def test_all_zero_delta_keeps_finite_model(setup):
@@ -199,11 +198,11 @@ def test_both_apis_construct_with_flower_vocabulary(setup, api):
     kw = {"initial_parameters": init, "fraction_fit": 0.5} if api is strategy else {"fraction_train": 0.5}
     a = api.FedLiLS(step_size_sync="max", armijo=ArmijoConfig(armijo_c=0.2), **kw)
     assert a.config.armijo.armijo_c == 0.2 and a.config.step_size_sync == "max"
-    assert api.FedLiLU(config=FedLiLUConfig.code(), **kw).config.dfw.server_momentum == 0.9
-    assert api.FedExP(config=FedExPConfig.code(), **kw).config.eps_scaling == "clients"
-    extra = {"num_partitions": 5} if api is strategy else {}
-    assert api.Scaffold(server_lr=0.5, **extra, **kw).config.server_lr == 0.5
-    with pytest.raises(ValueError, match="either config"):
+    # a preset is its fields, as keyword arguments (the one way hyperparameters arrive)
+    assert api.FedLiLU(**vars(FedLiLUConfig.code()), **kw).config.dfw.server_momentum == 0.9
+    assert api.FedExP(**vars(FedExPConfig.code()), **kw).config.eps_scaling == "clients"
+    assert api.Scaffold(server_lr=0.5, **kw).config.server_lr == 0.5
+    with pytest.raises(TypeError, match="FedExP.* unexpected keyword argument 'config'"):
         api.FedExP(eps=0.1, config=FedExPConfig(), **kw)
 
 
@@ -215,13 +214,10 @@ def test_legacy_constructors_validate(setup):
         strategy.FedLiLS(weighting="median", initial_parameters=init)
     with pytest.raises(ValueError, match="loss_report"):
         strategy.FedLiLU(loss_report="last", initial_parameters=init)
-    with pytest.raises(ValueError, match="initial_parameters"):
-        strategy.FedLiLU()
     with pytest.raises(ValueError, match="eps"):
         strategy.FedExP(eps=-1.0, initial_parameters=init)
-    with pytest.raises(ValueError, match="num_partitions"):
-        strategy.Scaffold(initial_parameters=init)
-    assert strategy.Scaffold(num_clients=3, initial_parameters=init).core.num_partitions == 3
+    # SCAFFOLD's N is the number of clients that connect: its core is built in round 1
+    assert strategy.Scaffold(initial_parameters=init).build_core(init, 3).num_partitions == 3
 
 
 def test_method_registrations_variants_and_params():

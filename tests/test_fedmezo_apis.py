@@ -51,16 +51,18 @@ def test_user_facing_classes_build_their_cores():
     sd = model.state_dict()
     legacy = strategy.FedMeZO(initial_parameters=sd, lr=2e-4, mu=1e-3, lr_strategy="five-round", fraction_fit=1.0,
                               num_rounds=5)
+    legacy_core = legacy.build_core(list(ArrayRecord(sd).to_numpy_ndarrays()), 3)
     n_lora = sum(1 for k in sd if "lora_" in k)
-    assert len(legacy.core.trainable) == n_lora == 8
-    assert legacy.core.config.lr_strategy == "five-round" and legacy.core.final_round == 5
+    assert len(legacy_core.trainable) == n_lora == 8
+    assert legacy_core.config.lr_strategy == "five-round" and legacy_core.final_round == 5
     # the whole model comes back in the initial layout for evaluate_fn
-    full = legacy.core.global_arrays()
+    full = legacy_core.global_arrays()
     assert [a.shape for a in full] == [tuple(t.shape) for t in sd.values()]
-    assert strategy.LoRAFedAvg(initial_parameters=sd, momentum=0.9).core.config.momentum == 0.9
-    # Message API: no initial arrays or client count in the constructor; trainable found by name at start()
+    lora = strategy.LoRAFedAvg(initial_parameters=sd, momentum=0.9)
+    assert lora.build_core(ArrayRecord(sd).to_numpy_ndarrays(), 3).config.momentum == 0.9
+    # Message API: no initial arrays or client count in the constructor; trainable found by name in round 1
     msg = serverapp.FedMeZO(fraction_train=1.0, min_available_nodes=3, lr=1e-5)
-    msg._keys = list(ArrayRecord(sd).keys())
+    msg._names = list(ArrayRecord(sd).keys())
     core = msg.build_core(ArrayRecord(sd).to_numpy_ndarrays(), 3)
-    assert core.trainable == legacy.core.trainable and core.config.lr == 1e-5
+    assert core.trainable == legacy_core.trainable and core.config.lr == 1e-5
     assert torch.is_tensor(next(iter(sd.values())))

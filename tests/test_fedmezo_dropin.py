@@ -40,10 +40,10 @@ def _run(client_app, model, data):
         return MetricRecord({"loss": loss})
 
     strategy = FedMeZO(lr=2e-4, local_steps=3, batch_size=2, fraction_train=1.0, fraction_evaluate=0.0,
-                       min_available_nodes=N, min_train_nodes=N)
+                       min_available_nodes=N, min_train_nodes=N, num_rounds=2)
     init = ArrayRecord({k: v.detach().clone() for k, v in model.state_dict().items()})
     result = strategy.start(grid=InProcessGrid(client_app, N), initial_arrays=init, num_rounds=2,
-                            evaluate_fn=evaluate_fn)
+                            evaluate_fn=strategy.central_evaluation(evaluate_fn))
     assert evaluated == [0, 2]  # eval_every 10 (paper), the last round always
     return result.arrays.to_numpy_ndarrays(), strategy
 

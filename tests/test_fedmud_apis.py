@@ -157,7 +157,7 @@ def test_round_piece_wraps_in_place_and_unwraps():
     user = Net()
     keys = list(user.state_dict())
     init = [v.numpy().copy() for v in user.state_dict().values()]
-    core = mud_legacy.FedMUD(model=Net(), initial_parameters=init, target_ratio=0.25, seed=3).core
+    core = mud_legacy.FedMUD(model=Net(), target_ratio=0.25, seed=3).build_core(init, 1)
     ins = core.configure_train(1, [0])[0]
     state = RecordDict()
     mud = FedMUDRound(user, ins.arrays, ins.config, state)
@@ -185,7 +185,7 @@ def test_round_piece_rejects_foreign_messages():
     with pytest.raises(ValueError, match="does not come from a FedMUD strategy"):
         FedMUDRound(Net(), [np.zeros(3)], {"lr": 0.1}, RecordDict())
     init = [v.numpy().copy() for v in Net().state_dict().values()]
-    core = mud_legacy.FedMUD(model=Net(), initial_parameters=init, target_ratio=0.25).core
+    core = mud_legacy.FedMUD(model=Net(), target_ratio=0.25).build_core(init, 1)
     ins = core.configure_train(1, [0])[0]
     with pytest.raises(ValueError, match="keeps W_base between rounds"):
         FedMUDRound(Net(), ins.arrays, ins.config, None)
@@ -199,12 +199,12 @@ def test_constructors_take_flower_and_fedmud_arguments():
     init = [v.numpy().copy() for v in Net().state_dict().values()]
     s = mud_legacy.FedMUD(model=Net(), initial_parameters=init, fraction_fit=0.5, decomp="mat", pattern="ab",
                           target_ratio=0.3, reset_interval=2)
-    assert (s.config.decomp, s.config.pattern, s.config.reset_interval, s.core.fraction_train) == ("mat", "ab", 2, 0.5)
+    assert (s.config.decomp, s.config.pattern, s.config.reset_interval, s.build_core(init, 4).fraction_train) == ("mat", "ab", 2, 0.5)
     m = mud_message.FedHM(model=Net(), fraction_train=0.2, target_ratio=0.3)
-    assert m.config.fedhm and m.fraction_train == 0.2 and m.core is None  # the core is built at start()
+    assert m.config.fedhm and m.fraction_train == 0.2 and m.core is None  # the core is built in round 1
     cfg = FedMUDConfig(decomp="mat", pattern="aad", target_ratio=0.3)
     assert mud_legacy.FedLMT(model=Net(), initial_parameters=init, target_ratio=0.3).config.zero_base
-    assert mud_legacy.FedMUD(model=Net(), initial_parameters=init, config=cfg).config == cfg
+    assert mud_legacy.FedMUD(model=Net(), initial_parameters=init, **vars(cfg)).config == cfg
 
 
 def _client(train_data, **train):
@@ -222,7 +222,7 @@ def test_ready_made_client_takes_a_dataloader_and_honours_the_train_settings():
     torch.manual_seed(0)
     x, y = torch.randn(40, 64), torch.randint(0, 10, (40,))
     init = [v.numpy().copy() for v in Net().state_dict().values()]
-    core = mud_legacy.FedMUD(model=Net(), initial_parameters=init, target_ratio=0.25).core
+    core = mud_legacy.FedMUD(model=Net(), target_ratio=0.25).build_core(init, 1)
     ins = core.configure_train(1, [0])[0]
     # a DataLoader: its own batches; num_examples = len(dataset); equal to the pieces in a hand-written loop
     loader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)

@@ -50,9 +50,14 @@ def test_failed_client_is_skipped_logged_and_counted():
 
 
 def test_nonfinite_update_is_treated_as_failure():
-    res = run_experiment(_cfg(rounds=2, lr=1e30))
+    res = run_experiment(_cfg(rounds=1, lr=1e30))
     assert all(np.isfinite(r["loss"]) for r in res["rounds"])
     assert sum(r["nonfinite"] for r in res["rounds"][1:]) > 0
+    # a second round in which every reply diverges stops the run, naming the cause (issue 19)
+    from flwr_strategies.adapters import NoProgressError
+
+    with pytest.raises(NoProgressError, match="NaN or infinite.*Lower the learning rate"):
+        run_experiment(_cfg(rounds=2, lr=1e30))
 
 
 def test_fedprox_and_fedadam_learn():

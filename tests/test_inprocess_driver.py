@@ -106,7 +106,7 @@ def test_hung_client_times_out_and_counts_as_a_failure(use_signal):
     release = threading.Event()
 
     def client_fit(context, arrays, config):
-        if context.node_config["partition-id"] == 2 and config["server_round"] == 2:
+        if context.node_config["partition-id"] == 2 and config["server-round"] == 2:
             release.wait()  # never returns on its own
         return exp.client_fit(context, arrays, config)
 

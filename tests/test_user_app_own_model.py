@@ -117,7 +117,7 @@ def strategy(method: str, rounds: int):
         "dfedcata": lambda: fs.DFedCata(fraction_evaluate=0.0, beta=0.9, topology="ring"),
         "fedli-ls": lambda: fs.FedLiLS(fraction_evaluate=0.0),
         "fedmud": lambda: fs.FedMUD(model=Classifier(), fraction_evaluate=0.0, fraction_train=1.0, target_ratio=0.5),
-        "doadp": lambda: fs.DOADP(local_dataset_size=SAMPLES, alpha=0.5, batch_size=16, epsilon=1.0, delta=1e-5,
+        "doadp": lambda: fs.DOADP(local_dataset_size=SAMPLES, lr=0.5, batch_size=16, epsilon=1.0, delta=1e-5,
                                   num_rounds=rounds, fraction_evaluate=0.0),
     }[method]()
 
@@ -135,8 +135,10 @@ def run(method: str, rounds: int = 6):
     torch.manual_seed(0)
     init = ArrayRecord(Classifier().state_dict())
     strat = strategy(method, rounds)
+    # DO-ADP evaluates every eval_every rounds: central_evaluation makes Flower's evaluate_fn follow it
+    evaluate_fn = strat.central_evaluation(central) if method == "doadp" else central
     result = strat.start(grid=InProcessGrid(client_app(method), NODES), initial_arrays=init, num_rounds=rounds,
-                         evaluate_fn=central)
+                         evaluate_fn=evaluate_fn)
     return accs, result, strat
 
 

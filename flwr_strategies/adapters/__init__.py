@@ -1,15 +1,17 @@
 """Flower adapters: the only place where Flower types meet the framework-neutral cores.
 
-- :class:`LegacyStrategy`: ``flwr.server.strategy.Strategy`` over a core (legacy API);
-- :class:`MessageStrategy`: ``flwr.serverapp.strategy.Strategy`` over a core, with ``start()``;
-- :class:`CentralizedLegacyStrategy` / :class:`CentralizedMessageStrategy`: the same with Flower's
-  ``FedAvg`` constructor vocabulary, for server-model methods;
-- :class:`RoundRecorder`: the per-round records both keep in ``strategy.history``.
+- :class:`LegacyStrategy`: ``flwr.server.strategy.Strategy`` over a method's core (legacy API);
+- :class:`MessageStrategy`: ``flwr.serverapp.strategy.Strategy`` over a method's core, run by
+  Flower's own ``Strategy.start()``;
+- :class:`RoundRecorder`: the round record both keep in ``strategy.history`` (and the in-process
+  driver too).
+
+A method is a short declaration on each (see :mod:`flwr_strategies.adapters.method`).
 """
 
-from .centralized import CentralizedLegacyStrategy, CentralizedMessageStrategy
 from .legacy import LegacyStrategy
 from .message import MessageStrategy
-from .recorder import RoundRecorder
+from .method import REQUIRED
+from .recorder import NoProgressError, RoundRecorder
 
-__all__ = ["CentralizedLegacyStrategy", "CentralizedMessageStrategy", "LegacyStrategy", "MessageStrategy", "RoundRecorder"]
+__all__ = ["LegacyStrategy", "MessageStrategy", "NoProgressError", "REQUIRED", "RoundRecorder"]

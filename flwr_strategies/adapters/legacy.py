@@ -1,24 +1,26 @@
-"""Legacy Flower API adapter: a ``flwr.server.strategy.Strategy`` that drives a :class:`ServerCore`.
+"""Legacy Flower API adapter: a ``flwr.server.strategy.Strategy`` that drives a method's core.
 
-Every method's legacy strategy is a thin subclass of :class:`LegacyStrategy` that builds its core.
-The adapter does the Flower side once for all of them:
+Every method's legacy strategy is a declaration: a subclass of :class:`LegacyStrategy` that names
+its core and its config dataclasses (see :mod:`flwr_strategies.adapters.method`). The adapter does
+the Flower side once for all of them:
 
+- Flower's legacy ``FedAvg`` arguments, with Flower's names, meanings and defaults;
 - client identity: each connected client's ``partition-id`` (asked once with ``get_properties``,
   cached), so the core samples and addresses clients by partition, never by Flower's random ids;
-- instructions to ``FitIns`` (one per client, with ``partition-id`` in the config), replies from
-  ``FitRes``: a non-OK status or an exception is a failure; a reply whose arrays, partition or
-  metrics are wrong is rejected before the core's state changes (``on_bad_reply``, see
-  :mod:`flwr_strategies.core.validation`);
-- central evaluation through ``evaluate_fn`` on the core's global model, and optional federated
-  evaluation (``fraction_evaluate``);
-- per-round records (bytes, failures, rejections, wall time) in ``self.history``;
-- ``state_dict()`` / ``load_state_dict()`` to checkpoint and resume a run.
+  the number of clients is learned from the clients that connect;
+- the model Flower passes to ``configure_fit`` is the global model: the core is built from it in
+  round 1 and continues from it when a wrapper changed it;
+- ``FitRes`` replies decoded in one place; a non-OK status is a failure; a reply whose arrays,
+  partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``);
+- central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
+- per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from logging import WARNING
+import time
+from collections.abc import Callable, Mapping
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -38,19 +40,33 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 
-from ..common import PARTITION_KEY, PartitionIdMissing, resolve_partitions
+from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
+from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
-from ..core.server import ServerCore
-from ..core.validation import Rejection, check_policy
-from .recorder import RoundRecorder, arrays_nbytes, bytes_entries
+from ..core.validation import Rejection, ReplyError
+from .method import CoreFactory, MethodAdapter
+from .recorder import arrays_nbytes, bytes_entries
 
-__all__ = ["LegacyStrategy", "LegacyEvalFn"]
+__all__ = ["LegacyStrategy"]
 
 #: Flower's legacy ``evaluate_fn(server_round, ndarrays, config) -> (loss, metrics) | None``.
 LegacyEvalFn = Callable[[int, list[np.ndarray], dict[str, Scalar]], "tuple[float, dict[str, Scalar]] | None"]
+#: Flower's legacy ``[(num_examples, metrics), ...] -> metrics``.
+MetricsAggregationFn = Callable[[list[tuple[int, dict[str, Scalar]]]], dict[str, Scalar]]
 
 
-def _reply_from_fitres(pid: int, res: FitRes) -> Reply | Rejection:
+def _as_arrays(initial: Any) -> tuple[list[np.ndarray], list[str] | None]:
+    """``initial_parameters`` (Parameters, a list of arrays or a name -> array mapping) as arrays."""
+    if isinstance(initial, Parameters):
+        return parameters_to_ndarrays(initial), None
+    if isinstance(initial, Mapping):
+        values = [v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v) for v in initial.values()]
+        return values, [str(k) for k in initial]
+    return [np.asarray(a) for a in initial], None
+
+
+def _decode(pid: int, res: FitRes) -> Reply | Rejection:
+    """One ``FitRes`` as a :class:`Reply` (or why it cannot be one): the only place replies are decoded."""
     try:
         arrays = parameters_to_ndarrays(res.parameters)
     except Exception as err:  # corrupt payload bytes
@@ -62,108 +78,158 @@ def _reply_from_fitres(pid: int, res: FitRes) -> Reply | Rejection:
     return Reply(pid, arrays, res.num_examples, metrics)
 
 
-class LegacyStrategy(Strategy):
-    """A legacy Flower strategy over a framework-neutral :class:`ServerCore`.
+class LegacyStrategy(MethodAdapter, Strategy):
+    """A legacy Flower strategy over a method's framework-neutral server core.
+
+    Takes the arguments of Flower's legacy ``FedAvg`` with Flower's names, meanings and defaults,
+    plus the method's hyperparameters as keyword arguments (the fields of the method's config
+    dataclass, listed in its docstring).
 
     Parameters
     ----------
-    core : ServerCore
-        The method's server core (state, sampling, aggregation).
+    fraction_fit : float (default: 1.0)
+        Fraction of clients used during training, in (0, 1]. If ``min_fit_clients`` is larger than
+        ``fraction_fit * available_clients``, ``min_fit_clients`` are still sampled. Decentralized
+        methods train every peer every round: 1.0 only.
+    fraction_evaluate : float (default: 1.0)
+        Fraction of clients used during federated evaluation of the global model, in [0, 1]
+        (0 turns it off).
+    min_fit_clients : int (default: 2)
+        Minimum number of clients used during training, >= 1.
+    min_evaluate_clients : int (default: 2)
+        Minimum number of clients used during federated evaluation, >= 0.
+    min_available_clients : int (default: 2)
+        Minimum number of total clients in the system, >= 1. The strategy learns the number of
+        clients from the ones connected when at least this many are (and their partition ids are
+        ``0..N-1``); set it to the federation's size where clients connect over time.
     evaluate_fn : callable | None (default: None)
-        Flower's ``evaluate_fn(server_round, ndarrays, config) -> (loss, metrics)``, run on the
-        core's global model after every round the core evaluates (and at round 0).
-    on_bad_reply : str (default: "drop")
-        ``"drop"``: a reply that fails validation counts as a failed client; ``"raise"``: it
-        raises :class:`~flwr_strategies.core.validation.ReplyError` with the state unchanged.
+        ``evaluate_fn(server_round, ndarrays, config) -> (loss, metrics) | None``: central
+        evaluation of the global model before round 1 and after every round the method evaluates.
+    on_fit_config_fn : callable | None (default: None)
+        ``server_round -> dict`` of the training config sent to every client (lr, epochs...).
+    on_evaluate_config_fn : callable | None (default: None)
+        ``server_round -> dict`` of the evaluation config sent to the evaluating clients.
     accept_failures : bool (default: True)
-        Aggregate a round in which some clients failed (False: skip such rounds, as Flower's FedAvg).
-    fraction_evaluate : float (default: 0.0)
-        Fraction of clients asked for federated evaluation of the global model, in [0, 1].
-    min_evaluate_clients : int (default: 0)
-        Minimum number of clients in federated evaluation (when ``fraction_evaluate > 0``), >= 0.
-    min_available_clients : int (default: 1)
-        Clients that must be connected before a round is configured, >= 1.
+        Aggregate rounds in which some clients failed; False skips such rounds.
+    initial_parameters : Parameters | list[np.ndarray] | Mapping[str, array] | None (default: None)
+        Initial global model; None asks one client for its parameters (Flower's behaviour).
+    fit_metrics_aggregation_fn : callable | None (default: None)
+        ``[(num_examples, metrics), ...] -> metrics`` over the accepted training replies; its
+        output joins the method's own round metrics. None: the example-weighted mean of every
+        numeric metric the clients share.
+    evaluate_metrics_aggregation_fn : callable | None (default: None)
+        The same for federated evaluation replies.
+    inplace : bool (default: True)
+        Aggregate in place, as Flower's ``aggregate_inplace``: the cores use its arithmetic.
+        False (Flower's out-of-place ``aggregate``) is refused.
+    seed : int (default: 0)
+        Seed of the client sampling and of the method's server-side randomness, >= 0.
+    on_bad_reply : str (default: "drop")
+        ``"drop"``: a reply that fails validation counts as a failed client; ``"raise"``: it raises
+        :class:`~flwr_strategies.core.validation.ReplyError` with the state unchanged.
     wait_timeout : float (default: 600.0)
-        Seconds to wait for ``min_available_clients``, > 0.
+        Seconds to wait for ``min_available_clients`` and for missing partitions, > 0.
     partition_resolver : callable | None (default: None)
         ``client_manager -> {partition_id: ClientProxy}``. Default: ask each client's
-        ``get_properties()["partition-id"]`` once (:func:`flwr_strategies.common.resolve_partitions`).
+        ``get_properties()["partition-id"]`` once.
     on_round_end : callable | None (default: None)
         Called with every finished round record.
+    core_factory : callable | None (default: None)
+        ``(initial_arrays, num_partitions) -> ServerCore`` instead of a method's declaration.
     """
 
     def __init__(
         self,
-        core: ServerCore,
         *,
+        fraction_fit: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_fit_clients: int = 2,
+        min_evaluate_clients: int = 2,
+        min_available_clients: int = 2,
         evaluate_fn: LegacyEvalFn | None = None,
-        on_bad_reply: str = "drop",
+        on_fit_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
+        on_evaluate_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
         accept_failures: bool = True,
-        fraction_evaluate: float = 0.0,
-        min_evaluate_clients: int = 0,
-        min_available_clients: int = 1,
+        initial_parameters: Parameters | list[np.ndarray] | Mapping[str, Any] | None = None,
+        fit_metrics_aggregation_fn: MetricsAggregationFn | None = None,
+        evaluate_metrics_aggregation_fn: MetricsAggregationFn | None = None,
+        inplace: bool = True,
+        seed: int = 0,
+        on_bad_reply: str = "drop",
         wait_timeout: float = 600.0,
         partition_resolver: Callable[[ClientManager], dict[int, ClientProxy]] | None = None,
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        core_factory: CoreFactory | None = None,
+        **hyperparameters: Any,
     ) -> None:
         super().__init__()
-        if not isinstance(core, ServerCore):
-            raise TypeError(f"core must be a ServerCore, got {type(core).__name__}")
-        if not 0.0 <= float(fraction_evaluate) <= 1.0:
-            raise ValueError(f"fraction_evaluate must be in [0, 1], got {fraction_evaluate!r}")
-        if int(min_evaluate_clients) < 0:
-            raise ValueError(f"min_evaluate_clients must be >= 0, got {min_evaluate_clients!r}")
-        if int(min_available_clients) < 1:
-            raise ValueError(f"min_available_clients must be >= 1, got {min_available_clients!r}")
-        if not float(wait_timeout) > 0:
-            raise ValueError(f"wait_timeout must be > 0, got {wait_timeout!r}")
-        self.core = core
-        self.min_available_clients = int(min_available_clients)
-        self.wait_timeout = float(wait_timeout)
-        self.evaluate_fn = evaluate_fn
-        self.on_bad_reply = check_policy(on_bad_reply)
-        self.accept_failures = bool(accept_failures)
+        name = type(self).__name__
+        if not (isinstance(fraction_fit, (int, float)) and 0.0 < fraction_fit <= 1.0):
+            raise ValueError(f"{name}: fraction_fit must be in (0, 1], got {fraction_fit!r}")
+        if not (isinstance(fraction_evaluate, (int, float)) and 0.0 <= fraction_evaluate <= 1.0):
+            raise ValueError(f"{name}: fraction_evaluate must be in [0, 1], got {fraction_evaluate!r}")
+        for key, value, low in (("min_fit_clients", min_fit_clients, 1), ("min_evaluate_clients", min_evaluate_clients, 0),
+                                ("min_available_clients", min_available_clients, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name}: {key} must be an integer >= {low}, got {value!r}")
+        if inplace is not True:
+            raise ValueError(f"{name}: inplace={inplace!r} is not available: the strategy aggregates with the "
+                             "arithmetic of Flower's aggregate_inplace (inplace=True, Flower's default)")
+        self.fraction_fit = float(fraction_fit)
         self.fraction_evaluate = float(fraction_evaluate)
+        self.min_fit_clients = int(min_fit_clients)
         self.min_evaluate_clients = int(min_evaluate_clients)
+        self.min_available_clients = int(min_available_clients)
+        self.evaluate_fn = evaluate_fn
+        self.on_fit_config_fn = on_fit_config_fn
+        self.on_evaluate_config_fn = on_evaluate_config_fn
+        self.accept_failures = bool(accept_failures)
+        self.fit_metrics_aggregation_fn = fit_metrics_aggregation_fn
+        self.evaluate_metrics_aggregation_fn = evaluate_metrics_aggregation_fn
+        self.inplace = True
+        self._init_method(hyperparameters=hyperparameters, seed=seed, on_bad_reply=on_bad_reply,
+                          core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout)
+        if self.core_cls is not None:
+            self._check_flower_arguments(self.core_cls, **self._fractions())
+        self.initial_parameters: Parameters | None = None
+        self._returned: Parameters | None = None  # the model Flower holds from this strategy
+        if initial_parameters is not None:
+            arrays, self._names = _as_arrays(initial_parameters)
+            self.initial_parameters = ndarrays_to_parameters(arrays)
+            cls = self.core_cls
+            if cls is not None and not (cls.full_participation or getattr(cls, "needs_num_partitions", False)):
+                # the core needs nothing a run tells: build it now, so bad settings fail here
+                self._install_core(self.build_core(arrays, 0))
+                self._returned = self.initial_parameters
         self._resolver = partition_resolver or resolve_partitions
-        self.history = RoundRecorder(on_round_end)
         self._pid_of_cid: dict[str, int] = {}
-        self._sampled: dict[int, list[int]] = {}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.core!r})"
+        return f"{type(self).__name__}(core={getattr(self, 'core', None)!r})"
 
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """The core's :meth:`~flwr_strategies.core.server.ServerCore.state_dict`."""
-        return self.core.state_dict()
+    # ------------------------------------------------------------------ MethodAdapter
+    def sampling(self) -> tuple[float, int]:
+        return self.fraction_fit, self.min_fit_clients
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from a :meth:`state_dict`; run the remaining rounds as Flower rounds
-        ``state["server_round"] + 1 ...`` (for example ``ServerConfig(num_rounds=T - k)`` together
-        with :attr:`round_offset`)."""
-        self.core.load_state_dict(state)
+    def train_config_fn(self):
+        return self.on_fit_config_fn
 
-    @property
-    def round_offset(self) -> int:
-        """Rounds completed before this strategy was started (0 unless resumed)."""
-        return int(self._round_offset) if hasattr(self, "_round_offset") else 0
+    def _fractions(self) -> dict[str, Any]:
+        return {"fraction_train": self.fraction_fit, "fraction_evaluate": self.fraction_evaluate,
+                "names": ("fraction_fit", "fraction_evaluate")}
 
-    def _algorithm_round(self, server_round: int) -> int:
-        if not hasattr(self, "_round_offset"):
-            self._round_offset = self.core.server_round
-        return server_round + self._round_offset
-
-    # ------------------------------------------------------------------ Flower API
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return ndarrays_to_parameters(self.core.global_arrays())
-
+    # ------------------------------------------------------------------ clients
     def _proxies(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
-        if not client_manager.wait_for(self.min_available_clients, timeout=int(self.wait_timeout)):
-            raise TimeoutError(
-                f"only {client_manager.num_available()} of {self.min_available_clients} clients connected "
-                f"after {self.wait_timeout:.0f}s"
-            )
+        """The connected clients by partition id (after waiting for ``min_available_clients``)."""
+        deadline = time.monotonic() + self.wait_timeout
+        while not client_manager.wait_for(self.min_available_clients, timeout=max(1, int(min(10.0, self.wait_timeout)))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{type(self).__name__}: only {client_manager.num_available()} of min_available_clients="
+                    f"{self.min_available_clients} clients connected after {self.wait_timeout:.0f}s"
+                )
+            log(INFO, "%s: waiting for min_available_clients=%d (%d connected)", type(self).__name__,
+                self.min_available_clients, client_manager.num_available())
         try:
             proxies = self._resolver(client_manager)
         except PartitionIdMissing:
@@ -176,23 +242,65 @@ class LegacyStrategy(Strategy):
         self._pid_of_cid = {proxy.cid: int(pid) for pid, proxy in proxies.items()}
         return proxies
 
+    def _learn_partitions(self, client_manager: ClientManager) -> tuple[int, dict[int, ClientProxy]]:
+        """The number of clients: those connected once ``min_available_clients`` are, when their
+        partition ids are ``0..N-1`` (waits for missing ids up to ``wait_timeout``)."""
+        deadline = time.monotonic() + self.wait_timeout
+        said = 0.0
+        while True:
+            proxies = self._proxies(client_manager)
+            ids = sorted(proxies)
+            missing = sorted(set(range(max(ids) + 1)) - set(ids)) if ids else []
+            if ids and not missing:
+                return len(ids), proxies
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(
+                    f"{type(self).__name__}: {len(ids)} clients connected (partitions {ids[:10]}), but partitions "
+                    f"{missing[:10]} did not connect within {self.wait_timeout:.0f}s"
+                )
+            if now - said > 10.0:
+                log(INFO, "%s: waiting for partitions %s (%d clients connected)", type(self).__name__, missing[:10], len(ids))
+                said = now
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------ Flower API
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return self.initial_parameters
+
+    def _global(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> None:
+        """Build the core in the first round (from ``parameters``) or follow ``parameters``."""
+        if self.core is None:
+            n, _ = self._learn_partitions(client_manager)
+            core = self.build_core(parameters_to_ndarrays(parameters), n)
+            if core.full_participation and self.min_fit_clients > n:
+                raise ValueError(f"{type(self).__name__}: min_fit_clients={self.min_fit_clients} but only {n} peers "
+                                 "connected (every peer trains every round)")
+            self._install_core(core)
+            self._returned = parameters
+        else:
+            self._follow(parameters, self.method_round(server_round))
+
+    def _follow(self, parameters: Parameters, rnd: int) -> None:
+        """Continue from ``parameters`` when they are not the model this strategy gave Flower."""
+        own = self._returned
+        if parameters is own or (own is not None and list(parameters.tensors) == list(own.tensors)):
+            return
+        self.sync_global(parameters_to_ndarrays(parameters), rnd)
+
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        rnd = self._algorithm_round(server_round)
-        rec = self.history.record(rnd)
+        self._global(server_round, parameters, client_manager)
         proxies = self._proxies(client_manager)
-        rec_start = rec["_start"]
-        ready = getattr(client_manager, "ready_at", None)
-        if ready is not None and ready > rec_start:  # do not charge the wait for clients to the round
-            rec["wait_s"] = round(ready - rec_start, 6)
-            self.history.restart_clock(rnd)
+        rnd = self.method_round(server_round)
+        rec = self.history.record(rnd)  # opened after waiting for the clients: the wait is not the round's
         sampled = self.core.select(rnd, proxies)
         instructions = self.core.configure_train(rnd, sampled)
         self._sampled[rnd] = [ins.partition_id for ins in instructions]
         out = []
         for ins in instructions:
-            config = {**ins.config, PARTITION_KEY: int(ins.partition_id)}
+            config = {"server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
             out.append((proxies[ins.partition_id], FitIns(ndarrays_to_parameters(ins.arrays), config)))
         rec["clients"] = len(out)
@@ -204,7 +312,7 @@ class LegacyStrategy(Strategy):
         results: list[tuple[ClientProxy, FitRes]],
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        rnd = self._algorithm_round(server_round)
+        rnd = self.method_round(server_round)
         rec = self.history.record(rnd)
         replies: list[Reply] = []
         rejected: list[Rejection] = []
@@ -213,17 +321,16 @@ class LegacyStrategy(Strategy):
             pid = self._pid_of_cid.get(proxy.cid)
             if pid is None:
                 rejected.append(Rejection(None, f"reply from unknown client {proxy.cid}"))
-                continue
-            if res.status.code != Code.OK:
+            elif res.status.code != Code.OK:
                 failed.append(pid)
                 self.history.log_failure(rnd, "fit", f"partition {pid}: {res.status.code.name} {res.status.message}")
-                continue
-            item = _reply_from_fitres(pid, res)
-            if isinstance(item, Rejection):
-                rejected.append(item)
-                continue
-            rec["bytes_up"] += arrays_nbytes(item.arrays) + bytes_entries(item.metrics)
-            replies.append(item)
+            else:
+                item = _decode(pid, res)
+                if isinstance(item, Rejection):
+                    rejected.append(item)
+                else:
+                    rec["bytes_up"] += arrays_nbytes(item.arrays) + bytes_entries(item.metrics)
+                    replies.append(item)
         for f in failures:
             if isinstance(f, BaseException):
                 self.history.log_failure(rnd, "fit", f"{type(f).__name__}: {f}")
@@ -233,45 +340,42 @@ class LegacyStrategy(Strategy):
                     failed.append(pid)
                 self.history.log_failure(rnd, "fit", f"partition {pid}: {f[1].status.code.name} {f[1].status.message}")
         if rejected and self.on_bad_reply == "raise":
-            from ..core.validation import ReplyError
-
-            raise ReplyError(f"{type(self.core).__name__} round {rnd}: {rejected[0]}")
+            raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
         if failures and not self.accept_failures:
             rec["failures"] += len(failures) + len(failed)
             return None, {}
-        result = self.core.train_round(
-            rnd, replies, sampled=self._sampled.pop(rnd, []), failed=failed, on_bad_reply=self.on_bad_reply
-        )
-        rejections = rejected + list(result.rejections)
-        for r in rejections:
-            log(WARNING, "Round %s: rejected reply from %s", rnd, r)
-            self.history.log_failure(rnd, "rejected", str(r))
-        metrics = dict(result)
-        metrics["rejected"] = len(rejections)
-        metrics["failures"] = int(metrics.get("failures", 0)) + sum(1 for r in rejected if r.partition_id is None)
-        rec["failures"] = int(metrics["failures"])
-        rec["rejected"] = len(rejections)
-        for key, value in metrics.items():
-            rec[f"fit_{key}"] = value
-        return ndarrays_to_parameters(self.core.global_arrays()), numeric_metrics(metrics)
+        result = self.core.train_round(rnd, replies, sampled=self._sampled.pop(rnd, []), failed=failed,
+                                       on_bad_reply=self.on_bad_reply)
+        metrics = self.history.training(rnd, result, rejected, len(replies))
+        if self.fit_metrics_aggregation_fn is not None:
+            bad = {r.partition_id for r in result.rejections}
+            user = self.fit_metrics_aggregation_fn([(r.num_examples, r.metrics) for r in replies
+                                                    if r.partition_id not in bad])
+            metrics.update(user or {})
+            for key, value in (user or {}).items():
+                rec[f"fit_{key}"] = value
+        self._returned = ndarrays_to_parameters(self.core.global_arrays())
+        return self._returned, numeric_metrics(metrics)
 
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        if self.fraction_evaluate == 0.0:
+        if self.fraction_evaluate == 0.0 or self.core is None:
             return []
-        rnd = self._algorithm_round(server_round)
+        rnd = self.method_round(server_round)
+        self._follow(parameters, rnd)
+        if not self.core.should_evaluate(rnd):
+            return []
         proxies = self._proxies(client_manager)
         ids = sorted(proxies)
         k = min(len(ids), max(int(len(ids) * self.fraction_evaluate), self.min_evaluate_clients))
-        rng = np.random.default_rng([self.core.seed, rnd, 0xE7A1])
+        rng = np.random.default_rng([self.seed, rnd, 0xE7A1])
         chosen = [ids[int(i)] for i in np.sort(rng.choice(len(ids), size=k, replace=False))]
-        arrays = self.core.global_arrays()
-        params = ndarrays_to_parameters(arrays)
-        config = {"server_round": rnd}
+        config = dict(self.on_evaluate_config_fn(rnd)) if self.on_evaluate_config_fn is not None else {}
+        config["server-round"] = rnd
         rec = self.history.record(rnd)
-        rec["bytes_down"] += arrays_nbytes(arrays) * len(chosen)
-        return [(proxies[pid], EvaluateIns(params, {**config, PARTITION_KEY: pid})) for pid in chosen]
+        rec["bytes_down"] += payload_bytes(parameters) * len(chosen)
+        return [(proxies[pid], EvaluateIns(parameters, {**config, PARTITION_KEY: pid})) for pid in chosen]
 
     def aggregate_evaluate(
         self,
@@ -279,35 +383,45 @@ class LegacyStrategy(Strategy):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
     ) -> tuple[float | None, dict[str, Scalar]]:
-        rnd = self._algorithm_round(server_round)
+        rnd = self.method_round(server_round)
         rec = self.history.record(rnd)
         ok = [(p, r) for p, r in results if r.status.code == Code.OK and np.isfinite(r.loss) and r.num_examples > 0]
-        if len(ok) < len(results) or failures:
-            rec["failures"] += len(results) - len(ok) + len(failures)
+        rec["failures"] += len(results) - len(ok) + len(failures)
         if not ok:
             return None, {}
         ok.sort(key=lambda item: self._pid_of_cid.get(item[0].cid, -1))
         n = np.array([r.num_examples for _, r in ok], dtype=np.float64)
         loss = float(np.dot(n, [r.loss for _, r in ok]) / n.sum())
-        metrics: dict[str, Scalar] = {}
-        keys = set.intersection(*(set(numeric_metrics(r.metrics)) for _, r in ok))
-        for key in sorted(keys - {PARTITION_KEY}):
-            metrics[key] = float(np.dot(n, [float(r.metrics[key]) for _, r in ok]) / n.sum())
+        rows = [(r.num_examples, dict(r.metrics or {})) for _, r in ok]
+        if self.evaluate_metrics_aggregation_fn is not None:
+            metrics = dict(self.evaluate_metrics_aggregation_fn(rows) or {})
+        else:
+            metrics = weighted_mean_metrics(rows)
         rec["federated_loss"] = loss
         for key, value in metrics.items():
             rec[f"federated_{key}"] = value
         return loss, metrics
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        rnd = self._algorithm_round(server_round) if server_round > 0 else self.core.server_round
-        if self.evaluate_fn is None or not self.core.should_evaluate(rnd):
+        if self.evaluate_fn is None:
             return None
-        rec = self.history.record(rnd)
-        res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
+        if self.core is None or (server_round == 0 and self.core.server_round == 0):
+            # before round 1: the model Flower starts from, as Flower's own strategies score it
+            if self._pending_state is not None or (self.core is not None and self.round_offset):
+                return None  # resuming: the checkpoint's round was evaluated by the run that saved it
+            rnd = int(server_round)
+            res = self.evaluate_fn(rnd, parameters_to_ndarrays(parameters), {})
+        else:
+            rnd = self.method_round(server_round)
+            self._follow(parameters, rnd)
+            if not self.core.should_evaluate(rnd):
+                return None
+            res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
         if res is None:
             return None
         loss, metrics = res
+        rec = self.history.record(rnd)
         rec["loss"] = float(loss)
         for key, value in (metrics or {}).items():
             rec[key] = value
-        return float(loss), dict(metrics)
+        return float(loss), dict(metrics or {})

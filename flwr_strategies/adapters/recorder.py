@@ -1,21 +1,38 @@
-"""Per-round records kept by both adapters: what a run sent, received, rejected and scored.
+"""The round record: what a run sent, received, rejected and scored, one record per round.
 
-Every adapter keeps a :class:`RoundRecorder` as ``strategy.history``. One record per round:
-``round, accuracy, loss, bytes_up, bytes_down, clients, failures, rejected, wall_s, elapsed_s``,
-the core's training metrics prefixed ``fit_`` and the central evaluation's metrics unprefixed.
-Bytes are the array payloads actually sent and received (``nbytes``, no serialisation headers)
-plus ``bytes``-valued config and metric entries.
+Both Flower adapters and the in-process driver keep a :class:`RoundRecorder` as ``history`` and
+close every training round with :meth:`RoundRecorder.training`, so a round is recorded the same
+way on every path. One record per round: ``round, accuracy, loss, bytes_up, bytes_down, clients,
+failures, rejected, nonfinite, wall_s, elapsed_s``, the core's training metrics prefixed ``fit_``,
+federated evaluation prefixed ``federated_`` and central evaluation's metrics unprefixed. Bytes
+are the array payloads actually sent and received (``nbytes``, no serialisation headers) plus
+``bytes``-valued config and metric entries.
+
+A run that cannot learn stops: when every reply of two consecutive rounds is rejected,
+:meth:`RoundRecorder.training` raises :class:`NoProgressError` naming the cause and the likely fix.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from logging import WARNING
 from typing import Any
 
 import numpy as np
+from flwr.common import log
 
-__all__ = ["RoundRecorder", "arrays_nbytes", "bytes_entries"]
+from ..core.validation import Rejection
+
+__all__ = ["RoundRecorder", "NoProgressError", "arrays_nbytes", "bytes_entries"]
+
+#: Consecutive rounds with every reply rejected after which a run stops.
+STALLED_ROUNDS = 2
+
+
+class NoProgressError(RuntimeError):
+    """Every reply of consecutive rounds was rejected: the model cannot change, the run stops."""
 
 
 def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
@@ -26,6 +43,25 @@ def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
 def bytes_entries(values: Mapping[str, Any] | None) -> int:
     """Bytes of the ``bytes``-valued entries of a config or metrics mapping."""
     return int(sum(len(v) for v in (values or {}).values() if isinstance(v, (bytes, bytearray))))
+
+
+def _nonfinite(rejection: Rejection) -> bool:
+    return "NaN or infinite" in rejection.reason or "non-finite" in rejection.reason
+
+
+def diagnose(rejections: list[Rejection]) -> str:
+    """The likely cause and fix of ``rejections`` (every reply of a round rejected)."""
+    reasons = [r.reason for r in rejections]
+    if any(_nonfinite(r) for r in rejections):
+        return ("The clients returned NaN or infinite values: local training diverged. Lower the learning rate "
+                "(or clip gradients) in the clients' training.")
+    missing = sorted({m.group(1) for m in (re.search(r"metric '([^']+)' is missing", s) for s in reasons) if m})
+    if missing:
+        key = missing[0]
+        return (f"The replies lack the metric '{key}' that weights the average: return it from the client, e.g. "
+                f"MetricRecord({{'{key}': len(trainloader.dataset), ...}}) (or set weighted_by_key to the metric "
+                "your clients send).")
+    return f"First rejection: {rejections[0]}."
 
 
 class RoundRecorder:
@@ -43,6 +79,7 @@ class RoundRecorder:
         self.failure_log: list[dict[str, Any]] = []
         self._current: dict[str, Any] | None = None
         self._t0 = time.perf_counter()
+        self._stalled: list[int] = []
 
     def __iter__(self):
         return iter(self.rounds)
@@ -63,17 +100,58 @@ class RoundRecorder:
                 "clients": 0,
                 "failures": 0,
                 "rejected": 0,
+                "nonfinite": 0,
                 "_start": time.perf_counter(),
             }
         return self._current
 
     def restart_clock(self, server_round: int) -> None:
-        """Start ``server_round``'s wall clock now (after waiting for clients to connect)."""
-        self.record(server_round)["_start"] = time.perf_counter()
+        """Start ``server_round``'s wall clock now (after waiting for clients to connect); the wait
+        is kept as ``wait_s``."""
+        rec = self.record(server_round)
+        now = time.perf_counter()
+        rec["wait_s"] = round(rec.get("wait_s", 0.0) + now - rec["_start"], 6)
+        rec["_start"] = now
 
     def log_failure(self, server_round: int, phase: str, error: str) -> None:
         """Keep one failure or rejection (``phase``: ``fit``, ``evaluate``, ``rejected``)."""
         self.failure_log.append({"round": int(server_round), "phase": phase, "error": error})
+
+    def training(self, server_round: int, result: Mapping[str, Any], rejected: list[Rejection],
+                 num_replies: int) -> dict[str, Any]:
+        """Record a finished training round and return its metrics.
+
+        ``result`` is the core's :class:`~flwr_strategies.core.server.RoundResult` (its
+        ``rejections`` are the core's), ``rejected`` the replies the adapter rejected before the
+        core saw them and ``num_replies`` the number of replies handed to the core. Raises
+        :class:`NoProgressError` when every reply of this round and the round before was rejected.
+        """
+        core_rejections = list(getattr(result, "rejections", []))
+        rejections = list(rejected) + core_rejections
+        for r in rejections:
+            log(WARNING, "Round %s: rejected reply from %s", server_round, r)
+            self.log_failure(server_round, "rejected", str(r))
+        metrics = dict(result)
+        metrics["rejected"] = len(rejections)
+        metrics["failures"] = int(metrics.get("failures", 0)) + sum(1 for r in rejected if r.partition_id is None)
+        rec = self.record(server_round)
+        rec["failures"] = int(metrics["failures"])
+        rec["rejected"] = len(rejections)
+        rec["nonfinite"] = sum(1 for r in rejections if _nonfinite(r))
+        for key, value in metrics.items():
+            rec[f"fit_{key}"] = value
+        accepted = num_replies - len(core_rejections)
+        if rejections and accepted <= 0:
+            self._stalled.append(int(server_round))
+            if len(self._stalled) >= STALLED_ROUNDS:
+                first = self._stalled[-STALLED_ROUNDS]
+                raise NoProgressError(
+                    f"rounds {first} to {server_round}: every client reply was rejected, so the model has not "
+                    f"changed since round {first - 1}; stopping the run. {diagnose(rejections)}"
+                )
+        else:
+            self._stalled.clear()
+        return metrics
 
     def finish(self) -> None:
         """Close the open record (called automatically when the next round starts)."""

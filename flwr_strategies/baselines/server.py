@@ -13,8 +13,8 @@ import numpy as np
 
 from ..core.aggregation import fedavg_average, weighted_mean_metrics
 from ..core.messages import Instruction, Reply
-from ..core.server import ServerCore
-from ..core.validation import ReplyError
+from ..core.server import ServerCore, check_model_arrays
+from ..core.validation import ReplyError, require_finite
 from .config import FedAdamConfig, FedAvgConfig, FedProxConfig
 
 __all__ = ["FedAvgServer", "FedProxServer", "FedAdamServer"]
@@ -52,7 +52,9 @@ class FedAvgServer(ServerCore):
             raise ReplyError(f"partition {reply.partition_id} reported num_examples = 0 (no weight in the average)")
 
     def server_update(self, server_round: int, average: list[np.ndarray]) -> list[np.ndarray]:
-        """The new global model from the weighted average (FedAvg: the average itself)."""
+        """The new global model from the weighted average (FedAvg: the average itself). An
+        override that keeps more state checks it finite before storing it
+        (:func:`~flwr_strategies.core.validation.require_finite`)."""
         return average
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
@@ -60,11 +62,17 @@ class FedAvgServer(ServerCore):
             return {}
         average = fedavg_average([r.arrays for r in replies], [r.num_examples for r in replies])
         metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
-        self.current = self.server_update(server_round, average)
+        new = self.server_update(server_round, average)
+        require_finite(f"{type(self).__name__}'s new global model", new)
+        self.current = new
         return metrics
 
     def global_arrays(self) -> list[np.ndarray]:
         return self.current
+
+    def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
+        """Continue from ``arrays`` (the global model a strategy wrapper changed)."""
+        self.current = check_model_arrays(arrays, self.current, "the global model passed to the strategy")
 
     def extra_state(self) -> dict[str, Any]:
         return {"current": list(self.current)}
@@ -91,7 +99,8 @@ class FedProxServer(FedAvgServer):
 
 class FedAdamServer(FedAvgServer):
     """FedAdam (Reddi et al., ICLR 2021): Adam on the server over ``Delta_t = avg - w_t``
-    (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``)."""
+    (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``). The new model is
+    cast back to the model's dtype (Flower's returns float64 for a float32 model under NumPy 2)."""
 
     def __init__(self, initial_arrays, *, config: FedAdamConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -107,7 +116,12 @@ class FedAdamServer(FedAvgServer):
         m_t = [np.multiply(c.beta_1, x) + (1 - c.beta_1) * y for x, y in zip(m_prev, delta)]
         v_t = [c.beta_2 * x + (1 - c.beta_2) * np.multiply(y, y) for x, y in zip(v_prev, delta)]
         eta_norm = c.eta * np.sqrt(1 - np.power(c.beta_2, server_round + 1.0)) / (1 - np.power(c.beta_1, server_round + 1.0))
-        new = [x + eta_norm * y / (np.sqrt(z) + c.tau) for x, y, z in zip(self.current, m_t, v_t)]
+        # in the model's dtype: NumPy 2 promotes a float32 model to float64 here (``eta_norm`` is a
+        # NumPy float64), which Flower's legacy FedAdam returns as the new model
+        new = [(x + eta_norm * y / (np.sqrt(z) + c.tau)).astype(x.dtype, copy=False)
+               for x, y, z in zip(self.current, m_t, v_t)]
+        require_finite("FedAdam's new global model", new)
+        require_finite("FedAdam's moments", {"m_t": m_t, "v_t": v_t})
         self.m_t, self.v_t = m_t, v_t
         return new
 

@@ -1,70 +1,59 @@
-"""FedAvg, FedProx and FedAdam as legacy Flower strategies over this project's cores.
+"""FedAvg, FedProx, FedAdam and FedSAM as legacy Flower strategies (``flwr.server.strategy``).
 
-Same arguments as Flower's legacy ``FedAvg`` (see
-:class:`~flwr_strategies.adapters.centralized.CentralizedLegacyStrategy`), plus each method's
-hyperparameters. Compared with Flower's own classes they sample by partition id with a seeded
-generator, check every reply before aggregating, and record bytes and failures per round.
+Each takes Flower's legacy ``FedAvg`` arguments (:class:`~flwr_strategies.adapters.LegacyStrategy`)
+and its hyperparameters as keyword arguments, the fields of its config dataclass in :mod:`.config`.
+Compared with Flower's own classes they sample by partition id with a seeded generator, check every
+reply before aggregating, and record bytes and failures per round.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..adapters.centralized import CentralizedLegacyStrategy
+from ..adapters import LegacyStrategy
 from .config import FedAdamConfig, FedProxConfig
 from .server import FedAdamServer, FedAvgServer, FedProxServer
 
-__all__ = ["FedAvg", "FedProx", "FedAdam"]
+__all__ = ["FedAvg", "FedProx", "FedAdam", "FedSAM"]
 
 
-class FedAvg(CentralizedLegacyStrategy):
+class FedAvg(LegacyStrategy):
     """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
-    Decentralized Data", AISTATS 2017). Takes Flower's legacy ``FedAvg`` arguments."""
+    Decentralized Data", AISTATS 2017): the example-weighted average of the clients' models, with
+    the arithmetic of Flower's ``aggregate_inplace``. No hyperparameters."""
 
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> FedAvgServer:
-        return FedAvgServer(initial_arrays, **core_kwargs)
+    core_cls = FedAvgServer
 
 
-class FedProx(CentralizedLegacyStrategy):
-    """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020).
+class FedProx(LegacyStrategy):
+    """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
+    FedAvg's server; the clients add ``mu/2 ||w - w_t||^2`` (sent as ``config["proximal-mu"]``).
 
     Parameters
     ----------
     proximal_mu : float (default: 0.01)
-        Proximal weight sent to the clients (``config["proximal_mu"]``), >= 0.
-    **kwargs
-        Flower's legacy ``FedAvg`` arguments.
+        See :class:`~flwr_strategies.baselines.config.FedProxConfig`.
     """
 
-    def __init__(self, *, proximal_mu: float = 0.01, **kwargs: Any) -> None:
-        self.config = FedProxConfig(proximal_mu=proximal_mu)
-        super().__init__(**kwargs)
-
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> FedProxServer:
-        return FedProxServer(initial_arrays, config=self.config, **core_kwargs)
+    core_cls = FedProxServer
+    hyperparameters = {"config": FedProxConfig}
 
 
-class FedAdam(CentralizedLegacyStrategy):
-    """FedAdam (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
+class FedAdam(LegacyStrategy):
+    """FedAdam (Reddi et al., "Adaptive Federated Optimization", ICLR 2021): Adam on the server
+    over the averaged update, with the arithmetic of Flower's ``FedAdam``.
 
     Parameters
     ----------
-    eta : float (default: 0.01)
-        Server learning rate, > 0.
-    beta_1 : float (default: 0.9)
-        First-moment decay, in [0, 1).
-    beta_2 : float (default: 0.99)
-        Second-moment decay, in [0, 1).
-    tau : float (default: 1e-3)
-        Adaptivity, > 0.
-    **kwargs
-        Flower's legacy ``FedAvg`` arguments.
+    eta, beta_1, beta_2, tau : float (defaults: 0.01, 0.9, 0.99, 1e-3)
+        See :class:`~flwr_strategies.baselines.config.FedAdamConfig`.
     """
 
-    def __init__(self, *, eta: float = 0.01, beta_1: float = 0.9, beta_2: float = 0.99, tau: float = 1e-3,
-                 **kwargs: Any) -> None:
-        self.config = FedAdamConfig(eta=eta, beta_1=beta_1, beta_2=beta_2, tau=tau)
-        super().__init__(**kwargs)
+    core_cls = FedAdamServer
+    hyperparameters = {"config": FedAdamConfig}
 
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> FedAdamServer:
-        return FedAdamServer(initial_arrays, config=self.config, **core_kwargs)
+
+class FedSAM(LegacyStrategy):
+    """FedSAM (Qu et al., ICML 2022; Caldarola et al., ECCV 2022): FedAvg's server; the clients take
+    sharpness-aware (SAM) local steps with radius ``rho`` (their setting, paper 0.1). No server
+    hyperparameters."""
+
+    core_cls = FedAvgServer

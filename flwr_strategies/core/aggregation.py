@@ -7,9 +7,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fedavg_average", "weighted_mean_metrics"]
+from ..common import PARTITION_KEY
 
-SKIP_KEYS = frozenset({"partition-id", "num-examples"})
+__all__ = ["fedavg_average", "weighted_average", "weighted_mean_metrics"]
+
+#: Metrics that are bookkeeping, not measurements: never averaged.
+SKIP_KEYS = frozenset({PARTITION_KEY, "num-examples"})
 
 
 def _scaled_into(out: np.ndarray, x: np.ndarray, s: np.float64) -> np.ndarray:
@@ -24,22 +27,19 @@ def _add_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.add(x, np.array(y, x.dtype), out=x)
 
 
-def fedavg_average(models: Sequence[Sequence[np.ndarray]], num_examples: Sequence[int]) -> list[np.ndarray]:
-    """``sum_i (n_i / sum_j n_j) w_i`` per array, with exactly the arithmetic of Flower's legacy
+def weighted_average(models: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:
+    """``sum_i p_i w_i`` per array, with exactly the arithmetic of Flower's legacy
     ``aggregate_inplace`` (FedAvg's default): each array is scaled in its own dtype (so an integer
     buffer such as BatchNorm's ``num_batches_tracked`` is scaled by a factor cast to an integer),
     and the scaled arrays are summed in client order. Inputs are not modified.
 
-    Raises ``ValueError`` for no models, mismatched array counts or a zero total of examples.
+    Raises ``ValueError`` for no models or mismatched counts of models, weights or arrays.
     """
     if len(models) == 0:
         raise ValueError("no client models to average")
-    if len(models) != len(num_examples):
-        raise ValueError(f"{len(models)} models but {len(num_examples)} example counts")
-    total = sum(int(n) for n in num_examples)
-    if total <= 0:
-        raise ValueError("all clients reported num_examples = 0: nothing to average")
-    factors = np.asarray([int(n) / total for n in num_examples])
+    if len(models) != len(weights):
+        raise ValueError(f"{len(models)} models but {len(weights)} weights")
+    factors = np.asarray([float(w) for w in weights])
     out = [_scaled_into(np.empty_like(np.asarray(x)), np.asarray(x), factors[0]) for x in models[0]]
     for i, model in enumerate(models[1:], start=1):
         if len(model) != len(out):
@@ -50,13 +50,28 @@ def fedavg_average(models: Sequence[Sequence[np.ndarray]], num_examples: Sequenc
     return out
 
 
-def weighted_mean_metrics(results: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, float]:
-    """Example-weighted mean of every numeric metric (``partition-id``/``num-examples`` excluded)."""
+def fedavg_average(models: Sequence[Sequence[np.ndarray]], num_examples: Sequence[int]) -> list[np.ndarray]:
+    """FedAvg's example-weighted average: :func:`weighted_average` with ``p_i = n_i / sum_j n_j``.
+
+    Raises ``ValueError`` for no models, mismatched counts or a zero total of examples.
+    """
+    if len(models) != len(num_examples):
+        raise ValueError(f"{len(models)} models but {len(num_examples)} example counts")
+    total = sum(int(n) for n in num_examples)
+    if len(models) and total <= 0:
+        raise ValueError("all clients reported num_examples = 0: nothing to average")
+    return weighted_average(models, [int(n) / total for n in num_examples] if len(models) else [])
+
+
+def weighted_mean_metrics(results: Sequence[tuple[float, Mapping[str, Any]]],
+                          skip: frozenset[str] = SKIP_KEYS) -> dict[str, float]:
+    """Example-weighted mean of every numeric metric (the keys in ``skip`` excluded: by default
+    ``partition-id`` and ``num-examples``); a metric only some clients report is averaged over them."""
     total = sum(n for n, _ in results)
     if total == 0:
         return {}
     keys = sorted({k for _, m in results for k, v in m.items()
-                   if k not in SKIP_KEYS and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)})
+                   if k not in skip and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)})
     out: dict[str, float] = {}
     for key in keys:
         pairs = [(n, float(m[key])) for n, m in results if key in m]

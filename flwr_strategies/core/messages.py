@@ -65,20 +65,23 @@ class Reply:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """Expected shape and dtype kind of one returned array.
+    """Expected shape and dtype of one returned array.
 
-    ``kind`` is a NumPy dtype kind group: ``"f"`` (floating), ``"i"`` (signed or unsigned integer),
-    ``"b"`` (bool) or ``"*"`` (anything). ``shape`` entries of ``-1`` accept any length.
+    ``kind`` is a NumPy dtype kind group: ``"f"`` (real floating), ``"i"`` (signed or unsigned
+    integer), ``"b"`` (bool) or ``"*"`` (anything). ``dtype``, when set, is the exact dtype
+    (``np.dtype(...).str``, byte order included) and takes precedence over ``kind``. ``shape``
+    entries of ``-1`` accept any length.
     """
 
     shape: tuple[int, ...]
     kind: str = "f"
+    dtype: str | None = None
 
     @classmethod
     def like(cls, array: np.ndarray) -> "ArraySpec":
-        """The spec matching ``array`` exactly (shape and dtype kind)."""
+        """The spec matching ``array`` exactly (shape and dtype)."""
         a = np.asarray(array)
-        return cls(tuple(int(s) for s in a.shape), dtype_group(a.dtype))
+        return cls(tuple(int(s) for s in a.shape), dtype_group(a.dtype), a.dtype.str)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class ReplySpec:
 
     @classmethod
     def like(cls, arrays: Sequence[np.ndarray], required_metrics: Sequence[str] = ()) -> "ReplySpec":
-        """Replies must have exactly the shapes and dtype kinds of ``arrays``."""
+        """Replies must have exactly the shapes and dtypes of ``arrays``."""
         return cls(tuple(ArraySpec.like(a) for a in arrays), tuple(required_metrics))
 
 

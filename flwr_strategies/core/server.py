@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
-from .validation import Rejection, check_policy, screen_replies
+from .state import check_state_layout, state_layout
+from .validation import Rejection, ReplyError, all_finite, check_policy, screen_replies
 
-__all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn"]
+__all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn", "ExternalModelError", "check_model_arrays"]
 
 #: ``(server_round, arrays) -> (loss, metrics) | None``: central evaluation of a model.
 EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"]
@@ -38,10 +39,27 @@ EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"
 ConfigFn = Callable[[int], dict[str, Any]]
 
 
+class ExternalModelError(RuntimeError):
+    """The global model was changed outside the strategy and the method cannot take it."""
+
+
 class RoundResult(dict):
     """Metrics of one finished training round (a dict) plus the rejections it saw."""
 
     rejections: list[Rejection]
+
+
+def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    """``arrays`` as a list after checking they match ``like`` (count, shapes, dtypes) and are finite."""
+    out = [np.asarray(a) for a in arrays]
+    if len(out) != len(like):
+        raise ValueError(f"{what} has {len(out)} arrays, the model has {len(like)}")
+    for j, (a, b) in enumerate(zip(out, like)):
+        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+            raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
+    return out
 
 
 def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
@@ -105,6 +123,7 @@ class ServerCore(ABC):
         self.model_spec = tuple(ArraySpec.like(a) for a in self.initial_arrays)
         self.server_round = 0  # last completed training round
         self._rng = np.random.default_rng(self.seed)
+        self._state_layout: Any = None  # extra_state()'s layout, taken when a checkpoint is first loaded
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_partitions={self.num_partitions}, fraction_train={self.fraction_train})"
@@ -135,9 +154,10 @@ class ServerCore(ABC):
         return [avail[int(i)] for i in chosen]
 
     def base_config(self, server_round: int) -> dict[str, Any]:
-        """The round's standard client config (``on_train_config``), always with ``server_round``."""
+        """The round's standard client config (``on_train_config``), always with ``server-round``
+        (Flower's key for the round number)."""
         cfg = dict(self.on_train_config(server_round)) if self.on_train_config is not None else {}
-        cfg["server_round"] = int(server_round)
+        cfg["server-round"] = int(server_round)
         return cfg
 
     # ------------------------------------------------------------------ the method
@@ -164,6 +184,24 @@ class ServerCore(ABC):
     def global_arrays(self) -> list[np.ndarray]:
         """The current global model in the layout of ``initial_arrays``."""
 
+    def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
+        """Make ``arrays`` (in the layout of :meth:`global_arrays`) the global model of the next round.
+
+        Called by the adapters when the model Flower passes back differs from the one the core
+        returned, i.e. a strategy wrapper (Flower's differential-privacy wrappers, a user's own)
+        changed it. The default refuses with :class:`ExternalModelError`: a method whose state is
+        more than one global model (one model per peer, low-rank factors) cannot take a model
+        changed from outside. Methods whose state is the global model override this.
+        """
+        raise ExternalModelError(
+            f"{type(self).__name__} cannot take a global model changed outside the strategy: "
+            f"{self.external_model_note}"
+        )
+
+    #: Why :meth:`adopt_global_arrays` refuses (shown in the error); methods that adopt ignore it.
+    external_model_note = ("its state is more than the global model it reports, so a changed model cannot become "
+                           "what the clients receive")
+
     def should_evaluate(self, server_round: int) -> bool:
         """Whether central evaluation runs after ``server_round`` (0 = the initial model)."""
         return True
@@ -186,20 +224,56 @@ class ServerCore(ABC):
 
         A rejected reply counts as a failed client (policy ``"drop"``) or raises
         :class:`~flwr_strategies.core.validation.ReplyError` with nothing changed (``"raise"``).
-        Returns the core's metrics plus ``failures`` and ``rejected``.
+
+        A core checks what it computed before it commits it
+        (:func:`~flwr_strategies.core.validation.require_finite`). When the aggregate of valid
+        replies is not finite (a ``FloatingPointError``, such as
+        :class:`~flwr_strategies.core.validation.NonFiniteResult`, from :meth:`aggregate_train`),
+        the whole round is rejected: the state stays as it was, every valid reply is counted as
+        rejected and the round's ``round_rejected`` metric is 1 (``"raise"``: ``ReplyError``).
+        After a commit, the global model is checked once more; a core that committed a non-finite
+        model raises ``RuntimeError`` (the run must stop: its state can no longer be trusted).
+
+        Returns the core's metrics plus ``failures``, ``rejected``, ``round_rejected`` and the
+        lists ``sampled_partitions`` and ``failed_partitions`` (every sampled partition whose reply
+        was not aggregated: failed, rejected, or part of a rejected round).
         """
         check_policy(on_bad_reply)
         sampled = sorted({int(p) for p in sampled})
         valid, rejected = screen_replies(self, server_round, replies, sampled=sampled, on_bad_reply=on_bad_reply)
         ok = {r.partition_id for r in valid}
         failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
-        metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
+        round_rejected = 0
+        try:
+            metrics = dict(self.aggregate_train(server_round, valid, failed_ids))
+        except FloatingPointError as err:
+            reason = f"the round's aggregate is not finite ({err}); round {server_round} rejected, state kept"
+            if on_bad_reply == "raise":
+                raise ReplyError(f"{type(self).__name__} round {server_round}: {reason}") from err
+            self._check_committed(server_round, "after rejecting the round")
+            rejected = rejected + [Rejection(r.partition_id, reason) for r in valid]
+            failed_ids = sorted(set(failed_ids) | ok)
+            metrics, round_rejected = {}, 1
+        else:
+            self._check_committed(server_round, "after the round")
         self.server_round = int(server_round)
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
+        metrics["round_rejected"] = round_rejected
+        # who was asked and who did not contribute: the run's status is computed from these
+        metrics["sampled_partitions"] = list(sampled)
+        metrics["failed_partitions"] = failed_ids
         out = RoundResult(metrics)
         out.rejections = rejected
         return out
+
+    def _check_committed(self, server_round: int, when: str) -> None:
+        problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
+        if problem is not None:
+            raise RuntimeError(
+                f"{type(self).__name__} holds a non-finite global model (array {problem}) {when} {server_round}: the "
+                "core committed a result it had not checked, so the run cannot go on"
+            )
 
     # ------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
@@ -224,11 +298,66 @@ class ServerCore(ABC):
             }
         )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (from a core of the same class and configuration)."""
-        if state.get("core") != type(self).__name__:
-            raise ValueError(f"checkpoint is from {state.get('core')!r}, not {type(self).__name__}")
+    def load_state_dict(self, state: dict[str, Any], *, num_rounds: int | None = None) -> None:
+        """Restore a :meth:`state_dict` (from a core of the same class and configuration).
+
+        The checkpoint is validated like a reply before anything changes: it must name this core's
+        class; its round must be an integer in ``0..num_rounds`` (``num_rounds``: the run it resumes,
+        when the caller knows it; the core's own horizon otherwise, where it has one); its
+        sampler state must be this core's bit generator; and its method state must have the layout
+        of this core's own (:meth:`extra_state` when a checkpoint is first loaded: load into a
+        freshly built core, as every resume does): the same keys, the same number of
+        arrays, every array with this core's shape and exact dtype, every number finite. Lists
+        that start empty (logs that grow during a run) may have any length; keys this core adds
+        later in a run (optimizer moments) may be present. A bad checkpoint raises ``ValueError``
+        naming the entry and the value, with the core unchanged.
+        """
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise ValueError(f"a checkpoint is a dict from state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("core", "server_round", "sampler", "method") if k not in state]
+        if missing:
+            raise ValueError(f"checkpoint lacks {', '.join(repr(k) for k in missing)} (not a {name}.state_dict())")
+        if state["core"] != name:
+            raise ValueError(f"checkpoint is from {state['core']!r}, not {name}")
+        rnd = state["server_round"]
+        horizon = num_rounds if num_rounds is not None else self.horizon()
+        if not isinstance(rnd, (int, np.integer)) or isinstance(rnd, (bool, np.bool_)) or rnd < 0 or (
+                horizon is not None and rnd > horizon):
+            upper = f"..{int(horizon)}" if horizon is not None else " or more"
+            raise ValueError(f"checkpoint server_round = {rnd!r}: must be an integer in 0{upper}")
+        sampler = state["sampler"]
+        own_sampler = self._rng.bit_generator.state
+        if not isinstance(sampler, dict) or sampler.get("bit_generator") != own_sampler["bit_generator"] or set(
+                sampler) != set(own_sampler):
+            raise ValueError(f"checkpoint sampler state is not a {own_sampler['bit_generator']} state: {sampler!r:.200}")
+        check_state_layout(state["method"], self._layout(), where="method")
+        before = self.state_dict()
         state = copy.deepcopy(state)
-        self.load_extra_state(state["method"])
-        self._rng.bit_generator.state = state["sampler"]
-        self.server_round = int(state["server_round"])
+        try:
+            self.load_extra_state(state["method"])
+            self._rng.bit_generator.state = state["sampler"]
+            self.server_round = int(rnd)
+            problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
+            if problem is not None:
+                raise ValueError(f"its global model array {problem} is not finite")
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            self.load_extra_state(copy.deepcopy(before["method"]))
+            self._rng.bit_generator.state = before["sampler"]
+            self.server_round = before["server_round"]
+            what = f"missing entry {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"checkpoint does not fit this {name}: {what}") from None
+
+    def horizon(self) -> int | None:
+        """The last round this core can run, when it knows it (None: any number of rounds)."""
+        for attr in ("num_rounds", "final_round"):
+            value = getattr(self, attr, None)
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                return int(value)
+        return None
+
+    def _layout(self):
+        """The layout of :meth:`extra_state` when a checkpoint was first loaded into this core."""
+        if self._state_layout is None:
+            self._state_layout = state_layout(self.extra_state())
+        return self._state_layout

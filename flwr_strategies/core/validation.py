@@ -3,8 +3,16 @@
 :func:`screen_replies` runs before a core's ``aggregate_train`` touches any state. A reply is
 rejected when its partition id is not an integer in range, was not sampled this round or comes
 twice; when its arrays do not match the core's :class:`~flwr_strategies.core.messages.ReplySpec`
-(count, shapes, dtype kinds); when a floating array or a required metric is NaN or infinite; when
-``num_examples`` is not a non-negative integer; or when the core's own ``check_reply`` objects.
+(count, shapes, and the exact dtype of what the server sent: a ``float16`` or ``complex64`` reply to
+a ``float32`` model is rejected, never cast); when a floating array or a required metric is NaN or
+infinite; when ``num_examples`` is not a non-negative integer; or when the core's own
+``check_reply`` objects.
+
+Valid replies can still add up to something that is not finite (one reply of ``3e38`` values is
+finite in ``float32``; a sum or a product of such values is not). A core therefore checks what it
+computed with :func:`require_finite` before it commits anything; the
+:class:`NonFiniteResult` it raises makes :meth:`~flwr_strategies.core.server.ServerCore.train_round`
+reject the whole round, with the state left as it was.
 
 The policy is the same for every strategy (``on_bad_reply``):
 
@@ -28,13 +36,69 @@ from .messages import Reply, ReplySpec, dtype_group
 if TYPE_CHECKING:  # pragma: no cover
     from .server import ServerCore
 
-__all__ = ["ReplyError", "Rejection", "BAD_REPLY_POLICIES", "check_policy", "check_reply", "screen_replies"]
+__all__ = [
+    "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "check_policy", "check_reply",
+    "require_finite", "screen_replies",
+]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
 
 
 class ReplyError(ValueError):
     """A client reply failed validation. The message names the partition and the problem."""
+
+
+class NonFiniteResult(FloatingPointError):
+    """What a core computed from valid replies is NaN or infinite; nothing has been committed.
+
+    :meth:`~flwr_strategies.core.server.ServerCore.train_round` rejects the round (as it does any
+    ``FloatingPointError`` a core raises while it computes): every reply of it counts as rejected,
+    and the core's state stays what it was before the round.
+    """
+
+
+#: elements checked at a time by :func:`all_finite` (bounds the temporary boolean buffer)
+_CHUNK = 1 << 20
+
+
+def all_finite(array: Any) -> bool:
+    """True when every element of ``array`` is finite (non-floating arrays always are).
+
+    Checks a contiguous array in chunks of about a million elements, so the temporary buffer stays
+    small even for a table of many models.
+    """
+    a = np.asarray(array)
+    if a.dtype.kind not in "fc" or a.size == 0:
+        return True
+    flat = a.reshape(-1)  # a view for contiguous arrays
+    for start in range(0, flat.size, _CHUNK):
+        if not np.isfinite(flat[start:start + _CHUNK]).all():
+            return False
+    return True
+
+
+def _arrays_in(value: Any, path: str):
+    if isinstance(value, np.ndarray):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _arrays_in(v, f"{path}/{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _arrays_in(v, f"{path}[{i}]" if path else f"array {i}")
+    elif isinstance(value, (float, np.floating)):
+        yield path, np.asarray(value)
+
+
+def require_finite(what: str, value: Any) -> None:
+    """Raise :class:`NonFiniteResult` if ``value`` (an array, a float, or nested dicts/lists of
+    them) holds a NaN or an infinity; the message names ``what`` and the first offending entry."""
+    for path, a in _arrays_in(value, ""):
+        if not all_finite(a):
+            flat = np.asarray(a).reshape(-1)
+            bad = flat[~np.isfinite(flat)][0]
+            where = f" {path}" if path else ""
+            raise NonFiniteResult(f"{what}{where} is not finite (contains {bad})")
 
 
 @dataclass(frozen=True)
@@ -61,7 +125,7 @@ def _is_int(value: Any) -> bool:
 
 
 def check_arrays(arrays: list[np.ndarray], spec: ReplySpec) -> str | None:
-    """Problem with ``arrays`` against ``spec`` (count, shapes, dtype kinds, finiteness), or None."""
+    """Problem with ``arrays`` against ``spec`` (count, shapes, exact dtypes, finiteness), or None."""
     if not isinstance(arrays, list) or not all(isinstance(a, np.ndarray) for a in arrays):
         return "arrays are not a list of NumPy arrays"
     if spec.allow_empty and (len(arrays) == 0 or all(a.size == 0 for a in arrays)):
@@ -72,12 +136,20 @@ def check_arrays(arrays: list[np.ndarray], spec: ReplySpec) -> str | None:
         for j, (a, s) in enumerate(zip(arrays, spec.arrays)):
             if len(a.shape) != len(s.shape) or any(e != -1 and e != g for e, g in zip(s.shape, a.shape)):
                 return f"array {j} has shape {tuple(a.shape)}, expected {tuple(s.shape)}"
-            if s.kind != "*" and dtype_group(a.dtype) != s.kind:
-                return f"array {j} has dtype {a.dtype}, expected kind '{s.kind}'"
+            if s.dtype is not None:
+                if a.dtype != np.dtype(s.dtype):
+                    return f"array {j} has dtype {_name(a.dtype)}, expected {_name(np.dtype(s.dtype))} (the dtype sent)"
+            elif s.kind != "*" and (dtype_group(a.dtype) != s.kind or (s.kind == "f" and a.dtype.kind == "c")):
+                return f"array {j} has dtype {_name(a.dtype)}, expected kind '{s.kind}'"
     for j, a in enumerate(arrays):
-        if a.dtype.kind in "fc" and a.size and not np.isfinite(a).all():
+        if not all_finite(a):
             return f"array {j} contains NaN or infinite values"
     return None
+
+
+def _name(dtype: np.dtype) -> str:
+    """``float32``, or ``>f4`` where the byte order is not the machine's."""
+    return dtype.name if dtype.isnative else dtype.str
 
 
 def check_reply(

@@ -28,8 +28,8 @@ Cores (:mod:`.server`)
     ``GossipCore``: the model-gossip family at the memory floor (DFedAvg; DFedCata and D-PSGD
     subclass it). DO-ADP's family is :class:`flwr_strategies.doadp.peer.PublicTableCore`.
 Adapters
-    ``DecentralizedLegacyStrategy`` (:mod:`.strategy`) and ``DecentralizedMessageStrategy``
-    (:mod:`.serverapp`): the two Flower APIs over a core.
+    The generic Flower adapters (:mod:`flwr_strategies.adapters`) drive any core; the methods'
+    strategies are declarations in their own folders (``flwr_strategies.dfedcata.strategy``...).
 """
 
 from .consensus import consensus_distance, network_average
@@ -54,15 +54,13 @@ __all__ = [
     "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
     "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive",
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
-    "DecentralizedCore", "GossipCore", "PeerFailure", "DecentralizedLegacyStrategy", "DecentralizedMessageStrategy",
+    "DecentralizedCore", "GossipCore", "PeerFailure",
 ]
 
 _LAZY = {
     "DecentralizedCore": ".server",
     "GossipCore": ".server",
     "PeerFailure": ".server",
-    "DecentralizedLegacyStrategy": ".strategy",
-    "DecentralizedMessageStrategy": ".serverapp",
 }
 
 

@@ -1,74 +1,47 @@
-"""DFedCata, DFedAvg, D-PSGD and FedSAM as Message-API strategies (``strategy.start(grid, ...)``).
+"""DFedCata, DFedAvg and D-PSGD as Message-API strategies (run by Flower's ``start()``).
 
-Usable exactly like Flower's ``flwr.serverapp.strategy.FedAvg``; the number of peers is learned at
-``start()``::
+Usable exactly like Flower's ``flwr.serverapp.strategy.FedAvg``; the number of peers is learned in
+round 1 from the nodes::
 
     strategy = DFedCata(beta=0.99, lam=0.05, topology="random")
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=500)
 
-The decentralized classes take the graph settings of
-:class:`~flwr_strategies.decentralized.serverapp.DecentralizedMessageStrategy`; FedSAM takes
-Flower's Message-API ``FedAvg`` arguments.
-
-Paper: Q. Li, M. Zhang, Y. Liu, Q. Yin, L. Shen, X. Cao, "Boosting the Performance of Decentralized
-Federated Learning via Catalyst Acceleration", arXiv:2410.07272.
+Arguments: Flower's Message-API ``FedAvg`` arguments (``fraction_train`` must stay 1.0: every peer
+trains every round) and the hyperparameters of the legacy class of the same name (:mod:`.strategy`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
-from ..baselines.serverapp import FedAvg
-from ..decentralized.serverapp import DecentralizedMessageStrategy
+from ..adapters import MessageStrategy
 from .config import DFedCataConfig
 from .server import DFedAvgServer, DFedCataServer, DPSGDServer
+from .strategy import GRAPH
 
-__all__ = ["DFedCata", "DFedAvg", "DPSGD", "FedSAM"]
-
-
-class DFedCata(DecentralizedMessageStrategy):
-    """DFedCata (arXiv:2410.07272) on the Message API.
-
-    Parameters
-    ----------
-    beta : float (default: 0.99)
-        Extrapolation coefficient, in [0, 1) (paper 0.99).
-    lam : float (default: 0.05)
-        Moreau-envelope penalty, >= 0 with ``lr * lam < 1`` (paper 0.05); sent as ``config["lam"]``.
-    lr : float | None (default: None)
-        Round-1 learning rate, to check ``lr * lam < 1`` now (each round's lr is checked too).
-    extrapolation_anchor : str (default: "prev_mixed")
-        ``"prev_mixed"`` (paper) or ``"prev_local"`` (official code).
-    sequential_inplace : bool (default: False)
-        The official code's one-peer-at-a-time order: ``num_rounds`` counts turns
-        (``num_partitions * T`` for T algorithm rounds).
-    **kwargs
-        :class:`~flwr_strategies.decentralized.serverapp.DecentralizedMessageStrategy` arguments.
-    """
-
-    def __init__(self, *, beta: float = 0.99, lam: float = 0.05, lr: float | None = None,
-                 extrapolation_anchor: str = "prev_mixed", sequential_inplace: bool = False, **kwargs: Any) -> None:
-        self.config = DFedCataConfig(beta=beta, lam=lam, lr=lr, extrapolation_anchor=extrapolation_anchor,
-                                     sequential_inplace=sequential_inplace)
-        super().__init__(**kwargs)
-
-    def build_method_core(self, initial_arrays, **core_kwargs: Any) -> DFedCataServer:
-        return DFedCataServer(initial_arrays, config=self.config, **core_kwargs)
+__all__ = ["DFedCata", "DFedAvg", "DPSGD"]
 
 
-class DFedAvg(DecentralizedMessageStrategy):
-    """DFedAvg (also the server of DFedAvgM and DFedSAM) on the Message API."""
+class DFedCata(MessageStrategy):
+    """DFedCata (arXiv:2410.07272) on the Message API; hyperparameters as :class:`flwr_strategies.DFedCata`.
+    With ``sequential_inplace``, ``num_rounds`` counts turns (peers x algorithm rounds)."""
 
-    def build_method_core(self, initial_arrays, **core_kwargs: Any) -> DFedAvgServer:
-        return DFedAvgServer(initial_arrays, **core_kwargs)
-
-
-class DPSGD(DecentralizedMessageStrategy):
-    """D-PSGD (Lian et al., NeurIPS 2017) on the Message API."""
-
-    def build_method_core(self, initial_arrays, **core_kwargs: Any) -> DPSGDServer:
-        return DPSGDServer(initial_arrays, **core_kwargs)
+    core_cls = DFedCataServer
+    hyperparameters = {"config": DFedCataConfig, "graph": GRAPH}
+    arguments = {"dtype": np.float32}
 
 
-class FedSAM(FedAvg):
-    """FedSAM: FedAvg's server, SAM local steps on the clients (Message API)."""
+class DFedAvg(MessageStrategy):
+    """DFedAvg (also the server of DFedAvgM and DFedSAM) on the Message API; as :class:`flwr_strategies.DFedAvg`."""
+
+    core_cls = DFedAvgServer
+    hyperparameters = {"graph": GRAPH}
+    arguments = {"dtype": np.float32}
+
+
+class DPSGD(MessageStrategy):
+    """D-PSGD (Lian et al., NeurIPS 2017) on the Message API; as :class:`flwr_strategies.DPSGD`."""
+
+    core_cls = DPSGDServer
+    hyperparameters = {"graph": GRAPH}
+    arguments = {"dtype": np.float32}

@@ -1,28 +1,35 @@
-"""DFedCata, DFedAvg, D-PSGD and FedSAM as legacy Flower strategies over this project's cores.
+"""DFedCata, DFedAvg and D-PSGD as legacy Flower strategies (``flwr.server.strategy``).
 
 Paper: Q. Li, M. Zhang, Y. Liu, Q. Yin, L. Shen, X. Cao, "Boosting the Performance of Decentralized
 Federated Learning via Catalyst Acceleration", arXiv:2410.07272.
 
-The decentralized classes take the graph settings of
-:class:`~flwr_strategies.decentralized.strategy.DecentralizedLegacyStrategy` (``num_clients``,
-``initial_parameters``, ``topology``, ``neighbours``, ``weights``, ``evaluate_fn``,
-``on_fit_config_fn``, ``seed``...), plus each method's hyperparameters. DFedAvgM and DFedSAM use
-:class:`DFedAvg` on the server (their difference is the peers' local rule).
+The server emulates the peers' network (:class:`~flwr_strategies.decentralized.server.DecentralizedCore`):
+every connected client is a peer and trains every round, so ``fraction_fit`` must stay 1.0. Each
+class takes Flower's legacy ``FedAvg`` arguments (:class:`~flwr_strategies.adapters.LegacyStrategy`),
+the peer-graph settings (the fields of :class:`~flwr_strategies.decentralized.config.GraphConfig`)
+and, for DFedCata, the fields of :class:`~flwr_strategies.dfedcata.config.DFedCataConfig`.
+DFedAvgM and DFedSAM use :class:`DFedAvg` on the server (their difference is the peers' local rule).
+The peers' own models stay on the server: a wrapper that changes the global model (the network
+average) is refused with an error.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
-from ..baselines.strategy import FedAvg
-from ..decentralized.strategy import DecentralizedLegacyStrategy
+from ..adapters import LegacyStrategy
+from ..decentralized.config import GraphConfig
 from .config import DFedCataConfig
 from .server import DFedAvgServer, DFedCataServer, DPSGDServer
 
-__all__ = ["DFedCata", "DFedAvg", "DPSGD", "FedSAM"]
+__all__ = ["DFedCata", "DFedAvg", "DPSGD", "GRAPH"]
+
+#: The peer-graph settings of the strategies: GraphConfig's, with the peers' own models scored only
+#: on request (``client_eval_every=0``: it costs one test-set pass per peer).
+GRAPH = GraphConfig(client_eval_every=0)
 
 
-class DFedCata(DecentralizedLegacyStrategy):
+class DFedCata(LegacyStrategy):
     """DFedCata: decentralized FL with Catalyst acceleration (arXiv:2410.07272, Algorithm 1).
 
     Every peer starts its round from the Nesterov-extrapolated point of its model and minimises the
@@ -39,42 +46,35 @@ class DFedCata(DecentralizedLegacyStrategy):
     extrapolation_anchor : str (default: "prev_mixed")
         ``"prev_mixed"`` (paper) or ``"prev_local"`` (official code).
     sequential_inplace : bool (default: False)
-        The official code's one-peer-at-a-time order: one Flower round per peer, so run
-        ``num_clients * T`` Flower rounds for T algorithm rounds (see
-        :class:`~flwr_strategies.dfedcata.server.DFedCataServer`).
-    **kwargs
-        :class:`~flwr_strategies.decentralized.strategy.DecentralizedLegacyStrategy` arguments.
+        The official code's one-peer-at-a-time order: one Flower round per peer.
+    topology, neighbours, topology_p, ws_k, weights, allow_row_stochastic, allow_disconnected, \
+failure_policy, client_eval_every, client_eval_max
+        The peer graph, as :class:`~flwr_strategies.decentralized.config.GraphConfig` (defaults
+        "random", 10, -1.0, 8, "auto", False, None, "renormalize", 0, 0). With
+        ``client_eval_every`` k > 0, ``evaluate_fn`` also scores every peer's own model every k rounds.
+    dtype : numpy dtype (default: float32)
+        dtype of the server's model tables.
     """
 
-    def __init__(self, *, beta: float = 0.99, lam: float = 0.05, lr: float | None = None,
-                 extrapolation_anchor: str = "prev_mixed", sequential_inplace: bool = False, **kwargs: Any) -> None:
-        self.config = DFedCataConfig(beta=beta, lam=lam, lr=lr, extrapolation_anchor=extrapolation_anchor,
-                                     sequential_inplace=sequential_inplace)
-        super().__init__(**kwargs)
-
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> DFedCataServer:
-        return DFedCataServer(initial_arrays, config=self.config, **core_kwargs)
+    core_cls = DFedCataServer
+    hyperparameters = {"config": DFedCataConfig, "graph": GRAPH}
+    arguments = {"dtype": np.float32}
 
 
-class DFedAvg(DecentralizedLegacyStrategy):
-    """DFedAvg (Sun, Li, Wang, IEEE TPAMI 2022): local steps from the mixed model, then gossip.
-    Also the server of DFedAvgM (heavy-ball local SGD) and DFedSAM (SAM local steps). Takes the
-    :class:`~flwr_strategies.decentralized.strategy.DecentralizedLegacyStrategy` arguments."""
+class DFedAvg(LegacyStrategy):
+    """DFedAvg (Sun, Li, Wang, "Decentralized Federated Averaging", IEEE TPAMI 2022): local steps
+    from the mixed model, then gossip. Also the server of DFedAvgM (heavy-ball local SGD) and
+    DFedSAM (SAM local steps). Parameters: the peer graph and ``dtype``, as :class:`DFedCata`."""
 
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> DFedAvgServer:
-        return DFedAvgServer(initial_arrays, **core_kwargs)
+    core_cls = DFedAvgServer
+    hyperparameters = {"graph": GRAPH}
+    arguments = {"dtype": np.float32}
 
 
-class DPSGD(DecentralizedLegacyStrategy):
+class DPSGD(LegacyStrategy):
     """D-PSGD (Lian et al., NeurIPS 2017): ``x_i <- sum_j w_ij x_j - lr g_i(x_i)`` with one local
-    SGD step per round. Takes the
-    :class:`~flwr_strategies.decentralized.strategy.DecentralizedLegacyStrategy` arguments."""
+    SGD step per round. Parameters: the peer graph and ``dtype``, as :class:`DFedCata`."""
 
-    def build_core(self, initial_arrays, **core_kwargs: Any) -> DPSGDServer:
-        return DPSGDServer(initial_arrays, **core_kwargs)
-
-
-class FedSAM(FedAvg):
-    """FedSAM (Qu et al., ICML 2022; Caldarola et al., ECCV 2022): FedAvg's server with SAM local
-    steps on the clients (radius ``rho``, paper 0.1, set on the client). Flower's legacy ``FedAvg``
-    arguments."""
+    core_cls = DPSGDServer
+    hyperparameters = {"graph": GRAPH}
+    arguments = {"dtype": np.float32}

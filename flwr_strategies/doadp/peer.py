@@ -367,9 +367,9 @@ class GaussianLedger:
         its round count follows from the checkpoint's round)."""
         return {"segments": [dict(s) for s in self.past], "current": {**self._segment(), "start": self.rounds_before}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, num_rounds: int | None = None) -> None:
         self._checkpoint_round = int(state["server_round"])
-        super().load_state_dict(state)
+        super().load_state_dict(state, num_rounds=num_rounds)
 
     def load_ledger(self, state: dict[str, Any]) -> None:
         """Continue the checkpoint's accounting: its segments, plus the segment it was running,

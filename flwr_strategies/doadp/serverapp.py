@@ -1,11 +1,10 @@
-"""DO-ADP, D-mSGD, DPDO, DP-DDA and CPGT as Message-API strategies (``strategy.start(grid, ...)``).
+"""DO-ADP, D-mSGD, DPDO, DP-DDA and CPGT as Message-API strategies (run by Flower's ``start()``).
 
-Same hyperparameters as the legacy classes in :mod:`.strategy`, minus what ``start()`` provides:
-the initial model (``initial_arrays``), the number of agents (the connected nodes' partitions) and,
-unless given here, ``num_rounds``. Every node takes part in every round, so the defaults wait for
-all partitions and switch federated evaluation off. Example::
+Arguments: Flower's Message-API ``FedAvg`` arguments (``fraction_train`` stays 1.0: every agent takes
+part every round) and those of the legacy class of the same name (:mod:`.strategy`), ``num_rounds``
+included: the noise is calibrated for it, so pass the same number to ``start()``. Example::
 
-    strategy = DOADP(local_dataset_size=3000, alpha=0.01, batch_size=32, epsilon=1.0)
+    strategy = DOADP(num_rounds=2000, local_dataset_size=3000, lr=0.01, batch_size=32, epsilon=1.0)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=2000,
                             evaluate_fn=central_evaluate)
 """
@@ -14,85 +13,67 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..adapters.message import MessageStrategy
-from ..core.server import ServerCore
+from ..adapters import MessageStrategy
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .server import DMSGDServer, DOADPServer
-from .strategy import _CORE_KEYS, split_config
+from .strategy import AGENTS, GRAPH, NO_FEDERATED_EVALUATION, RENAMED
 
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 
 
-class _PeerMessage(MessageStrategy):
-    server_cls: type = DOADPServer
-    config_cls: type = DOADPConfig
+class _Private(MessageStrategy):
+    federated_evaluation = NO_FEDERATED_EVALUATION
 
-    def __init__(self, *, local_dataset_size: int, num_rounds: int | None = None, alpha: float = 0.01,
-                 batch_size: int = 32, fraction_evaluate: float = 0.0, min_evaluate_nodes: int = 0,
-                 **kwargs: Any) -> None:
-        config, rest = split_config(self.config_cls, kwargs)
-        self._peer_kwargs = {k: rest.pop(k) for k in _CORE_KEYS if k in rest}
-        self._peer_kwargs.update(self.server_cls.graph_arguments(rest))
-        if "seed" in self._peer_kwargs:
-            rest["seed"] = self._peer_kwargs["seed"]
-        self.method_config = config
-        self.local_dataset_size = local_dataset_size
-        self.alpha = alpha
-        self.batch_size = batch_size
-        self.num_rounds = num_rounds
-        super().__init__(fraction_evaluate=fraction_evaluate, min_evaluate_nodes=min_evaluate_nodes, **rest)
-
-    def build_core(self, initial_arrays: list[np.ndarray], num_partitions: int) -> ServerCore:
-        if self.num_rounds is None:
-            raise ValueError("num_rounds is needed to calibrate the noise: pass it here or to start()")
-        return self.server_cls(initial_arrays, num_partitions=num_partitions, num_rounds=self.num_rounds,
-                               dataset_size=self.local_dataset_size, alpha=self.alpha, batch_size=self.batch_size,
-                               config=self.method_config, on_train_config=self.on_train_config_fn,
-                               **self._peer_kwargs)
-
-    def start(self, grid, initial_arrays, num_rounds: int = 3, *args: Any, **kwargs: Any):
-        """Flower's ``Strategy.start``; ``num_rounds`` also sets the planned rounds unless the
-        constructor got ``num_rounds``."""
-        if self.num_rounds is None:
-            self.num_rounds = int(num_rounds)
-        return super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
+    def __init__(self, *args: Any, fraction_evaluate: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(*args, fraction_evaluate=fraction_evaluate, **kwargs)
 
 
-class DOADP(_PeerMessage):
+class DOADP(_Private):
     """DO-ADP (Huo et al., arXiv 2506.07102) on the Message API; arguments as
-    :class:`flwr_strategies.doadp.strategy.DOADP` without ``initial_parameters``/``num_clients``,
-    plus Flower's Message-API arguments (``min_available_nodes``, ``on_bad_reply``, ``seed``...)."""
+    :class:`flwr_strategies.DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0, and
+    other values are refused: the clients would score the public model on their training data)."""
 
-    server_cls = DOADPServer
-    config_cls = DOADPConfig
-
-
-class DMSGD(_PeerMessage):
-    """Non-private decentralized momentum SGD on the Message API (see the legacy class)."""
-
-    server_cls = DMSGDServer
-    config_cls = DMSGDConfig
+    core_cls = DOADPServer
+    hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
+    arguments = AGENTS
+    renamed = RENAMED
 
 
-class DPDO(_PeerMessage):
-    """DPDO (Huang et al. 2015) on the Message API (see the legacy class)."""
+class DMSGD(MessageStrategy):
+    """Non-private decentralized momentum SGD on the Message API; as :class:`flwr_strategies.DMSGD`."""
 
-    server_cls = DPDOServer
-    config_cls = DPDOConfig
-
-
-class DPDDA(_PeerMessage):
-    """DP-DDA (Liu et al. 2024) on the Message API (see the legacy class)."""
-
-    server_cls = DPDDAServer
-    config_cls = DPDDAConfig
+    core_cls = DMSGDServer
+    hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
+    arguments = AGENTS
+    renamed = RENAMED
 
 
-class CPGT(_PeerMessage):
-    """CPGT (Xie et al. 2023) on the Message API (see the legacy class)."""
+class DPDO(_Private):
+    """DPDO (Huang et al. 2015) on the Message API; as :class:`flwr_strategies.DPDO` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
-    server_cls = CPGTServer
-    config_cls = CPGTConfig
+    core_cls = DPDOServer
+    hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
+    arguments = AGENTS
+    renamed = RENAMED
+
+
+class DPDDA(_Private):
+    """DP-DDA (Liu et al. 2024) on the Message API; as :class:`flwr_strategies.DPDDA` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
+
+    core_cls = DPDDAServer
+    hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
+    arguments = AGENTS
+    renamed = RENAMED
+
+
+class CPGT(_Private):
+    """CPGT (Xie et al. 2023) on the Message API; as :class:`flwr_strategies.CPGT` (``fraction_evaluate``
+    defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
+
+    core_cls = CPGTServer
+    hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
+    arguments = AGENTS
+    renamed = RENAMED

@@ -1,12 +1,13 @@
-"""Client weights, weighted averages, the pseudo-gradient ``Delta_t`` and FunctionSync (spec §1, §2)."""
+"""Client weights, the pseudo-gradient ``Delta_t`` and FunctionSync (Geetika et al., Algorithm 1);
+the weighted average itself is :func:`flwr_strategies.core.aggregation.weighted_average`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import reduce
-
 import numpy as np
+
+from ..core.aggregation import weighted_average
 
 __all__ = [
     "aggregate_delta",
@@ -53,54 +54,6 @@ def check_finite_arrays(arrays: Sequence[np.ndarray], what: str = "arrays") -> N
     for j, a in enumerate(arrays):
         if is_float_array(a) and not np.all(np.isfinite(a)):
             raise FloatingPointError(f"{what}: array {j} contains non-finite values")
-
-
-def _scale_inplace(x: np.ndarray, s: np.float64) -> np.ndarray:
-    # same arithmetic as flwr.server.strategy.aggregate.aggregate_inplace (FedAvg's default path)
-    if np.can_cast(s, x.dtype, casting="same_kind"):
-        return np.multiply(x, s, out=x)
-    return np.multiply(x, np.array(s, x.dtype), out=x)
-
-
-def _add_inplace(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if np.can_cast(y, x.dtype, casting="same_kind"):
-        return np.add(x, y, out=x)
-    return np.add(x, np.array(y, x.dtype), out=x)
-
-
-def weighted_average(models: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:
-    """``sum_i p_i * w_i`` per array, with exactly the arithmetic of Flower's in-place FedAvg.
-
-    With ``weights = n_i / sum n_j`` the result is bit-identical to ``flwr`` FedAvg's aggregate
-    (``inplace=True``, the default), given the same client order. Inputs are not modified.
-    """
-    if len(models) == 0:
-        raise ValueError("no client models to average")
-    if len(models) != len(weights):
-        raise ValueError(f"{len(models)} models but {len(weights)} weights")
-    factors = np.asarray([float(w) for w in weights])
-    if not all(is_float_array(x) for x in models[0]):
-        return _mixed_average(models, factors)
-    out = [_scale_inplace(np.array(x, copy=True), factors[0]) for x in models[0]]
-    for i, model in enumerate(models[1:], start=1):
-        if len(model) != len(out):
-            raise ValueError(f"client {i} sent {len(model)} arrays, expected {len(out)}")
-        scaled = (_scale_inplace(np.array(x, copy=True), factors[i]) for x in model)
-        out = [reduce(_add_inplace, pair) for pair in zip(out, scaled)]
-    return out
-
-
-def _mixed_average(models: Sequence[Sequence[np.ndarray]], factors: np.ndarray) -> list[np.ndarray]:
-    # models with integer arrays (e.g. BatchNorm counters): float arrays as above, integer arrays
-    # averaged in float64 and rounded (Flower's in-place path would truncate the factors to 0)
-    out = []
-    for j, first in enumerate(models[0]):
-        if is_float_array(first):
-            out.append(weighted_average([[m[j]] for m in models], factors)[0])
-        else:
-            acc = sum(float(f) * np.asarray(m[j], dtype=np.float64) for f, m in zip(factors, models))
-            out.append(np.rint(acc).astype(np.asarray(first).dtype))
-    return out
 
 
 def aggregate_delta(global_arrays: Sequence[np.ndarray], average: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -8,18 +8,10 @@ arithmetic for the (weighted) average. They differ in how far the server moves a
 Bad replies. Every reply is checked before any state changes by the framework's shared validation
 (:mod:`flwr_strategies.core.validation`): arrays against the model (count, shapes, dtype kinds),
 NaN/inf in arrays, the method's required scalar (``step_size`` for FedLi-LS, ``train_loss`` for
-FedLi-LU) present, numeric and finite, the partition id. The former ``on_nonfinite`` setting of
-these strategies maps onto the framework's ``on_bad_reply``:
-
-==================================  =====================================================
-former ``on_nonfinite``             now
-==================================  =====================================================
-``"raise"`` (FloatingPointError)    ``on_bad_reply="raise"`` (``ReplyError``, state unchanged)
-``"drop"`` (``dropped_nonfinite``)  ``on_bad_reply="drop"`` (the default; ``rejected`` metric)
-==================================  =====================================================
-
-The adapters still accept ``on_nonfinite`` as an alias. Replies with ``num_examples = 0`` are
-rejected when the weighting is ``"num_examples"`` (they would carry no weight), as in FedAvg.
+FedLi-LU) present, numeric and finite, the partition id; the strategies' ``on_bad_reply`` says
+whether a bad reply is dropped (the default; ``rejected`` metric) or raises ``ReplyError`` with the
+state unchanged. Replies with ``num_examples = 0`` are rejected when the weighting is
+``"num_examples"`` (they would carry no weight), as in FedAvg.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ from ..baselines.server import FedAvgServer
 from ..core.aggregation import fedavg_average, weighted_mean_metrics
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.server import EvalFn
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, require_finite
 from .aggregation import aggregate_delta, aggregation_weights, function_sync, is_float_array
 from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
 from .dfw import dfw_step
@@ -98,16 +90,16 @@ class _DeltaServer(FedAvgServer):
 
     # ------------------------------------------------------------------ the round
     def server_step(self, server_round: int, replies: list[Reply]) -> tuple[list[np.ndarray], dict[str, Any], Commit]:
-        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state."""
+        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state,
+        which the step has checked finite (:func:`~flwr_strategies.core.validation.require_finite`).
+        ``w_{t+1}`` is checked by the caller."""
         raise NotImplementedError
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         if not replies:
             return {}
         new, info, commit = self.server_step(server_round, replies)
-        for j, a in enumerate(new):
-            if is_float_array(a) and not np.all(np.isfinite(a)):
-                raise FloatingPointError(f"{type(self).__name__}: the server step produced non-finite array {j}")
+        require_finite(f"{type(self).__name__}'s new global model", new)
         metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
         metrics.update(info)
         commit()
@@ -214,6 +206,8 @@ class FedLiLUServer(_DeltaServer):
         f = function_sync([float(r.metrics["train_loss"]) for r in replies], p)
         avg = self.average(replies)
         new, z, info = dfw_step(self.current, avg, f, self.config.dfw, self.momentum)
+        if z is not None:
+            require_finite("FedLi-LU's DFW momentum", z)
         if info["gamma"] < 1.0 and not self._warned:
             log.warning(
                 "FedLi-LU round %d: the DFW step scaled the clients' update by gamma=%.3g < 1 (f=%.4g, "
@@ -332,6 +326,9 @@ class ScaffoldServer(_DeltaServer):
     Metrics per round: ``control_norm`` (``||c||``) and the clients' weighted means.
     """
 
+    #: N enters the control-variate step (``S/N``): the adapters pass the number of clients.
+    needs_num_partitions = True
+
     def __init__(self, initial_arrays, *, config: ScaffoldConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, config=config if config is not None else ScaffoldConfig(), **kwargs)
         if self.num_partitions is None:
@@ -373,6 +370,8 @@ class ScaffoldServer(_DeltaServer):
                 # c_i + dc_i in the array dtype: the same values the client computes
                 table[r.partition_id] = [(np.asarray(o, np.float64) + np.asarray(d, np.float64)).astype(np.asarray(o).dtype)
                                          for o, d in zip(old, dc)]
+        require_finite("SCAFFOLD's server control variate c", new_c)
+        require_finite("SCAFFOLD's client control variates", {str(p): c for p, c in table.items()})
 
         def commit() -> None:
             self.c_global = new_c

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..core.messages import ArraySpec, Instruction, Reply, ReplySpec
-from ..core.server import ServerCore
-from ..core.validation import ReplyError
+from ..core.server import ExternalModelError, ServerCore, check_model_arrays
+from ..core.validation import ReplyError, require_finite
 from .config import FedMeZOConfig, LoRAFedAvgConfig
 from .engine import direction_seed
 from .lr_rules import PersonalisedLR, model_diff_signal
@@ -151,9 +151,11 @@ class LoRAServer(ServerCore):
             return {}
         arrays = [self.client_arrays(r) for r in replies]
         new = self.mean(arrays, [r.num_examples for r in replies])
+        require_finite(f"{type(self).__name__}'s averaged adapters", new)
         pids = [r.partition_id for r in replies]
         losses = {p: float(r.metrics["train_loss"]) for p, r in zip(pids, replies) if "train_loss" in r.metrics}
         diffs = {p: model_diff_signal(a, new) for p, a in zip(pids, arrays)}
+        require_finite("the clients' model-difference signals", list(diffs.values()))
         metrics = self.round_metrics(replies, losses)
         self.commit(server_round, new, losses, diffs)
         return metrics
@@ -183,6 +185,24 @@ class LoRAServer(ServerCore):
         for i, a in zip(self.trainable, self.current):
             full[i] = a
         return full
+
+    def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
+        """Continue from the adapters of ``arrays`` (a whole model a strategy wrapper changed).
+
+        Only the adapters travel to the clients; the clients keep their own frozen base, so a
+        change to a frozen array could never reach them and is refused (``ExternalModelError``).
+        """
+        arrays = check_model_arrays(arrays, self.initial_arrays, "the global model passed to the strategy")
+        tuned = set(self.trainable)
+        changed = [j for j, (a, b) in enumerate(zip(arrays, self.initial_arrays))
+                   if j not in tuned and not np.array_equal(a, b)]
+        if changed:
+            raise ExternalModelError(
+                f"{type(self).__name__} cannot take the global model passed to it: frozen (non-LoRA) arrays {changed[:5]} "
+                "changed, but only the adapters travel to the clients, which keep their own frozen base, so the "
+                "change would never reach them. A wrapper that changes the model must leave the frozen arrays as they are"
+            )
+        self.current = [arrays[i] for i in self.trainable]
 
     def should_evaluate(self, server_round: int) -> bool:
         return (server_round == 0 or server_round % self.config.eval_every == 0

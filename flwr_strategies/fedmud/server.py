@@ -30,7 +30,7 @@ from torch import nn
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import ArraySpec, Instruction, Reply, ReplySpec
 from ..core.server import ServerCore
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, require_finite
 from .aggregation import aggregation_weights, weighted_mean
 from .baselines import svd_factors
 from .config import FedMUDConfig
@@ -76,6 +76,10 @@ class FedMUDServer(ServerCore):
         :class:`~flwr_strategies.core.server.ServerCore` arguments (num_partitions,
         fraction_train, min_train, seed, on_train_config).
     """
+
+    external_model_note = ("its clients train low-rank factors of base weights the server regenerates, and the model "
+                           "it reports is rebuilt from them (W_base + dW), so a changed model cannot be turned back "
+                           "into the factors the clients receive")
 
     def __init__(self, initial_arrays: Sequence[np.ndarray], *, model: nn.Module, config: FedMUDConfig | None = None,
                  **kwargs: Any) -> None:
@@ -239,9 +243,19 @@ class FedMUDServer(ServerCore):
                     acc += w * (u @ v).reshape(deco.plan.shape)
                 full[name] = acc.astype(np.float32)
         metrics.update(weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies]))
-        # commit
+        require_finite("FedMUD's averaged factors", avg)
+        require_finite("FedHM's averaged weights", full)
+        # commit, but only a finite global model: finite factors can still multiply to inf
+        # (W_base + U V with entries near float32's maximum)
+        before, before_full = self.dm.get_payload(), self.full
         self.dm.set_payload(avg)
         self.full = full
+        try:
+            require_finite("FedMUD's new global model", self.global_arrays())
+        except FloatingPointError:
+            self.dm.set_payload(before)
+            self.full = before_full
+            raise
         for r in replies:
             self.confirmed[int(r.partition_id)] = self.merges
         return metrics

@@ -1,66 +1,46 @@
-"""FedMUD and its low-rank baselines on Flower's Message API (``strategy.start(grid, ...)``).
+"""FedMUD and its low-rank baselines on Flower's Message API (run by Flower's ``start()``).
 
-Same arguments as Flower's ``flwr.serverapp.strategy.FedAvg`` (``fraction_train``,
-``min_train_nodes``, ...; see :class:`~flwr_strategies.adapters.message.MessageStrategy`), plus the
-plain ``model`` and any :class:`~flwr_strategies.fedmud.config.FedMUDConfig` setting as a keyword.
-The initial arrays and the number of clients come from ``start()``.
+Arguments: Flower's Message-API ``FedAvg`` arguments, the plain ``model`` and any
+:class:`~flwr_strategies.fedmud.config.FedMUDConfig` field, as the legacy classes of the same names
+(:mod:`.strategy`). The initial arrays and the number of clients come from the run.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-from torch import nn
-
-from ..adapters.centralized import CentralizedMessageStrategy
-from .config import METHOD_CONFIGS, FedMUDConfig
+from ..adapters import REQUIRED, MessageStrategy
+from .config import METHOD_CONFIGS
 from .server import FedMUDServer
-from .strategy import split_config
 
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
-class FedMUD(CentralizedMessageStrategy):
-    """FedMUD (Li et al., ICML 2025) on the Message API; default FedMUD+BKD+AAD at ratio 1/32.
+class FedMUD(MessageStrategy):
+    """FedMUD (Li et al., ICML 2025) on the Message API; as :class:`flwr_strategies.FedMUD`."""
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The plain model (structure; copied): its linear/conv layers except the first and the last
-        are decomposed.
-    config : FedMUDConfig, optional
-        All FedMUD settings at once; keyword settings override it.
-    **kwargs
-        Any :class:`~flwr_strategies.fedmud.config.FedMUDConfig` field, and Flower's Message-API
-        ``FedAvg`` arguments (``fraction_train``, ``min_train_nodes``, ``min_available_nodes``,
-        ``fraction_evaluate``, ``seed``, ``on_bad_reply``...).
-    """
-
-    method_config = METHOD_CONFIGS["fedmud"]
-
-    def __init__(self, *, model: nn.Module, config: FedMUDConfig | None = None, **kwargs: Any) -> None:
-        self.model = model
-        self.config, rest = split_config(self.method_config, config, dict(kwargs))
-        super().__init__(**rest)
-
-    def build_method_core(self, initial_arrays: list[np.ndarray], **core_kwargs: Any) -> FedMUDServer:
-        return FedMUDServer(initial_arrays, model=self.model, config=self.config, **core_kwargs)
+    core_cls = FedMUDServer
+    hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
+    arguments = {"model": REQUIRED}
 
 
-class FedLMT(FedMUD):
+class FedLMT(MessageStrategy):
     """FedLMT (Liu et al., ICML 2024), as defined in FedMUD's paper, on the Message API."""
 
-    method_config = METHOD_CONFIGS["fedlmt"]
+    core_cls = FedMUDServer
+    hyperparameters = {"config": METHOD_CONFIGS["fedlmt"]}
+    arguments = {"model": REQUIRED}
 
 
-class FedPara(FedMUD):
+class FedPara(MessageStrategy):
     """FedPara (Hyeon-Woo et al., ICLR 2022), as defined in FedMUD's paper, on the Message API."""
 
-    method_config = METHOD_CONFIGS["fedpara"]
+    core_cls = FedMUDServer
+    hyperparameters = {"config": METHOD_CONFIGS["fedpara"]}
+    arguments = {"model": REQUIRED}
 
 
-class FedHM(FedMUD):
+class FedHM(MessageStrategy):
     """FedHM (Yao et al., 2021), as defined in FedMUD's paper, on the Message API."""
 
-    method_config = METHOD_CONFIGS["fedhm"]
+    core_cls = FedMUDServer
+    hyperparameters = {"config": METHOD_CONFIGS["fedhm"]}
+    arguments = {"model": REQUIRED}

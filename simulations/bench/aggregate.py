@@ -283,25 +283,26 @@ def _contract(arrays: list[np.ndarray], pid: int, peers: int) -> list[np.ndarray
     return arrays
 
 
-def _dfedcata_legacy_round(strategy, manager, r: int, peers: int) -> None:
+def _dfedcata_legacy_round(strategy, manager, parameters, r: int, peers: int):
     """One round as Flower's legacy ``Server.fit_round`` holds it: every ``FitIns`` of the round,
-    then every ``FitRes``, until ``aggregate_fit`` returns."""
+    then every ``FitRes``, until ``aggregate_fit`` returns (the new global model, as Flower keeps it)."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-    instructions = strategy.configure_fit(r, None, manager)
+    instructions = strategy.configure_fit(r, parameters, manager)
     results = []
     for proxy, fit_ins in instructions:
         arrays = _contract(parameters_to_ndarrays(fit_ins.parameters), proxy.pid, peers)
         results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1,
                                       {"partition-id": proxy.pid})))
         del arrays
-    strategy.aggregate_fit(r, results, [])
+    parameters, _ = strategy.aggregate_fit(r, results, [])
     del instructions, results
+    return parameters
 
 
-def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int) -> None:
+def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int):
     """One round as Flower's ``Strategy.start`` holds it: the round's instruction messages and
-    every reply, until ``aggregate_train`` returns."""
+    every reply, until ``aggregate_train`` returns (the new global model, as Flower keeps it)."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     instructions = list(strategy.configure_train(r, initial, ConfigRecord(), grid))
@@ -314,8 +315,9 @@ def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int) -> None
                                            "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})}),
                                reply_to=msg))
         del arrays
-    strategy.aggregate_train(r, replies)
+    arrays, _ = strategy.aggregate_train(r, replies)
     del instructions, replies
+    return arrays
 
 
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
@@ -344,10 +346,12 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
     walls = []
     if api == "legacy":
         manager = _client_manager(peers)
-        strategy = LegacyDFedCata(num_clients=peers, initial_parameters=[x0], seed=seed)
+        strategy = LegacyDFedCata(min_available_clients=peers, fraction_evaluate=0.0, initial_parameters=[x0],
+                                  seed=seed)
+        parameters = strategy.initialize_parameters(manager)
         for r in range(1, rounds + 1):
             w0 = time.perf_counter()
-            _dfedcata_legacy_round(strategy, manager, r, peers)
+            parameters = _dfedcata_legacy_round(strategy, manager, parameters, r, peers)
             walls.append(time.perf_counter() - w0)
     else:
         grid = InProcessGrid(_client_app({}), peers)
@@ -355,7 +359,7 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
         strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
         for r in range(1, rounds + 1):
             w0 = time.perf_counter()
-            _dfedcata_message_round(strategy, grid, initial, r, peers)
+            initial = _dfedcata_message_round(strategy, grid, initial, r, peers)
             walls.append(time.perf_counter() - w0)
     traced_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()

@@ -82,7 +82,8 @@ def _legacy_round(strategy, r: int, peers: int) -> dict:
     serialised ``FitRes``, then the strategy aggregates (all messages in flight at once)."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
-    ins = strategy.configure_fit(r, None, _AllConnected(peers))
+    parameters = strategy._returned if r > 1 else ndarrays_to_parameters(strategy.core_factory_arrays)
+    ins = strategy.configure_fit(r, parameters, _AllConnected(peers))
     results = []
     for proxy, fit_ins in ins:
         arrays = parameters_to_ndarrays(fit_ins.parameters)
@@ -147,7 +148,9 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
         from flwr_strategies.adapters.legacy import LegacyStrategy
 
         proxies = {i: _Proxy(i) for i in range(peers)}
-        strategy = LegacyStrategy(core, partition_resolver=lambda cm: proxies)
+        strategy = LegacyStrategy(core_factory=lambda arrays, n: core, partition_resolver=lambda cm: proxies,
+                                  min_available_clients=peers, fraction_evaluate=0.0)
+        strategy.core_factory_arrays = core.global_arrays()
         for r in range(1, rounds + 1):
             w0, c0 = time.perf_counter(), time.process_time()
             metrics = _legacy_round(strategy, r, peers)

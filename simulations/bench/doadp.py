@@ -104,12 +104,12 @@ def _child(args) -> dict:
         def train(msg: Message, context):
             cfg = message_config(msg)
             pid = int(context.node_config["partition-id"])
-            return train_reply(msg, context, _synthetic_reply(pid, int(cfg["server_round"]), d, k, args.p, args.seed), 1)
+            return train_reply(msg, context, _synthetic_reply(pid, int(cfg["server-round"]), d, k, args.p, args.seed), 1)
 
         app.query("partition")(partition_query)
         grid = InProcessGrid(app, n)
         stamps = []
-        strategy = DOADP(local_dataset_size=10**6, batch_size=1, min_available_nodes=n, p=args.p, k_frac=args.k_frac,
+        strategy = DOADP(num_rounds=args.rounds, local_dataset_size=10**6, batch_size=1, min_available_nodes=n, p=args.p, k_frac=args.k_frac,
                          sigma=1.0, epsilon=1e6, public_copy="x0", eval_every=10**9,
                          on_round_end=lambda rec: stamps.append(time.perf_counter()))
         rss_setup = _rss_mib()

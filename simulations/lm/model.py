@@ -6,7 +6,7 @@ heads, vocab 260 bytes+specials) given a short backprop pre-training on generate
 (only 4 of the 8 task categories, from a different generator seed), saved with
 ``save_pretrained`` together with the byte-level tokenizer, cached under
 ``~/.cache/flwr_strategies/fedmezo`` (override with ``FLWR_STRATEGIES_CACHE``), and then loaded
-through :func:`load_causal_lm` exactly like a real ``--model-dir`` checkpoint.
+through :func:`load_causal_lm` exactly like a real ``--set model_dir`` checkpoint.
 """
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ def check_model_dir(model_dir: str | Path) -> Path:
     """Raise a clear error unless ``model_dir`` holds a config, weights and a tokenizer."""
     d = Path(model_dir)
     if not d.is_dir():
-        raise FileNotFoundError(f"--model-dir {d} does not exist or is not a directory")
+        raise FileNotFoundError(f"model folder {d} does not exist or is not a directory")
     if not (d / "config.json").is_file():
-        raise FileNotFoundError(f"--model-dir {d} has no config.json (not a transformers checkpoint)")
+        raise FileNotFoundError(f"model folder {d} has no config.json (not a transformers checkpoint)")
     if not any((d / f).is_file() for f in WEIGHT_FILES):
-        raise FileNotFoundError(f"--model-dir {d} has no model weights (expected one of {', '.join(WEIGHT_FILES)})")
+        raise FileNotFoundError(f"model folder {d} has no model weights (expected one of {', '.join(WEIGHT_FILES)})")
     if not any((d / f).is_file() for f in TOKENIZER_FILES):
-        raise FileNotFoundError(f"--model-dir {d} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)})")
+        raise FileNotFoundError(f"model folder {d} has no tokenizer (expected one of {', '.join(TOKENIZER_FILES)})")
     return d
 
 

@@ -30,6 +30,7 @@ import torch
 
 from flwr_strategies.clients.fedmezo import ADAPTER_DTYPES, cast_adapters, evaluate_causal_lm
 from flwr_strategies.registry import get_method, resolve_params
+from flwr_strategies.setup import SettingError
 
 from .data import (LMData, find_instruction_file, generate_instructions, load_instruction_file, split_clients,
                    tokenize_records)
@@ -102,7 +103,11 @@ class LMSettings:
             raise ValueError(f"lora_targets must name at least one module, got {params['lora_targets']!r}")
         model_dir = str(params.get("model_dir") or model or "")
         if model_dir:
-            check_model_dir(model_dir)
+            try:
+                check_model_dir(model_dir)
+            except FileNotFoundError as err:  # name the setting the user gave (--set model_dir or --model)
+                name = "params.model_dir" if params.get("model_dir") else "model"
+                raise SettingError(name, model_dir, f"a local transformers checkpoint folder ({err})") from None
         return cls(model_dir=model_dir, lora_r=integer("lora_r", 1), lora_alpha=number("lora_alpha", 0.0),
                    lora_dropout=number("lora_dropout", 0.0, 1.0, low_open=False), lora_targets=targets,
                    max_len=integer("max_len", 8), base_dtype=str(params["base_dtype"]),

@@ -1,0 +1,255 @@
+"""What both Flower adapters share: a method's declaration, its hyperparameters and its core.
+
+A method is declared once, as a subclass of :class:`~flwr_strategies.adapters.LegacyStrategy`
+(legacy API) and of :class:`~flwr_strategies.adapters.MessageStrategy` (Message API) that sets
+four class attributes and a docstring:
+
+- ``core_cls``: the method's :class:`~flwr_strategies.core.server.ServerCore`;
+- ``hyperparameters``: ``{core keyword: frozen config dataclass}``. The method's hyperparameters
+  are keyword arguments of the strategy, exactly the fields of these dataclasses, validated by them;
+- ``arguments``: further keyword arguments the core takes as they are (FedMUD's ``model``,
+  DO-ADP's ``num_rounds``...), ``{name: default}`` (:data:`REQUIRED` for none), and ``renamed``
+  ``{argument: core keyword}`` where the two differ;
+- ``federated_evaluation``: None, or why the method refuses federated evaluation.
+
+:class:`MethodAdapter` turns those into the core (:meth:`MethodAdapter.build_core`, built when the
+first round starts: the initial model is the one Flower passes in, the number of clients the
+number that connected), checks Flower's arguments against the method, and keeps the global model
+in step with what Flower passes back (:meth:`MethodAdapter.sync_global`): when a strategy wrapper
+(Flower's differential-privacy wrappers, a user's own) changed the model, a centralized method
+continues from the changed model, and a method that cannot take it raises
+:class:`~flwr_strategies.core.server.ExternalModelError` naming the situation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.server import ExternalModelError, ServerCore
+from ..core.validation import check_policy
+from .recorder import RoundRecorder
+
+__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory"]
+
+#: Default of a required keyword argument in ``arguments``.
+REQUIRED: Any = object()
+
+#: ``(initial_arrays, num_partitions) -> ServerCore``.
+CoreFactory = Callable[[list[np.ndarray], int], ServerCore]
+
+PEER_NOTE = ("every peer keeps its own model, and the network average the strategy reports is a summary no peer "
+             "trains from, so a changed average cannot reach the peers")
+
+
+def _fields(config: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(config)]
+
+
+def _build(config: Any, values: dict[str, Any]) -> Any:
+    """``config(**values)`` for a dataclass, ``dataclasses.replace(config, **values)`` for an instance
+    (a method whose defaults differ from its dataclass's, e.g. FedLMT's FedMUDConfig)."""
+    return dataclasses.replace(config, **values) if not isinstance(config, type) else config(**values)
+
+
+def _prefix(err: Exception, name: str) -> None:
+    """Start ``err``'s message with the user's class name (the exception keeps its type)."""
+    if err.args and isinstance(err.args[0], str) and not err.args[0].startswith(name):
+        err.args = (f"{name}: {err.args[0]}",) + tuple(err.args[1:])
+
+
+class MethodAdapter:
+    """The declaration and the core of a method, shared by both Flower adapters."""
+
+    #: The method's server core; None for an adapter over a ``core_factory``.
+    core_cls: ClassVar[type[ServerCore] | None] = None
+    #: ``{core keyword: frozen config dataclass}`` (or an instance of one holding the method's own
+    #: defaults): the method's hyperparameters are their fields.
+    hyperparameters: ClassVar[Mapping[str, Any]] = {}
+    #: Further keyword arguments passed to the core as they are: ``{name: default or REQUIRED}``.
+    arguments: ClassVar[Mapping[str, Any]] = {}
+    #: ``{argument: core keyword}`` where an argument's name differs from the core's.
+    renamed: ClassVar[Mapping[str, str]] = {}
+    #: Why the method refuses federated evaluation (``fraction_evaluate > 0``); None: it allows it.
+    federated_evaluation: ClassVar[str | None] = None
+
+    # ------------------------------------------------------------------ construction
+    def _init_method(self, *, hyperparameters: dict[str, Any], seed: int, on_bad_reply: str,
+                     core_factory: CoreFactory | None, on_round_end: Callable[[dict[str, Any]], None] | None,
+                     wait_timeout: float) -> None:
+        name = type(self).__name__
+        if core_factory is None and self.core_cls is None:
+            raise TypeError(f"{name} is not a method: subclass it with a core_cls, or pass core_factory")
+        if core_factory is not None and hyperparameters:
+            raise TypeError(f"{name}() got unexpected keyword arguments {sorted(hyperparameters)} "
+                            "(a strategy over core_factory has no hyperparameters of its own)")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"{name}: seed must be an integer >= 0, got {seed!r}")
+        if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float)) or not wait_timeout > 0:
+            raise ValueError(f"{name}: wait_timeout must be a number of seconds > 0, got {wait_timeout!r}")
+        self.seed = int(seed)
+        self.on_bad_reply = check_policy(on_bad_reply)
+        self.wait_timeout = float(wait_timeout)
+        self.core_factory = core_factory
+        self.configs, self.method_arguments = self._split(hyperparameters)
+        self.history = RoundRecorder(on_round_end)
+        self.core: ServerCore | None = None
+        self.round_offset = 0
+        self._pending_state: dict[str, Any] | None = None
+        self._names: list[str] | None = None
+        self._sampled: dict[int, list[int]] = {}
+
+    def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``."""
+        name = type(self).__name__
+        owner: dict[str, str] = {}
+        for key, config in self.hyperparameters.items():
+            for field in _fields(config):
+                if field in owner:
+                    raise TypeError(f"{name} declares '{field}' in two configs ({owner[field]}, {key})")
+                owner[field] = key
+        unknown = sorted(k for k in given if k not in owner and k not in self.arguments)
+        if unknown:
+            valid = sorted(owner) + sorted(self.arguments)
+            hint = ""
+            if "num_clients" in unknown or "num_partitions" in unknown:
+                hint = (" The number of clients is learned from the clients that connect (min_available_clients / "
+                        "min_available_nodes sets how many to wait for).")
+            what = (f"an unexpected keyword argument '{unknown[0]}'" if len(unknown) == 1
+                    else f"unexpected keyword arguments {unknown}")
+            raise TypeError(f"{name}() got {what}; its method arguments are {valid or 'none'}.{hint}")
+        missing = sorted(k for k, v in self.arguments.items() if v is REQUIRED and k not in given)
+        if missing:
+            raise TypeError(f"{name}() missing required keyword arguments {missing}")
+        configs: dict[str, Any] = {}
+        for key, cls in self.hyperparameters.items():
+            values = {f: given[f] for f in _fields(cls) if f in given}
+            try:
+                configs[key] = _build(cls, values)
+            except (TypeError, ValueError) as err:
+                _prefix(err, name)
+                raise
+        arguments = {k: given.get(k, default) for k, default in self.arguments.items()}
+        return configs, arguments
+
+    def _check_flower_arguments(self, core_cls: type, *, fraction_train: float, fraction_evaluate: float,
+                                names: tuple[str, str]) -> None:
+        """Refuse Flower arguments the method cannot honour (``names``: the API's names of the two
+        fractions), with an error naming the user's class."""
+        name = type(self).__name__
+        if getattr(core_cls, "full_participation", False) and fraction_train != 1.0:
+            raise ValueError(f"{name}: every peer of a decentralized method trains every round, so {names[0]} must "
+                             f"be 1.0 (Flower's default), got {fraction_train!r}")
+        reason = self.federated_evaluation
+        if reason is None and getattr(core_cls, "federated_evaluation_allowed", True) is False:
+            reason = getattr(core_cls, "federated_evaluation_note", "the method does not allow it")
+        if reason is not None and fraction_evaluate != 0.0:
+            raise ValueError(f"{name}: federated evaluation is refused ({names[1]} must be 0.0, got "
+                             f"{fraction_evaluate!r}): {reason}")
+
+    @property
+    def config(self) -> Any:
+        """The method's hyperparameters (its config dataclass instance; None for a method without)."""
+        return self.configs.get("config")
+
+    # ------------------------------------------------------------------ the core
+    def build_core(self, initial_arrays: list[np.ndarray], num_partitions: int) -> ServerCore:
+        """The method's core for ``num_partitions`` clients, starting from ``initial_arrays``.
+
+        The strategy builds it when the first round starts (from the model Flower passes in and
+        the clients that connected); call it yourself to inspect a core without a run.
+        """
+        if self.core_factory is not None:
+            core = self.core_factory(initial_arrays, num_partitions)
+            if not isinstance(core, ServerCore):
+                raise TypeError(f"core_factory must return a ServerCore, got {type(core).__name__}")
+            return core
+        cls = self.core_cls
+        peers = bool(getattr(cls, "full_participation", False))
+        kwargs: dict[str, Any] = dict(self.configs)
+        arguments = self.resolve_arguments(dict(self.method_arguments), self._names)
+        kwargs.update({self.renamed.get(k, k): v for k, v in arguments.items()})
+        kwargs["seed"] = self.seed
+        kwargs["on_train_config"] = self.train_config_fn()
+        if peers or getattr(cls, "needs_num_partitions", False):
+            kwargs["num_partitions"] = int(num_partitions)
+        if not peers:
+            kwargs["fraction_train"] = self.sampling()[0]
+            kwargs["min_train"] = self.sampling()[1]
+        try:
+            return cls(initial_arrays, **kwargs)
+        except (TypeError, ValueError) as err:
+            _prefix(err, type(self).__name__)
+            raise
+
+    def resolve_arguments(self, arguments: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+        """The method arguments as the core takes them (``names``: the model's array names, when
+        known). Default: unchanged."""
+        return arguments
+
+    def sampling(self) -> tuple[float, int]:
+        """``(fraction, minimum)`` of clients sampled for training (the API's own names)."""
+        raise NotImplementedError
+
+    def train_config_fn(self) -> Callable[[int], dict[str, Any]] | None:
+        """The per-round training config function handed to the core."""
+        raise NotImplementedError
+
+    def _install_core(self, core: ServerCore) -> ServerCore:
+        if self.core_factory is not None:
+            self._check_flower_arguments(type(core), **self._fractions())
+        if self._pending_state is not None:
+            core.load_state_dict(self._pending_state)
+            self._pending_state = None
+        self.core = core
+        self.round_offset = int(core.server_round)
+        return core
+
+    def _fractions(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The core's :meth:`~flwr_strategies.core.server.ServerCore.state_dict` after the last
+        completed round."""
+        if self.core is None:
+            raise RuntimeError(f"{type(self).__name__} has not started: nothing to checkpoint yet")
+        return self.core.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict`. Call it before the run: the core, built when the first
+        round starts, then continues from the checkpoint (its model replaces the initial one), and
+        Flower's rounds ``1, 2, ...`` are the method's rounds ``k + 1, k + 2, ...`` after a
+        checkpoint taken at round ``k`` (see :attr:`round_offset`)."""
+        if self.core is not None:
+            self.core.load_state_dict(state)
+            self.round_offset = int(self.core.server_round)
+        else:
+            self._pending_state = state
+
+    def method_round(self, server_round: int) -> int:
+        """The method's round of Flower's ``server_round`` (they differ after a resume)."""
+        return int(server_round) + self.round_offset
+
+    # ------------------------------------------------------------------ composition
+    def sync_global(self, arrays: list[np.ndarray], server_round: int) -> None:
+        """Continue from ``arrays``, the model Flower passes back when it is not the one the strategy
+        returned (a strategy wrapper changed it); a method that cannot take it raises
+        :class:`~flwr_strategies.core.server.ExternalModelError`. The adapters call it only when
+        the model differs from their own last output."""
+        core = self.core
+        try:
+            core.adopt_global_arrays([np.asarray(a) for a in arrays])
+        except ExternalModelError as err:
+            note = f" ({PEER_NOTE})" if core.full_participation else ""
+            raise ExternalModelError(
+                f"{type(self).__name__}, round {server_round}: the global model Flower passed back differs from "
+                f"the one the strategy returned (a strategy wrapper such as Flower's differential-privacy wrappers, "
+                f"or your own, changed it). {err}{note}"
+            ) from err
+        except ValueError as err:
+            _prefix(err, f"{type(self).__name__}, round {server_round}")
+            raise
