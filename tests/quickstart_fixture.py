@@ -185,7 +185,8 @@ def run_message_app(app: Path, nodes: int, config: dict[str, Any], seed: int = 0
 
 
 def run_legacy_app(app: Path, nodes: int, config: dict[str, Any]):
-    """Run the legacy app (``server_fn`` + Flower's ``start_grid``) in process; returns Flower's ``History``."""
+    """Run the legacy app (``server_fn`` + Flower's ``start_grid``) in process; returns Flower's
+    ``History``, the app's strategy and the reasons of the ClientApps' error replies."""
     import torch
     from flwr.app import Context, RecordDict
     from flwr.server.compat import start_grid
@@ -197,5 +198,7 @@ def run_legacy_app(app: Path, nodes: int, config: dict[str, Any]):
         torch.manual_seed(0)
         context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
         components = server_app.server_fn(context)
-        grid = InProcessGrid(client_app.app, nodes, run_config=config)
-        return start_grid(grid=grid, strategy=components.strategy, config=components.config)
+        grid = _Grid(client_app.app, nodes, config)
+        history = start_grid(grid=grid, strategy=components.strategy, config=components.config)
+        components.strategy.history.finalize()  # closes the last round's record
+        return history, components.strategy, grid.errors

@@ -77,6 +77,8 @@ def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_p
     detail = f"flwr run rc={rc} after {wall:.0f}s: {acc}\n{log[-6000:]}"
     assert rc == 0, detail
     assert "ClientAppException" not in log and "Traceback" not in log, detail  # every client handled every message
+    if api == "legacy" and method == "doadp":  # no federated evaluation (privacy), no central one in the example
+        return
     assert ROUNDS in acc, detail  # the last round is evaluated
     if method not in RUNS_WITHOUT_LEARNING:  # Flower's example does not seed its model: a margin, not a level
         first = acc[0] if 0 in acc else 0.1
