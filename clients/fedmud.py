@@ -48,8 +48,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
+from flwr_strategies.core.local import watch_steps
 from flwr_strategies.fedmud.protocol import MUDClientCore
 from flwr_strategies.setup import ClientSetup
 
@@ -130,26 +129,12 @@ class _StepWatch:
         self.checked: set[int] = set()
         cfg = round_.core.config
         self.fedlmt = cfg.zero_base and cfg.random_right and cfg.decomp == "mat" and not cfg.fedhm
-        ref = weakref.ref(self)  # held weakly: a round dropped without finish() unhooks when collected
-
-        def before(optimizer, args, kwargs) -> None:
-            watch = ref()
-            if watch is not None:
-                watch.before(optimizer, args, kwargs)
-
-        def after(optimizer, args, kwargs) -> None:
-            watch = ref()
-            if watch is not None:
-                watch.after(optimizer, args, kwargs)
-
-        self.handles = [register_optimizer_step_pre_hook(before), register_optimizer_step_post_hook(after)]
-        for handle in self.handles:
-            weakref.finalize(self, handle.remove)
+        self.watch = watch_steps(self, before="before", after="after")  # until close(), or collection
 
     def _held(self, optimizer) -> set[int]:
         return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
-    def before(self, optimizer, args, kwargs) -> None:
+    def before(self, optimizer) -> None:
         if id(optimizer) in self.checked:
             return
         held = self._held(optimizer)
@@ -171,7 +156,7 @@ class _StepWatch:
                 f"lr <= {FEDLMT_MAX_SGD_STEP * 0.1:.2g} with momentum 0.9, lr <= 0.1 without, or FedMUD, whose "
                 "update starts from your model and learns at the learning rates FedAvg does.")
 
-    def after(self, optimizer, args, kwargs) -> None:
+    def after(self, optimizer) -> None:
         held = self._held(optimizer)
         if not held & self.factor_ids:
             return
@@ -190,9 +175,7 @@ class _StepWatch:
             f"{_settings(optimizer)}.{hint}")
 
     def close(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
+        self.watch.remove()
 
 
 class FedMUDRound:

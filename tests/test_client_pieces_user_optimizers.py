@@ -247,3 +247,4 @@ def test_fedlmt_refuses_an_sgd_step_above_its_measured_limit(lr, momentum, refus
     adam = torch.optim.Adam(model.parameters(), lr=0.003)  # not an SGD step: not refused
     adam.step()
     mud.finish()
+

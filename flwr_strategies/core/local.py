@@ -18,13 +18,16 @@ Framework-neutral: torch only, no Flower.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-__all__ = ["Objective", "batch_stream", "criterion", "evaluate", "index_batches", "train_steps"]
+__all__ = ["Objective", "batch_stream", "criterion", "evaluate", "index_batches", "train_steps", "watch_steps"]
 
 #: The loss of one minibatch: ``objective(model, inputs, labels) -> scalar tensor``.
 Objective = Callable[[torch.nn.Module, Any, torch.Tensor], torch.Tensor]
@@ -216,3 +219,53 @@ def evaluate(model: torch.nn.Module, data: Any, *, batch_size: int = 1024, devic
     if n == 0:
         raise ValueError("cannot evaluate on an empty dataset")
     return loss_sum / n, correct / n, n
+
+
+class _Watch:
+    """One owner's registration with the process-wide step hooks (see :func:`watch_steps`)."""
+
+    def __init__(self, owner: Any, before: str | None, after: str | None) -> None:
+        self.owner, self.before, self.after = weakref.ref(owner), before, after
+
+    def remove(self) -> None:
+        """Stop watching."""
+        with _LOCK:
+            _WATCHES.discard(self)
+
+
+_WATCHES: set[_Watch] = set()
+_LOCK = threading.Lock()
+_HOOKS: list = []  # torch's global hook handles: registered once per process, never removed
+
+
+def _dispatch(kind: str):
+    def hook(optimizer, args, kwargs) -> None:
+        with _LOCK:
+            watches = list(_WATCHES)
+        for watch in watches:
+            owner, name = watch.owner(), getattr(watch, kind)
+            if owner is None:
+                watch.remove()
+            elif name is not None:
+                getattr(owner, name)(optimizer)
+
+    return hook
+
+
+def watch_steps(owner: Any, *, before: str | None = None, after: str | None = None) -> _Watch:
+    """Watch every ``torch.optim`` step in the process while ``owner`` lives: ``owner.<before>(optimizer)``
+    runs before and ``owner.<after>(optimizer)`` after each step. How the client pieces see the user's
+    own optimizer (``ScaffoldCorrection``, ``FedMUDRound``).
+
+    Returns a handle whose ``remove()`` stops watching; ``owner`` is held weakly (a collected owner
+    stops too). One pair of torch's global step hooks serves every watcher and is never removed, so
+    clients training in threads (Flower's legacy server runs them in a thread pool) can register and
+    remove watchers while another thread steps.
+    """
+    with _LOCK:
+        if not _HOOKS:
+            _HOOKS.append(register_optimizer_step_pre_hook(_dispatch("before")))
+            _HOOKS.append(register_optimizer_step_post_hook(_dispatch("after")))
+        watch = _Watch(owner, before, after)
+        _WATCHES.add(watch)
+    return watch

@@ -21,16 +21,13 @@ Server (S sampled clients out of N, uniform means)::
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.optim.optimizer import register_optimizer_step_pre_hook
-
 from ..core.aggregation import fedavg_average
-from ..core.local import criterion, train_steps
+from ..core.local import criterion, train_steps, watch_steps
 from .aggregation import check_finite_arrays, is_float_array
 
 #: The largest heavy-ball SGD step ``lr / (1 - momentum)`` (momentum > 0) measured to learn as FedAvg does
@@ -72,7 +69,7 @@ class ScaffoldCorrection:
     before it clips ``g - c_i + c`` (the FedExP/FedSLS code, ``correction_in_clip``).
 
     Any optimizer works. While it lives, the correction watches every ``torch.optim`` step that
-    touches its parameters (a global ``register_optimizer_step_pre_hook``, removed by
+    touches its parameters (:func:`~flwr_strategies.core.local.watch_steps`, until
     :meth:`control_update`). When every observed step was ``torch.optim.SGD`` without momentum at the
     learning rate given to :meth:`control_update` (or no optimizer step was observed), ``c_i+`` is
     option II's ``c_i - c + (w_t - w)/(K lr)``; otherwise (momentum, Nesterov, Adam, another lr) it is
@@ -111,7 +108,8 @@ class ScaffoldCorrection:
         self.rule: str | None = None
         self._observed: list[tuple[bool, float]] = []  # (plain SGD step?, its lr) per optimizer step
         self._optimizer = ""  # the last observed optimizer and its settings, for error messages
-        self._hook = _watch_steps(self, {id(p) for p in params})
+        self._mine = {id(p) for p in params}
+        self._watch = watch_steps(self, before="_observe")
 
     @torch.no_grad()
     def apply(self) -> None:
@@ -130,9 +128,9 @@ class ScaffoldCorrection:
                 p.grad.add_(d)
         self.steps += 1
 
-    def _observe(self, optimizer: torch.optim.Optimizer, mine: set[int]) -> None:
+    def _observe(self, optimizer: torch.optim.Optimizer) -> None:
         for group in optimizer.param_groups:
-            if any(id(p) in mine for p in group["params"]):
+            if any(id(p) in self._mine for p in group["params"]):
                 momentum = float(group.get("momentum", 0) or 0) if isinstance(optimizer, torch.optim.SGD) else 0.0
                 if momentum > 0 and not self._observed:
                     step = float(group["lr"]) / (1.0 - momentum)
@@ -157,7 +155,7 @@ class ScaffoldCorrection:
         SGD at ``lr``, else the mean of the raw minibatch gradients (see the class docstring).
         Stops watching the optimizer."""
         k = self.steps if steps is None else int(steps)
-        self._hook.remove()
+        self._watch.remove()
         plain = all(ok and rate == float(lr) for ok, rate in self._observed)
         self.rule = "trajectory" if plain else "gradients"
         try:
@@ -175,21 +173,6 @@ class ScaffoldCorrection:
                 f"{err}: the {k} local steps{seen} diverged (the model or its gradients overflowed); lower the "
                 "learning rate (SCAFFOLD adds c - c_i to every gradient, so it tolerates a smaller step than "
                 "FedAvg: see the README's working ranges)") from None
-
-
-def _watch_steps(correction: "ScaffoldCorrection", mine: set[int]):
-    """Register a global optimizer step hook that reports steps on ``mine`` to ``correction`` (held
-    weakly; the hook is removed when the correction is garbage-collected, or by ``control_update``)."""
-    ref = weakref.ref(correction)
-
-    def hook(optimizer, args, kwargs) -> None:
-        target = ref()
-        if target is not None:
-            target._observe(optimizer, mine)
-
-    handle = register_optimizer_step_pre_hook(hook)
-    weakref.finalize(correction, handle.remove)
-    return handle
 
 
 def _as_numpy(c) -> np.ndarray:
