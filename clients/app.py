@@ -39,11 +39,8 @@ def partition_query(msg: Message, context: Context) -> Message:
 
 
 def message_config(msg: Message, key: str = "config") -> dict[str, Any]:
-    """The message's config as a dict, with ``server_round`` mirrored from Flower's ``server-round``."""
-    config = dict(msg.content[key]) if key in msg.content else {}
-    if "server-round" in config and "server_round" not in config:
-        config["server_round"] = config["server-round"]
-    return config
+    """The message's config as a dict (Flower's keys, ``server-round`` among them)."""
+    return dict(msg.content[key]) if key in msg.content else {}
 
 
 def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, int | float], dict[str, Any]]:

@@ -11,7 +11,14 @@ from flwr.common import Scalar
 
 from flwr_strategies.setup import ClientSetup, TrainConfig
 
-from .training import client_generator, evaluate_model, get_weights, local_sgd, set_weights
+from flwr_strategies.core.local import evaluate
+
+from .training import client_generator, count_examples, get_weights, local_sgd, set_weights
+
+
+def server_round(config: dict[str, Scalar]) -> int:
+    """The round number of a train or evaluate config: Flower's key ``"server-round"`` (0 if absent)."""
+    return int(config.get("server-round", 0))
 
 
 def train_settings(config: dict[str, Scalar], default: TrainConfig) -> dict[str, Any]:
@@ -36,10 +43,16 @@ class TorchClient(NumPyClient):
     """A Flower ``NumPyClient`` that trains a PyTorch model on one data partition.
 
     ``fit`` loads the received weights, runs :meth:`local_train` (plain SGD for the configured
-    epochs or steps by default) with a generator seeded by (seed, round, partition) and returns the
-    new weights, the number of training examples and metrics that always include
+    epochs or steps by default, on the one local-training loop of
+    :mod:`flwr_strategies.core.local`) with a generator seeded by (seed, round, partition) and
+    returns the new weights, the number of training examples and metrics that always include
     ``partition-id`` and ``train_loss``. Subclasses override :meth:`local_train` (local rule) or
     :meth:`extra_loss` (a term added to the batch loss), or ``fit`` for other wire formats.
+
+    ``setup.train_data`` / ``setup.test_data`` are in-memory
+    :class:`~flwr_strategies.clients.training.TensorData` (seeded minibatches of ``batch_size``) or
+    any iterable of ``(x, y)`` batches such as a ``DataLoader`` (its own batches and order, moved to
+    ``setup.device``).
 
     Parameters
     ----------
@@ -59,11 +72,11 @@ class TorchClient(NumPyClient):
     def generator(self, config: dict[str, Scalar], stream: int = 0) -> torch.Generator:
         """This round's generator (seeded by the run seed, the round and the partition id)."""
         seed = int(config.get("seed", self.setup.seed))
-        return client_generator(seed, int(config.get("server-round", config.get("server_round", 0))), self.partition_id, stream)
+        return client_generator(seed, server_round(config), self.partition_id, stream)
 
     def num_train(self) -> int:
         """Number of local training examples."""
-        return len(self.setup.train_data)
+        return count_examples(self.setup.train_data)
 
     def base_metrics(self) -> dict[str, Scalar]:
         """Metrics every reply carries."""
@@ -84,14 +97,8 @@ class TorchClient(NumPyClient):
     def local_train(self, config: dict[str, Scalar], generator: torch.Generator) -> dict[str, Scalar]:
         """Run the local update in place on ``self.model``; return metrics (``train_loss`` at least)."""
         settings = train_settings(config, self.setup.train)
-        extra = self.extra_loss(config)
-        return local_sgd(
-            self.model,
-            self.setup.train_data,
-            generator=generator,
-            extra_loss=extra,
-            **settings,
-        )
+        return local_sgd(self.model, self.setup.train_data, generator=generator, extra_loss=self.extra_loss(config),
+                         device=self.setup.device, **settings)
 
     def extra_loss(self, config: dict[str, Scalar]):
         """A callable ``model -> Tensor`` added to the batch loss, or None (default)."""
@@ -100,8 +107,8 @@ class TorchClient(NumPyClient):
     def evaluate(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         set_weights(self.model, parameters)
         data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
-        loss, acc = evaluate_model(self.model, data)
-        return float(loss), len(data), {**self.base_metrics(), "accuracy": float(acc)}
+        loss, acc, n = evaluate(self.model, data, device=self.setup.device)
+        return float(loss), n, {**self.base_metrics(), "accuracy": float(acc)}
 
 
 def build_torch_client(setup: ClientSetup, params: dict[str, Any]) -> TorchClient:

@@ -15,7 +15,8 @@ Pieces for your own model and training loop (from :mod:`flwr_strategies.dfedcata
 - :class:`SAM` — sharpness-aware steps around any optimizer (DFedSAM, FedSAM): after
   ``loss.backward()``, ``sam.step(closure)`` with a closure that recomputes the loss on the same
   batch and calls ``backward()``;
-- :func:`run_local` — the local rule over any iterable of ``(x, y)`` batches.
+- :func:`run_local` — the local rule over any iterable of ``(x, y)`` batches, on the one local loop
+  (:func:`flwr_strategies.core.local.train_steps`).
 
 :class:`DecentralizedClient` is the ready-made ``NumPyClient`` built on them. It trains on
 ``ClientSetup.train_data`` given either as in-memory :class:`~flwr_strategies.clients.training.TensorData`
@@ -31,31 +32,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from flwr.common import Scalar
 
 from flwr_strategies.clients.base import TorchClient, train_settings
-from flwr_strategies.clients.training import set_weights
+from flwr_strategies.core.local import batch_stream
 from flwr_strategies.dfedcata.config import LocalRuleConfig
-from flwr_strategies.dfedcata.local import (
-    SAM,
-    LocalSGD,
-    MoreauEnvelope,
-    loader_batches,
-    local_update,
-    run_local,
-    tensor_batches,
-)
+from flwr_strategies.dfedcata.local import SAM, LocalSGD, MoreauEnvelope, local_update, run_local
 from flwr_strategies.setup import ClientSetup
 
 __all__ = [
     "MoreauEnvelope", "LocalSGD", "SAM", "run_local", "local_update",
     "DecentralizedClient", "build_decentralized_client",
 ]
-
-
-def _in_memory(data: Any) -> bool:
-    return hasattr(data, "x") and hasattr(data, "y") and isinstance(getattr(data, "x"), torch.Tensor)
 
 
 class DecentralizedClient(TorchClient):
@@ -82,23 +70,6 @@ class DecentralizedClient(TorchClient):
         super().__init__(setup, params)
         self.rule = LocalRuleConfig.from_params(self.params)
 
-    def num_train(self) -> int:
-        data = self.setup.train_data
-        if _in_memory(data):
-            return len(data)
-        dataset = getattr(data, "dataset", None)
-        if dataset is not None and hasattr(dataset, "__len__"):
-            return len(dataset)
-        return int(sum(len(y) for _, y in data))
-
-    def batches(self, settings: dict[str, Any], generator: torch.Generator, epochs: int | None, steps: int | None):
-        """This round's ``(x, y)`` minibatches."""
-        data = self.setup.train_data
-        if _in_memory(data):
-            return tensor_batches(data.x, data.y, batch_size=settings["batch_size"], generator=generator,
-                                  epochs=epochs, steps=steps, augment=getattr(data, "augment", None))
-        return loader_batches(data, epochs=epochs, steps=steps, device=self.setup.device)
-
     def local_train(self, config: dict[str, Scalar], generator: torch.Generator) -> dict[str, Scalar]:
         s = train_settings(config, self.setup.train)
         steps, epochs = s["steps"], s["epochs"]
@@ -109,9 +80,11 @@ class DecentralizedClient(TorchClient):
         elif not epochs:
             epochs = 1
         lam = float(config.get("lam", self.rule.lam))
+        batches = batch_stream(self.setup.train_data, epochs=epochs, steps=steps, batch_size=s["batch_size"],
+                               generator=generator, device=self.setup.device)
         out = run_local(
             self.model,
-            self.batches(s, generator, epochs, steps),
+            batches,
             lr=s["lr"],
             lam=lam,
             momentum=self.rule.momentum(s["momentum"]),
@@ -121,25 +94,6 @@ class DecentralizedClient(TorchClient):
             clip_scope=self.rule.clip_scope,
         )
         return {"train_loss": float(out["train_loss"]), "steps": int(out["steps"])}
-
-    @torch.no_grad()
-    def _evaluate_batches(self, data: Any) -> tuple[float, float, int]:
-        self.model.eval()
-        loss_sum, correct, n = 0.0, 0, 0
-        for xb, yb in loader_batches(data, epochs=1, device=self.setup.device):
-            out = self.model(xb)
-            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-            correct += int((out.argmax(dim=1) == yb).sum())
-            n += int(yb.shape[0])
-        return loss_sum / max(n, 1), correct / max(n, 1), n
-
-    def evaluate(self, parameters, config):
-        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
-        if _in_memory(data):
-            return super().evaluate(parameters, config)
-        set_weights(self.model, parameters)
-        loss, acc, n = self._evaluate_batches(data)
-        return float(loss), n, {**self.base_metrics(), "accuracy": float(acc)}
 
 
 def build_decentralized_client(setup: ClientSetup, params: dict[str, Any]) -> DecentralizedClient:

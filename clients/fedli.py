@@ -1,6 +1,6 @@
 """Client side of FedLi-LS, FedLi-LU, FedExP and SCAFFOLD: pieces for your own loop, ready-made clients.
 
-Paper: Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning" (spec 001);
+Paper: Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning";
 FedExP: Jhunjhunwala et al., ICLR 2023; SCAFFOLD: Karimireddy et al., ICML 2020.
 
 Pieces (torch-native; your ``nn.Module``, your batches, your loop):
@@ -33,142 +33,26 @@ are moved to the model's device).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from flwr.common import ArrayRecord, Scalar
 
+from flwr_strategies.core.local import batch_stream, evaluate
 from flwr_strategies.fedli import ArmijoConfig, ArmijoSGD, ScaffoldCorrection, armijo_local_train
 
 from .base import TorchClient, train_settings
-from .training import TensorData, batch_stream, evaluate_model, get_weights, set_weights, take_batch
+from .training import TensorData, get_weights, local_sgd, set_weights
 
 __all__ = [
     "ArmijoConfig", "ArmijoSGD", "ScaffoldCorrection", "ScaffoldSession",
     "ArmijoSGDClient", "LossReportingSGDClient", "SGDClient", "ScaffoldClient",
-    "build_armijo_client", "build_loss_client", "build_sgd_client", "build_scaffold_client",
-    "count_examples", "local_batches", "evaluate_batches", "STATE_KEY",
+    "build_armijo_client", "build_loss_client", "build_sgd_client", "build_scaffold_client", "STATE_KEY",
 ]
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 #: ``context.state`` key of a SCAFFOLD client's control variate (an ``ArrayRecord``, state_dict layout).
 STATE_KEY = "scaffold_c_i"
-
-
-# ------------------------------------------------------------------------------ data, any format
-def _device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
-
-
-def _to(batch: Any, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        raise TypeError(f"expected (inputs, labels) batches, got {type(batch).__name__}")
-    x, y = batch
-    return x.to(device), y.to(device)
-
-
-def count_examples(data: Any) -> int:
-    """Number of examples in ``data``: ``len`` of a ``TensorData``, of a DataLoader's sampler or
-    dataset, else the labels counted over one pass."""
-    if isinstance(data, TensorData):
-        return len(data)
-    sampler = getattr(data, "sampler", None)
-    if sampler is not None and hasattr(sampler, "__len__") and getattr(data, "batch_sampler", None) is not None:
-        return len(sampler)
-    dataset = getattr(data, "dataset", None)
-    if dataset is not None and hasattr(dataset, "__len__"):
-        return len(dataset)
-    return int(sum(len(batch[1]) for batch in data))
-
-
-def _batches_per_epoch(data: Any, batch_size: int) -> int:
-    if isinstance(data, TensorData):
-        return max(1, math.ceil(len(data) / batch_size))
-    if hasattr(data, "__len__"):
-        return max(1, len(data))
-    return max(1, sum(1 for _ in data))
-
-
-def local_batches(data: Any, settings: dict[str, Any], generator: torch.Generator,
-                  device: torch.device | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The round's minibatches: ``settings["steps"]`` batches or ``settings["epochs"]`` passes.
-
-    ``TensorData``: shuffled with ``generator`` in ``settings["batch_size"]`` rows (as every client
-    of the project). Any other iterable of ``(x, y)`` (a DataLoader): its own batches and order,
-    re-iterated for each pass, moved to ``device``.
-    """
-    steps, epochs = settings.get("steps"), settings.get("epochs")
-    if isinstance(data, TensorData):
-        for idx in batch_stream(len(data), int(settings["batch_size"]), generator, epochs=epochs, steps=steps):
-            yield take_batch(data, idx, generator)
-        return
-    device = device or torch.device("cpu")
-    if steps:
-        done = 0
-        while done < steps:
-            empty = True
-            for batch in data:
-                empty = False
-                yield _to(batch, device)
-                done += 1
-                if done == steps:
-                    return
-            if empty:
-                raise ValueError("cannot train on an empty dataset")
-    else:
-        for _ in range(int(epochs or 1)):
-            yield from (_to(batch, device) for batch in data)
-
-
-@torch.no_grad()
-def evaluate_batches(model: torch.nn.Module, data: Any, loss_fn: LossFn = F.cross_entropy) -> tuple[float, float]:
-    """Mean loss and accuracy of ``model`` on ``data`` (``TensorData`` or ``(x, y)`` batches)."""
-    if isinstance(data, TensorData):
-        return evaluate_model(model, data, loss_fn=loss_fn)
-    model.eval()
-    device = _device(model)
-    loss_sum, correct, n = 0.0, 0, 0
-    for batch in data:
-        x, y = _to(batch, device)
-        out = model(x)
-        loss_sum += float(loss_fn(out, y, reduction="sum"))
-        correct += int((out.argmax(dim=1) == y).sum())
-        n += int(len(y))
-    if n == 0:
-        raise ValueError("cannot evaluate on an empty dataset")
-    return loss_sum / n, correct / n
-
-
-def sgd_steps(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
-              momentum: float = 0.0, weight_decay: float = 0.0, grad_clip: float | None = None,
-              before_clip: Callable[[], None] | None = None, before_step: Callable[[], None] | None = None,
-              loss_fn: LossFn = F.cross_entropy) -> dict[str, float | int]:
-    """Minibatch ``torch.optim.SGD`` over ``batches`` with optional clipping (the arithmetic of
-    :func:`~flwr_strategies.clients.training.local_sgd`); ``before_clip`` / ``before_step`` run after
-    each ``backward()`` (e.g. :meth:`ScaffoldCorrection.apply`). Returns mean loss and step count."""
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    total, count = 0.0, 0
-    for xb, yb in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        if before_clip is not None:
-            before_clip()
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        if before_step is not None:
-            before_step()
-        opt.step()
-        total += float(loss.detach())
-        count += 1
-    return {"train_loss": total / max(count, 1), "steps": count}
 
 
 # ------------------------------------------------------------------------------ SCAFFOLD session
@@ -230,31 +114,10 @@ class ScaffoldSession:
 
 
 # ------------------------------------------------------------------------------ ready-made clients
-class _FedLiClient(TorchClient):
-    """:class:`TorchClient` whose data may be ``TensorData`` or any iterable of ``(x, y)`` batches."""
-
-    def num_train(self) -> int:
-        return count_examples(self.setup.train_data)
-
-    def batches(self, settings: dict[str, Any], generator: torch.Generator):
-        return local_batches(self.setup.train_data, settings, generator, _device(self.model))
-
-    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        set_weights(self.model, parameters)
-        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
-        loss, acc = evaluate_batches(self.model, data)
-        return float(loss), count_examples(data), {**self.base_metrics(), "accuracy": float(acc)}
-
-
-class SGDClient(_FedLiClient):
+class SGDClient(TorchClient):
     """Plain local SGD (FedExP's client): honours ``lr`` (per round, so ``lr_decay`` too),
     ``local_epochs`` / ``local_steps``, ``batch_size`` (``TensorData``), ``weight_decay``,
     ``momentum`` and ``grad_clip``. Metrics: ``train_loss``, ``steps``."""
-
-    def local_train(self, config: dict[str, Scalar], generator: torch.Generator) -> dict[str, Scalar]:
-        s = train_settings(config, self.setup.train)
-        return sgd_steps(self.model, self.batches(s, generator), lr=s["lr"], momentum=s["momentum"],
-                         weight_decay=s["weight_decay"], grad_clip=s["grad_clip"])
 
 
 class LossReportingSGDClient(SGDClient):
@@ -270,15 +133,16 @@ class LossReportingSGDClient(SGDClient):
         mode = str(config.get("loss_report", self.params.get("loss_report", "epoch_mean")))
         if mode not in ("epoch_mean", "initial", "final"):
             raise ValueError(f"loss_report must be epoch_mean, initial or final, got {mode!r}")
-        initial = evaluate_batches(self.model, self.setup.train_data)[0] if mode == "initial" else None
+        data, device = self.setup.train_data, self.setup.device
+        initial = evaluate(self.model, data, device=device)[0] if mode == "initial" else None
         stats = super().local_train(config, generator)
         value = {"epoch_mean": stats["train_loss"], "initial": initial}.get(mode)
         if mode == "final":
-            value = evaluate_batches(self.model, self.setup.train_data)[0]
+            value = evaluate(self.model, data, device=device)[0]
         return {"train_loss": float(value), "epoch_mean_loss": float(stats["train_loss"]), "steps": int(stats["steps"])}
 
 
-class ArmijoSGDClient(_FedLiClient):
+class ArmijoSGDClient(TorchClient):
     """FedLi-LS client: local SGD with the stochastic Armijo line search (:class:`ArmijoSGD`).
 
     The Armijo constants are read from the fit config (sent by the FedLi-LS server), falling back
@@ -296,12 +160,16 @@ class ArmijoSGDClient(_FedLiClient):
             if bad:
                 raise ValueError(f"the FedLi-LS (Armijo) client does not support {name}={s[name]!r}")
         data = self.setup.train_data
-        fraction = 1.0 / _batches_per_epoch(data, int(s["batch_size"])) if not isinstance(data, TensorData) \
-            else int(s["batch_size"]) / self.num_train()
-        return armijo_local_train(self.model, self.batches(s, generator), cfg, generator, batch_fraction=fraction)
+        if isinstance(data, TensorData):
+            fraction = int(s["batch_size"]) / self.num_train()
+        else:  # 1 / batches per epoch of the user's loader
+            fraction = 1.0 / max(1, len(data) if hasattr(data, "__len__") else sum(1 for _ in data))
+        batches = batch_stream(data, epochs=s["epochs"], steps=s["steps"], batch_size=s["batch_size"],
+                               generator=generator, device=self.setup.device)
+        return armijo_local_train(self.model, batches, cfg, generator, batch_fraction=fraction)
 
 
-class ScaffoldClient(_FedLiClient):
+class ScaffoldClient(TorchClient):
     """SCAFFOLD (option II) client on :class:`ScaffoldSession`; ``c_i`` persists in ``context.state``.
 
     Receives ``w_t ++ c`` (or ``w_t ++ c ++ c_i`` when the server keeps the controls) and replies
@@ -313,13 +181,11 @@ class ScaffoldClient(_FedLiClient):
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         session = ScaffoldSession(self.model, parameters, self.setup.state)
-        generator = self.generator(config)
         s = train_settings(config, self.setup.train)
         in_clip = bool(config.get("scaffold_correction_in_clip", self.params.get("correction_in_clip", False)))
         apply = session.correction.apply
-        stats = sgd_steps(self.model, self.batches(s, generator), lr=s["lr"], momentum=s["momentum"],
-                          weight_decay=s["weight_decay"], grad_clip=s["grad_clip"],
-                          before_clip=apply if in_clip else None, before_step=None if in_clip else apply)
+        stats = local_sgd(self.model, self.setup.train_data, generator=self.generator(config), device=self.setup.device,
+                          before_clip=apply if in_clip else None, before_step=None if in_clip else apply, **s)
         if not math.isfinite(float(stats["train_loss"])):
             raise FloatingPointError("SCAFFOLD client: non-finite training loss")
         return session.finish(s["lr"], int(stats["steps"])), self.num_train(), {**self.base_metrics(), **stats}

@@ -1,7 +1,7 @@
 """FedMUD's client pieces for your own training loop, and the ready-made client built on them.
 
 Li et al., "The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient Federated
-Learning", ICML 2025 (spec 004). Also serves FedLMT, FedPara and FedHM (same wire format).
+Learning", ICML 2025. Also serves FedLMT, FedPara and FedHM (same wire format).
 
 :class:`FedMUDRound` turns one training message into your own ``nn.Module`` in its decomposed form
 (``W_base + dW(factors)`` on every compressed layer, via ``torch.nn.utils.parametrize``), keeping
@@ -22,30 +22,40 @@ Legacy ``NumPyClient.fit``::
     train_fn(self.net, self.trainloader, epochs, lr, device)
     return mud.finish(), len(self.trainloader.dataset), {}
 
-An optimizer built over ``model.parameters()`` works: the frozen ``W_base`` and frozen factors have
-``requires_grad=False`` and get no gradient. After :meth:`FedMUDRound.finish` the model is plain
-again and holds the trained effective weights.
+An optimizer built over ``model.parameters()`` **after** the wrapping works: the frozen ``W_base``
+and frozen factors have ``requires_grad=False`` and get no gradient. While the round is open, the
+piece checks every ``torch.optim`` step on the model: an optimizer that holds none of the factors
+(built before the wrapping) is refused at its first step, and factors that become non-finite stop
+the round at that step with the settings that caused it. After :meth:`FedMUDRound.finish` the model
+is plain again and holds the trained effective weights.
+
+**Learning rate.** Your optimizer trains the factors, not the weights. With the paper's random
+factors (``Uniform(-a, a)``, ``a = 5`` for BKD) one step moves the weight ``2a^2/3 ~ 17`` times
+further than the same step on the plain model (in expectation; times 10 again with momentum 0.9),
+and the FedLMT / FedPara products start far above a layer's usual weights: a learning rate tuned
+for FedAvg then diverges. Build the strategy with ``init_scale="auto"`` (and ``base_init="given"``
+for FedMUD, so the compressed layers start from your model's own weights) and your learning rate
+keeps its meaning; see :func:`~flwr_strategies.fedmud.delta.auto_variances`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from torch import nn
-
+from flwr_strategies.core.local import watch_steps
 from flwr_strategies.fedmud.protocol import MUDClientCore
 from flwr_strategies.setup import ClientSetup
 
 from .app import message_config, train_reply
-from .base import TorchClient, train_settings
-from .training import TensorData, local_sgd, set_weights
+from .base import TorchClient
 
-__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "train_batches", "evaluate_batches", "STATE_BASE",
-           "STATE_META"]
+__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "STATE_BASE", "STATE_META"]
 
 #: ``context.state`` keys holding this client's ``W_base`` (ArrayRecord) and its merge count (ConfigRecord).
 STATE_BASE = "fedmud.base"
@@ -81,8 +91,91 @@ def _unwrap_stale(model: nn.Module) -> None:
     """Undo a wrapping left by a previous round that was not finished (e.g. training raised)."""
     stale = getattr(model, "_fedmud_round", None)
     if stale is not None:
-        stale.core.dm.unwrap()
-        model._fedmud_round = None
+        stale._close()
+
+
+def _settings(optimizer: torch.optim.Optimizer) -> str:
+    group = optimizer.param_groups[0]
+    keys = [k for k in ("lr", "momentum", "betas", "weight_decay") if k in group]
+    return f"{type(optimizer).__name__}(" + ", ".join(f"{k}={group[k]!r}" for k in keys) + ")"
+
+
+#: FedLMT (weights ``W = U V``, both factors trained, factors averaged directly): the largest SGD step
+#: ``lr / (1 - momentum)`` measured to learn on Flower's quickstart-pytorch CNN (4 nodes, 4 rounds of
+#: 3 epochs, ``init_scale="auto"``): momentum 0.9 learns at lr 0.02 and 0.03 (0.92), and at lr 0.05
+#: learns for two rounds, then collapses to chance; plain SGD learns at lr 0.1 (0.81).
+FEDLMT_MAX_SGD_STEP = 0.3
+
+
+def _sgd_step(optimizer) -> float | None:
+    """``lr / (1 - momentum)`` of a ``torch.optim.SGD`` (its step on a constant gradient), else None."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return None
+    group = optimizer.param_groups[0]
+    return float(group["lr"]) / (1.0 - float(group.get("momentum", 0.0) or 0.0))
+
+
+class _StepWatch:
+    """Checks every optimizer step on the wrapped model while a round is open (global torch.optim
+    step hooks, removed when the round closes)."""
+
+    def __init__(self, round_: "FedMUDRound") -> None:
+        self.round = weakref.proxy(round_)
+        model = round_.model
+        self.mine = {id(p) for p in model.parameters()}
+        self.factors = [p for _, deco in round_.core.dm.decompositions() for p in deco.parameters() if p.requires_grad]
+        self.factor_ids = {id(p) for p in self.factors}
+        self.steps = 0
+        self.checked: set[int] = set()
+        cfg = round_.core.config
+        self.fedlmt = cfg.zero_base and cfg.random_right and cfg.decomp == "mat" and not cfg.fedhm
+        self.watch = watch_steps(self, before="before", after="after")  # until close(), or collection
+
+    def _held(self, optimizer) -> set[int]:
+        return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+    def before(self, optimizer) -> None:
+        if id(optimizer) in self.checked:
+            return
+        held = self._held(optimizer)
+        if not held & self.mine:
+            return
+        self.checked.add(id(optimizer))
+        if self.factor_ids and not held & self.factor_ids:
+            raise RuntimeError(
+                f"FedMUD: {_settings(optimizer)} holds parameters of the wrapped model but none of its trainable "
+                "factors, so the compressed layers would not train: build the optimizer after "
+                "FedMUDRound(...) / FedMUDRound.from_message(...) wrapped the model (e.g. inside your train function)")
+        step = _sgd_step(optimizer)
+        if self.fedlmt and step is not None and step > FEDLMT_MAX_SGD_STEP * (1 + 1e-9):  # float slack: 0.03/(1-0.9)
+            raise ValueError(
+                f"FedLMT refuses {_settings(optimizer)}: its SGD step lr / (1 - momentum) = {step:.3g} exceeds "
+                f"{FEDLMT_MAX_SGD_STEP}. FedLMT trains the weights as products W = U V of factors that are averaged "
+                "directly, and its step grows with the factors: on Flower's quickstart CNN, momentum 0.9 learned at "
+                "lr 0.02-0.03 and collapsed to chance after two rounds at lr 0.05 (plain SGD: lr 0.1 learned). Use "
+                f"lr <= {FEDLMT_MAX_SGD_STEP * 0.1:.2g} with momentum 0.9, lr <= 0.1 without, or FedMUD, whose "
+                "update starts from your model and learns at the learning rates FedAvg does.")
+
+    def after(self, optimizer) -> None:
+        held = self._held(optimizer)
+        if not held & self.factor_ids:
+            return
+        self.steps += 1
+        if all(bool(torch.isfinite(p).all()) for p in self.factors if id(p) in held):
+            return
+        cfg = self.round.core.config
+        scale = cfg.scale
+        hint = ("" if scale == "auto" else
+                f" With init_scale={scale!r} the factors' random partners scale every step of your optimizer "
+                "(for FedMUD's BKD at a=5 about 17x further than on the plain model in expectation, x10 with "
+                "momentum 0.9); build the strategy with init_scale='auto' so that your learning rate keeps its "
+                "meaning on the decomposed model, or lower the learning rate.")
+        raise FloatingPointError(
+            f"FedMUD: the trainable factors became non-finite at local step {self.steps} under "
+            f"{_settings(optimizer)}.{hint}")
+
+    def close(self) -> None:
+        self.watch.remove()
 
 
 class FedMUDRound:
@@ -117,16 +210,25 @@ class FedMUDRound:
         self.model = model
         self.core = MUDClientCore.from_message_config(model, config, copy_model=False)
         self._finished = False
+        self._watch: _StepWatch | None = None
         model._fedmud_round = self
         try:
             if state is None and not self.core.config.zero_base:
                 raise ValueError("FedMUD keeps W_base between rounds: pass context.state (or a dict) as state")
             stored = self.core.receive(_arrays(arrays), config, _load(state))
         except Exception:
-            self.core.dm.unwrap()
-            model._fedmud_round = None
+            self._close()
             raise
         _save(state, stored)
+        self._watch = _StepWatch(self)
+
+    def _close(self) -> None:
+        """Unwrap the model and stop watching its optimizer steps."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        self.core.dm.unwrap()
+        self.model._fedmud_round = None
 
     @classmethod
     def from_message(cls, model: nn.Module, msg: Message, context: Context, *, arrays_key: str = "arrays",
@@ -154,72 +256,13 @@ class FedMUDRound:
         the trained effective weights ``W_base + dW`` (same ``state_dict`` keys and order as before)."""
         out = self.arrays()
         if unwrap:
-            self.core.dm.unwrap()
-            self.model._fedmud_round = None
+            self._close()
             self._finished = True
         return out
 
     def reply(self, msg: Message, context: Context, num_examples: int, metrics: dict[str, Any] | None = None) -> Message:
         """Message API: the train reply (``arrays`` = :meth:`finish`, ``num-examples``, ``partition-id``)."""
         return train_reply(msg, context, self.finish(), int(num_examples), metrics)
-
-
-@torch.no_grad()
-def evaluate_batches(model: nn.Module, batches: Iterable, device: Any = None,
-                     loss_fn=torch.nn.functional.cross_entropy) -> tuple[float, int, int]:
-    """Mean loss, number correct and number of examples of ``model`` over ``(x, y)`` batches."""
-    model.eval()
-    total, correct, n = 0.0, 0, 0
-    for xb, yb in batches:
-        if device is not None:
-            xb, yb = xb.to(device), yb.to(device)
-        out = model(xb)
-        total += float(loss_fn(out, yb, reduction="sum"))
-        correct += int((out.argmax(1) == yb).sum())
-        n += int(yb.shape[0])
-    if n == 0:
-        raise ValueError("the evaluation data yielded no batches")
-    return total / n, correct, n
-
-
-def _batches_len(data: Any) -> int:
-    if isinstance(data, TensorData):
-        return len(data)
-    dataset = getattr(data, "dataset", None)
-    if dataset is not None and hasattr(dataset, "__len__"):
-        return len(dataset)
-    raise ValueError("the training data must be TensorData or a DataLoader-like iterable with a sized .dataset")
-
-
-def train_batches(model: nn.Module, batches: Iterable, *, lr: float, epochs: int | None = 1, steps: int | None = None,
-                  momentum: float = 0.0, weight_decay: float = 0.0, grad_clip: float | None = None,
-                  device: Any = None, loss_fn=torch.nn.functional.cross_entropy) -> dict[str, float]:
-    """Plain SGD over an iterable of ``(x, y)`` batches (a DataLoader): ``steps`` steps (cycling
-    through the iterable) or ``epochs`` passes. Only parameters that require gradients are updated."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    model.train()
-    total, count = 0.0, 0
-    passes = 0
-    while True:
-        for xb, yb in batches:
-            if device is not None:
-                xb, yb = xb.to(device), yb.to(device)
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            if grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            total += float(loss.detach())
-            count += 1
-            if steps and count >= steps:
-                return {"train_loss": total / count, "steps": count}
-        passes += 1
-        if count == 0:
-            raise ValueError("the training data yielded no batches")
-        if not steps and passes >= int(epochs or 1):
-            return {"train_loss": total / count, "steps": count}
 
 
 class FedMUDClient(TorchClient):
@@ -229,39 +272,24 @@ class FedMUDClient(TorchClient):
 
     ``setup.train_data`` is in-memory :class:`~flwr_strategies.clients.training.TensorData` (batched
     with this client's seeded generator) or any iterable of ``(x, y)`` batches such as a DataLoader
-    (its own batching and shuffling apply; ``batch_size`` is then the loader's). ``W_base`` is kept in
-    ``setup.state`` (``context.state``). Evaluation messages carry the plain global model and are
-    scored as by :class:`~flwr_strategies.clients.base.TorchClient`.
+    (its own batching and shuffling apply; ``batch_size`` is then the loader's); the local run is
+    :class:`~flwr_strategies.clients.base.TorchClient`'s (plain SGD on the one local loop) on the
+    wrapped model. ``W_base`` is kept in ``setup.state`` (``context.state``). Evaluation messages
+    carry the plain global model and are scored as by ``TorchClient``.
     """
 
     def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None) -> None:
         super().__init__(setup, params)
         self._local_state: dict[str, Any] = {}
 
-    def num_train(self) -> int:
-        return _batches_len(self.setup.train_data)
-
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]):
         state = self.setup.state if self.setup.state is not None else self._local_state
         mud = FedMUDRound(self.model, parameters, config, state)
-        settings = train_settings(config, self.setup.train)
         try:
-            if isinstance(self.setup.train_data, TensorData):
-                metrics = local_sgd(self.model, self.setup.train_data, generator=self.generator(config), **settings)
-            else:
-                settings.pop("batch_size")
-                metrics = train_batches(self.model, self.setup.train_data, device=self.setup.device, **settings)
+            metrics = self.local_train(config, self.generator(config))
         finally:
             arrays = mud.finish()
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
-
-    def evaluate(self, parameters: list[np.ndarray], config: dict[str, Any]):
-        data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
-        if isinstance(data, TensorData):
-            return super().evaluate(parameters, config)
-        set_weights(self.model, parameters)  # the plain global model
-        loss, correct, n = evaluate_batches(self.model, data, self.setup.device)
-        return loss, n, {**self.base_metrics(), "accuracy": correct / max(n, 1)}
 
 
 def build_fedmud_client(setup: ClientSetup, params: dict[str, Any]) -> FedMUDClient:

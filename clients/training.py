@@ -1,20 +1,25 @@
 """Framework-neutral local training helpers for PyTorch models.
 
 Everything here is independent of Flower: weights move as lists of NumPy arrays in
-``state_dict`` order, data lives in :class:`TensorData` (tensors already on the device) and all
-randomness comes from an explicit ``torch.Generator`` built by :func:`client_generator`, so a
-client's work is a pure function of (weights, data, config, seed, round, partition).
+``state_dict`` order, data lives in :class:`TensorData` (tensors already on the device) or any
+iterable of ``(x, y)`` batches, and all randomness comes from an explicit ``torch.Generator`` built
+by :func:`client_generator`, so a client's work is a pure function of (weights, data, config, seed,
+round, partition). :func:`local_sgd` is plain SGD on the one local-training loop
+(:mod:`flwr_strategies.core.local`) that every client shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from flwr_strategies.core.local import batch_stream, criterion, evaluate, train_steps
 
 
 @dataclass
@@ -53,6 +58,20 @@ def client_generator(seed: int, server_round: int, partition_id: int, stream: in
     return gen
 
 
+def count_examples(data: Any) -> int:
+    """Number of training examples in ``data``: ``len`` of :class:`TensorData`, of a DataLoader's
+    sampler (when it batches) or dataset, else the labels counted over one pass of ``(x, y)`` batches."""
+    if isinstance(data, TensorData):
+        return len(data)
+    sampler = getattr(data, "sampler", None)
+    if sampler is not None and hasattr(sampler, "__len__") and getattr(data, "batch_sampler", None) is not None:
+        return len(sampler)
+    dataset = getattr(data, "dataset", None)
+    if dataset is not None and hasattr(dataset, "__len__"):
+        return len(dataset)
+    return int(sum(len(batch[1]) for batch in data))
+
+
 def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
     return list(model.state_dict().values())
 
@@ -78,55 +97,13 @@ def set_weights(model: nn.Module, arrays: list[np.ndarray]) -> None:
             t.copy_(torch.from_numpy(a).to(dtype=t.dtype))
 
 
-def minibatches(
-    n: int,
-    batch_size: int,
-    generator: torch.Generator | None,
-    shuffle: bool = True,
-    drop_last: bool = False,
-) -> Iterator[torch.Tensor]:
-    """Index tensors of one pass over ``n`` samples (shuffled with ``generator``)."""
-    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-    stop = n - (n % batch_size) if drop_last else n
-    for start in range(0, stop, batch_size):
-        yield order[start : start + batch_size]
-
-
-def batch_stream(
-    n: int, batch_size: int, generator: torch.Generator, *, epochs: int | None, steps: int | None
-) -> Iterator[torch.Tensor]:
-    """Index tensors for ``steps`` minibatches (reshuffling each pass) or ``epochs`` passes."""
-    if n == 0:
-        raise ValueError("cannot train on an empty dataset")
-    if steps:
-        done = 0
-        while done < steps:
-            for idx in minibatches(n, batch_size, generator):
-                yield idx
-                done += 1
-                if done == steps:
-                    return
-    else:
-        for _ in range(int(epochs or 1)):
-            yield from minibatches(n, batch_size, generator)
-
-
-def take_batch(data: TensorData, idx: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows ``idx`` of ``data``, augmented when ``data.augment`` is set."""
-    idx = idx.to(data.x.device)
-    xb, yb = data.x[idx], data.y[idx]
-    if data.augment is not None and generator is not None:
-        xb = data.augment(xb, generator)
-    return xb, yb
-
-
 def local_sgd(
     model: nn.Module,
-    data: TensorData,
+    data: Any,
     *,
     lr: float,
-    batch_size: int,
-    generator: torch.Generator,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
     epochs: int | None = 1,
     steps: int | None = None,
     weight_decay: float = 0.0,
@@ -134,44 +111,41 @@ def local_sgd(
     grad_clip: float | None = None,
     extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    before_clip: Callable[[], None] | None = None,
+    before_step: Callable[[], None] | None = None,
+    device: Any = None,
+    check_finite: str | None = None,
 ) -> dict[str, float]:
-    """Plain minibatch SGD for ``steps`` steps or ``epochs`` epochs; returns mean loss and step count.
+    """``torch.optim.SGD`` (``lr``, ``momentum``, ``weight_decay``) for ``steps`` steps or ``epochs``
+    epochs over ``data``; returns the mean loss and the step count.
 
-    ``extra_loss(model)`` is added to every batch loss (e.g. FedProx's proximal term). The reported
-    ``train_loss`` is the mean data loss (without the extra term) over the steps taken.
+    ``data`` is :class:`TensorData` (shuffled minibatches of ``batch_size`` from ``generator``) or
+    any iterable of ``(x, y)`` batches such as a ``DataLoader`` (its own batches, moved to
+    ``device``); see :func:`~flwr_strategies.core.local.batch_stream`. After each ``backward()``:
+    ``before_clip()``, gradient-norm clipping at ``grad_clip`` over the trainable parameters, then
+    ``before_step()`` (e.g. :meth:`~flwr_strategies.fedli.scaffold.ScaffoldCorrection.apply` before
+    or after the clip). ``extra_loss(model)`` is added to every batch loss (e.g. FedProx's proximal
+    term); the reported ``train_loss`` is the mean data loss (without the extra term) over the steps
+    taken. Parameters with ``requires_grad=False`` (FedMUD's frozen bases) are not updated.
     """
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    total, count = 0.0, 0
-    for idx in batch_stream(len(data), batch_size, generator, epochs=epochs, steps=steps):
-        xb, yb = take_batch(data, idx, generator)
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        objective = loss + extra_loss(model) if extra_loss is not None else loss
-        objective.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        total += float(loss.detach())
-        count += 1
-    return {"train_loss": total / max(count, 1), "steps": count}
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    hooks = [h for h in (before_clip,) if h is not None]
+    if grad_clip is not None:
+        hooks.append(lambda: nn.utils.clip_grad_norm_(params, grad_clip))
+    hooks += [h for h in (before_step,) if h is not None]
+    batches = batch_stream(data, epochs=epochs, steps=steps, batch_size=batch_size, generator=generator, device=device)
+    return train_steps(model, batches, opt, objective=criterion(loss_fn), extra_loss=extra_loss,
+                       after_backward=hooks, check_finite=check_finite)
 
 
-@torch.no_grad()
 def evaluate_model(
     model: nn.Module,
-    data: TensorData,
+    data: Any,
     batch_size: int = 1024,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+    loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
+    device: Any = None,
 ) -> tuple[float, float]:
-    """Mean loss and accuracy of ``model`` on ``data``."""
-    if len(data) == 0:
-        raise ValueError("cannot evaluate on an empty dataset")
-    model.eval()
-    loss_sum, correct = 0.0, 0
-    for idx in minibatches(len(data), batch_size, None, shuffle=False):
-        xb, yb = data.x[idx.to(data.x.device)], data.y[idx.to(data.y.device)]
-        out = model(xb)
-        loss_sum += float(loss_fn(out, yb, reduction="sum"))
-        correct += int((out.argmax(dim=1) == yb).sum())
-    return loss_sum / len(data), correct / len(data)
+    """Mean loss and accuracy of ``model`` on ``data`` (:class:`TensorData` or ``(x, y)`` batches)."""
+    loss, acc, _ = evaluate(model, data, batch_size=batch_size, loss_fn=loss_fn, device=device)
+    return loss, acc

@@ -59,7 +59,7 @@ def central_evaluate(server_round: int, arrays: list[np.ndarray], config: dict) 
 
 # ---- server side ----------------------------------------------------------------------------
 def fit_config(server_round: int) -> dict:
-    return {"server_round": server_round, "lr": TRAIN.lr_at(server_round), "local_epochs": 1,
+    return {"server-round": server_round, "lr": TRAIN.lr_at(server_round), "local_epochs": 1,
             "local_steps": 0, "batch_size": TRAIN.batch_size, "seed": SEED}
 
 

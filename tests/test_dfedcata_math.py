@@ -7,7 +7,8 @@ import torch
 
 from flwr_strategies.decentralized import Topology, mixing_matrix
 from flwr_strategies.dfedcata import extrapolate, lr_at_round, validate_dfedcata
-from flwr_strategies.dfedcata.local import batch_indices, local_update
+from flwr_strategies.core.local import index_batches
+from flwr_strategies.dfedcata.local import local_update
 from flwr_strategies.dfedcata.reference import simulate
 
 
@@ -84,10 +85,10 @@ def test_clipping_applies_to_data_gradient_only():
 
 def test_batch_indices_units():
     g = torch.Generator().manual_seed(1)
-    assert len(list(batch_indices(10, 4, g, epochs=2))) == 6  # 3 batches per pass
-    assert len(list(batch_indices(10, 4, g, steps=5))) == 5
+    assert len(list(index_batches(10, 4, g, epochs=2))) == 6  # 3 batches per pass
+    assert len(list(index_batches(10, 4, g, steps=5))) == 5
     with pytest.raises(ValueError, match="exactly one"):
-        list(batch_indices(10, 4, g, epochs=1, steps=1))
+        list(index_batches(10, 4, g, epochs=1, steps=1))
 
 
 # ---------------------------------------------------------------- reference simulator

@@ -17,7 +17,7 @@ from flwr_strategies.clients.dfedcata import (
     local_update,
 )
 from flwr_strategies.clients.training import TensorData, get_weights
-from flwr_strategies.dfedcata.local import batch_indices
+from flwr_strategies.core.local import index_batches
 from flwr_strategies.setup import ClientSetup, TrainConfig
 
 
@@ -189,14 +189,14 @@ def _client(train_data, params=None, **train):
     return build_decentralized_client(setup, params or {}), get_weights(model)
 
 
-CONFIG = {"lr": 0.1, "local_epochs": 2, "batch_size": 8, "server_round": 3, "seed": 5, "lam": 0.05}
+CONFIG = {"lr": 0.1, "local_epochs": 2, "batch_size": 8, "server-round": 3, "seed": 5, "lam": 0.05}
 
 
 def test_dataloader_input_gives_the_tensor_path_numbers():
     x, y = _data()
     a, w0 = _client(TensorData(x, y))
     wa, n, _ = a.fit(w0, dict(CONFIG))
-    order = [idx.tolist() for idx in batch_indices(40, 8, a.generator(CONFIG), epochs=2)]
+    order = [idx.tolist() for idx in index_batches(40, 8, a.generator(CONFIG), epochs=2)]
     passes = [order[:5], order[5:]]
 
     class TwoPasses:  # a DataLoader whose batch order per pass is the seeded one

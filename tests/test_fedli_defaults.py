@@ -132,7 +132,7 @@ def _client(cls, **train):
 def test_sgd_clients_honour_momentum_weight_decay_clip_and_round_lr(cls):
     client, x, y = _client(cls, momentum=0.9, weight_decay=1e-3, grad_clip=0.5)
     w0 = get_weights(client.model)
-    w, _, m = client.fit(w0, {"server_round": 1, "lr": 0.07, "local_epochs": 3, "batch_size": 48, "seed": 0})
+    w, _, m = client.fit(w0, {"server-round": 1, "lr": 0.07, "local_epochs": 3, "batch_size": 48, "seed": 0})
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
     opt = torch.optim.SGD(ref.parameters(), lr=0.07, momentum=0.9, weight_decay=1e-3)

@@ -56,7 +56,7 @@ def _setup(state=None, n=64, seed=0):
 def test_armijo_client_reports_step_and_respects_config():
     client = ArmijoSGDClient(_setup(), {})
     w0 = get_weights(client.model)
-    cfg = {"server_round": 1, "local_epochs": 1, "batch_size": 16, "seed": 7, "eta_max": 0.5, "armijo_c": 0.2}
+    cfg = {"server-round": 1, "local_epochs": 1, "batch_size": 16, "seed": 7, "eta_max": 0.5, "armijo_c": 0.2}
     w1, n, m = client.fit(w0, cfg)
     assert n == 64 and m["partition-id"] == 3 and m["steps"] == 4
     assert 0 < m["step_size"] <= 0.5
@@ -71,7 +71,7 @@ def test_scaffold_client_keeps_control_in_context_state():
     client = ScaffoldClient(setup, {})
     w0 = get_weights(client.model)
     c0 = [np.zeros_like(a) for a in w0]
-    cfg = {"server_round": 1, "lr": 0.1, "local_epochs": 1, "batch_size": 16, "seed": 7}
+    cfg = {"server-round": 1, "lr": 0.1, "local_epochs": 1, "batch_size": 16, "seed": 7}
     out, n, m = client.fit(w0 + c0, cfg)
     L = len(w0)
     w1, dc1 = out[:L], out[L:]
@@ -80,7 +80,7 @@ def test_scaffold_client_keeps_control_in_context_state():
         np.testing.assert_allclose(c1[j], (w0[j] - w1[j]) / (m["steps"] * 0.1), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(dc1[j], c1[j], rtol=1e-6)
     # a new client object for the same partition (as Flower builds per message) reads c_i back
-    out2, _, _ = ScaffoldClient(_setup(state), {}).fit(w0 + c0, {**cfg, "server_round": 2})
+    out2, _, _ = ScaffoldClient(_setup(state), {}).fit(w0 + c0, {**cfg, "server-round": 2})
     c2 = state[STATE_KEY].to_numpy_ndarrays()
     for j in range(L):
         np.testing.assert_allclose(out2[L + j], c2[j] - c1[j], rtol=1e-5, atol=1e-6)

@@ -19,9 +19,8 @@ from flwr_strategies.clients.fedli import (
     ScaffoldCorrection,
     ScaffoldSession,
     SGDClient,
-    count_examples,
 )
-from flwr_strategies.clients.training import TensorData, get_weights
+from flwr_strategies.clients.training import TensorData, count_examples, get_weights
 from flwr_strategies.fedli import ArmijoConfig, armijo_local_train, reset_step_size
 from flwr_strategies.setup import ClientSetup, TrainConfig
 
@@ -198,7 +197,7 @@ def _manual_sgd(loader, lr, epochs=1, clip=None):
 def test_sgd_and_loss_clients_train_on_a_dataloader_like_a_plain_loop():
     loader = _loader()
     assert count_examples(loader) == 64
-    cfg = {"server_round": 1, "lr": 0.05, "local_epochs": 2, "seed": 7}
+    cfg = {"server-round": 1, "lr": 0.05, "local_epochs": 2, "seed": 7}
     w, n, m = SGDClient(_setup(loader, grad_clip=0.5), {}).fit(get_weights(_mlp()), cfg)
     assert n == 64 and m["steps"] == 8
     assert all(np.array_equal(a, b) for a, b in zip(w, _manual_sgd(loader, 0.05, epochs=2, clip=0.5)))
@@ -213,7 +212,7 @@ def test_sgd_and_loss_clients_train_on_a_dataloader_like_a_plain_loop():
 def test_armijo_client_on_a_dataloader_and_unsupported_settings():
     loader = _loader()
     w0 = get_weights(_mlp())
-    cfg = {"server_round": 1, "seed": 7, "eta_max": 0.5}
+    cfg = {"server-round": 1, "seed": 7, "eta_max": 0.5}
     _, n, m = ArmijoSGDClient(_setup(loader), {}).fit(w0, cfg)
     assert n == 64 and m["steps"] == 4 and 0 < m["step_size"] <= 0.5
     _, _, m_t = ArmijoSGDClient(_setup(TensorData(*_data(64))), {}).fit(w0, cfg)
@@ -228,7 +227,7 @@ def test_scaffold_client_on_a_dataloader_with_clip_scope():
     model = _mlp()
     w0 = get_weights(model)
     c = [np.full_like(a, 0.5) for a in w0]
-    cfg = {"server_round": 1, "lr": 0.1, "local_epochs": 1, "seed": 7}
+    cfg = {"server-round": 1, "lr": 0.1, "local_epochs": 1, "seed": 7}
     a = ScaffoldClient(_setup(loader, state=RecordDict(), grad_clip=0.1), {}).fit(w0 + c, cfg)[0]
     b = ScaffoldClient(_setup(loader, state=RecordDict(), grad_clip=0.1), {}).fit(
         w0 + c, {**cfg, "scaffold_correction_in_clip": True})[0]

@@ -18,7 +18,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from flwr_strategies.clients.app import partition_query
-from flwr_strategies.clients.fedmud import STATE_BASE, STATE_META, FedMUDRound, train_batches
+from flwr_strategies.clients.fedmud import STATE_BASE, STATE_META, FedMUDRound
+from flwr_strategies.clients.training import local_sgd
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.state import load_state, save_state
 from flwr_strategies.fedmud import FedMUDConfig
@@ -167,7 +168,7 @@ def test_round_piece_wraps_in_place_and_unwraps():
     frozen = {n for n, p in user.named_parameters() if not p.requires_grad}
     assert frozen == {"fc2.parametrizations.weight.original", "fc3.parametrizations.weight.original"}
     assert STATE_BASE in state and state[STATE_META]["merges"] == 0
-    train_batches(user, [(x, torch.arange(5))], lr=0.1, epochs=1)
+    local_sgd(user, [(x, torch.arange(5))], lr=0.1, epochs=1)
     out = mud.finish()
     assert [a.shape for a in out] == [s.shape for s in core.payload_spec]
     assert list(user.state_dict()) == keys and all(p.requires_grad for p in user.parameters())

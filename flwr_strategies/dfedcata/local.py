@@ -21,20 +21,23 @@ Pieces that work on the user's own ``nn.Module`` and training loop, in the style
   ``step(closure)`` perturbs the parameters by ``e = rho g / ||g||``, re-evaluates the gradient on
   the same minibatch through ``closure`` and steps with it.
 
-:func:`run_local` runs those pieces over any iterable of ``(x, y)`` batches; :func:`local_update`
-is the seeded in-memory version (minibatch order and augmentation from one ``torch.Generator``).
-One run of either: DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvgM
+:func:`run_local` runs those pieces over any iterable of ``(x, y)`` batches on the one local loop
+(:func:`flwr_strategies.core.local.train_steps`); :func:`local_update` is the seeded in-memory
+version (minibatch order and augmentation from one ``torch.Generator``). One run of either:
+DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvgM
 (``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from ..core.local import Objective, batch_stream, train_steps
 
 __all__ = [
     "MoreauEnvelope",
@@ -42,19 +45,13 @@ __all__ = [
     "SAM",
     "run_local",
     "local_update",
-    "batch_indices",
-    "tensor_batches",
-    "loader_batches",
     "LossFn",
     "CLIP_SCOPES",
 ]
 
-LossFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``loss_fn(model, x, y) -> loss`` of one minibatch (default: cross-entropy of ``model(x)``).
+LossFn = Objective
 CLIP_SCOPES = ("data", "official")
-
-
-def _ce(model: torch.nn.Module, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(model(xb), yb)
 
 
 def _finite(name: str, value: Any) -> float:
@@ -155,7 +152,7 @@ class LocalSGD(torch.optim.Optimizer):
 
     ``step()`` reads each parameter's ``.grad`` (the data gradient g of the minibatch) and applies
 
-    - ``clip_scope="data"`` (default, spec A4): ``d = clip(g) + wd x + lam (x - x_0)``;
+    - ``clip_scope="data"`` (default: clip the data gradient alone): ``d = clip(g) + wd x + lam (x - x_0)``;
     - ``clip_scope="official"`` (the official code): ``d = clip(g - lam x_0) + (lam + wd) x``;
 
     where ``clip`` rescales the global norm to ``clip_norm`` when it exceeds it and ``lam``, ``x_0``
@@ -285,6 +282,10 @@ class SAM:
         Perturbation radius, >= 0 (0: the optimizer's plain step, no second gradient).
     """
 
+    #: How :func:`~flwr_strategies.core.local.train_steps` steps this piece: after the first
+    #: ``backward()``, ``step(closure)`` with a closure that recomputes loss and gradients.
+    closure = "gradient"
+
     def __init__(self, optimizer: torch.optim.Optimizer, rho: float) -> None:
         rho = _finite("rho", rho)
         if rho < 0:
@@ -321,78 +322,6 @@ class SAM:
 
 
 # ---------------------------------------------------------------------------------- loops
-def batch_indices(
-    n: int, batch_size: int, generator: torch.Generator, *, epochs: int | None = None, steps: int | None = None
-) -> Iterator[torch.Tensor]:
-    """Shuffled minibatch index tensors: ``epochs`` full passes or exactly ``steps`` batches
-    (reshuffling after each pass). Exactly one of ``epochs``/``steps`` must be set."""
-    if (epochs is None) == (steps is None):
-        raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
-    if n <= 0:
-        raise ValueError("client has no training data")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    done, passes = 0, 0
-    while True:
-        if epochs is not None and passes >= epochs:
-            return
-        perm = torch.randperm(n, generator=generator)
-        passes += 1
-        for s in range(0, n, batch_size):
-            if steps is not None and done >= steps:
-                return
-            yield perm[s : s + batch_size]
-            done += 1
-
-
-def tensor_batches(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    batch_size: int,
-    generator: torch.Generator,
-    epochs: int | None = None,
-    steps: int | None = None,
-    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Seeded ``(x, y)`` minibatches of in-memory tensors (order and augmentation from ``generator``)."""
-    for idx in batch_indices(x.shape[0], batch_size, generator, epochs=epochs, steps=steps):
-        idx = idx.to(x.device)
-        xb, yb = x[idx], y[idx]
-        if augment is not None:
-            xb = augment(xb, generator)
-        yield xb, yb
-
-
-def loader_batches(
-    loader: Iterable[Any], *, epochs: int | None = None, steps: int | None = None, device: Any = None
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``(x, y)`` batches from any re-iterable of pairs (a ``DataLoader``): ``epochs`` passes or
-    exactly ``steps`` batches (starting new passes as needed). The loader's own sampler decides
-    the order."""
-    if (epochs is None) == (steps is None):
-        raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
-    done, passes = 0, 0
-    while epochs is None or passes < epochs:
-        passes += 1
-        empty = True
-        for batch in loader:
-            if steps is not None and done >= steps:
-                return
-            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                raise ValueError(f"training batches must be (x, y) pairs, got {type(batch).__name__}")
-            xb, yb = batch
-            if device is not None:
-                xb, yb = xb.to(device), yb.to(device)
-            empty = False
-            yield xb, yb
-            done += 1
-        if empty:
-            raise ValueError("the training data loader yielded no batches")
-        if steps is not None and done >= steps:
-            return
-
-
 def run_local(
     model: torch.nn.Module,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -408,9 +337,8 @@ def run_local(
 ) -> dict[str, float]:
     """Run the local rule in place on ``model`` over ``batches``; its current weights are the
     start point and the proximal anchor. Built from :class:`MoreauEnvelope`, :class:`LocalSGD` and
-    :class:`SAM`. Returns ``{"train_loss": mean minibatch loss (at x, before the step),
-    "steps": number of steps}``."""
-    loss_fn = loss_fn or _ce
+    :class:`SAM`. ``loss_fn(model, x, y)`` defaults to the cross-entropy of ``model(x)``. Returns
+    ``{"train_loss": mean minibatch loss (at x, before the step), "steps": number of steps}``."""
     lam = _finite("lam", lam)
     if lam < 0:
         raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
@@ -419,27 +347,7 @@ def run_local(
     opt = LocalSGD(params, lr, momentum=momentum, weight_decay=weight_decay, clip_norm=clip_norm,
                    clip_scope=clip_scope, moreau=moreau)
     sam = SAM(opt, rho)
-    model.train()
-    total, count = 0.0, 0
-    for xb, yb in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, xb, yb)
-        loss.backward()
-        total += float(loss.detach())
-        if sam.rho > 0:
-
-            def closure(xb=xb, yb=yb):
-                opt.zero_grad(set_to_none=True)
-                again = loss_fn(model, xb, yb)
-                again.backward()
-                return again
-
-            sam.step(closure)
-        else:
-            opt.step()
-        count += 1
-    opt.zero_grad(set_to_none=True)
-    return {"train_loss": total / max(count, 1), "steps": float(count)}
+    return train_steps(model, batches, sam if sam.rho > 0 else opt, objective=loss_fn)
 
 
 def local_update(
@@ -476,6 +384,9 @@ def local_update(
         raise ValueError(f"rho must be >= 0, got {rho!r}")
     if clip_norm is not None and not _finite("clip_norm", clip_norm) > 0:
         raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
-    batches = tensor_batches(x, y, batch_size=batch_size, generator=generator, epochs=epochs, steps=steps, augment=augment)
+    if (epochs is None) == (steps is None):
+        raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
+    data = SimpleNamespace(x=x, y=y, augment=augment)
+    batches = batch_stream(data, batch_size=batch_size, generator=generator, epochs=epochs, steps=steps)
     return run_local(model, batches, lr=lr, lam=lam, momentum=momentum, rho=rho, weight_decay=weight_decay,
                      clip_norm=clip_norm, clip_scope=clip_scope, loss_fn=loss_fn)

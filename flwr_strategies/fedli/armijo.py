@@ -39,7 +39,7 @@ class ArmijoConfig:
     """Constants of the stochastic Armijo line search.
 
     The paper names these constants but gives no values; the defaults are the ``sls`` reference
-    defaults that the authors' code uses (spec §3.1, §10 A9/A10).
+    defaults that the authors' code uses (Vaswani et al. 2019, "Painless Stochastic Gradient").
 
     Parameters
     ----------
@@ -64,8 +64,7 @@ class ArmijoConfig:
     cap_at_eta_max : bool (default: True)
         Clamp the step size after a reset to ``eta_max`` (the theory's assumption). ``False`` reproduces ``sls``.
     growth_rule : str (default: "paper")
-        How reset option 2 grows the step size between local steps. ``"paper"`` (paper Alg. 4,
-        spec §3.1): ``eta * delta ** (b / n_i)`` from step 2 on, step 1 exactly ``eta_max``.
+        How reset option 2 grows the step size between local steps. ``"paper"`` (paper Alg. 4): ``eta * delta ** (b / n_i)`` from step 2 on, step 1 exactly ``eta_max``.
         ``"sls"`` (the ``sls`` package that the official code runs): ``eta * delta ** (1 /
         sls_batches_per_epoch)`` at every step, step 1 included (step 1 starts at
         ``eta_max * delta ** (1 / sls_batches_per_epoch)``). Combine with ``cap_at_eta_max=False``

@@ -11,7 +11,7 @@ which runs the stochastic line search of Vaswani et al. 2019 ("Painless Stochast
 
 As in ``sls.Sls``, the closure only computes the loss: the optimizer calls ``backward()`` once and
 then re-evaluates the closure (without gradients) at each trial point. Every evaluation of one step
-runs under the same RNG seed, so dropout draws the same mask on every trial (spec §10 A21); the seed
+runs under the same RNG seed, so dropout draws the same mask on every trial (as ``sls`` reseeds each step); the seed
 comes from ``generator`` (seeded runs are bit-reproducible) instead of ``sls``'s wall clock.
 """
 
@@ -56,8 +56,12 @@ class ArmijoSGD(torch.optim.Optimizer):
 
     The step size restarts at ``eta_max`` at the first step of a local run (a new optimizer, or after
     :meth:`reset`): FedLi keeps no client state across rounds. No weight decay, momentum or gradient
-    clipping: they would break the sufficient-decrease test (spec §10 A13).
+    clipping: they would break the sufficient-decrease test.
     """
+
+    #: How :func:`~flwr_strategies.core.local.train_steps` steps this optimizer: ``step(closure)`` with a
+    #: closure that returns the minibatch loss (no ``backward()``).
+    closure = "loss"
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""One round of local Armijo-SGD on a torch model (the FedLi-LS client's local work, spec §3.1)."""
+"""One round of local Armijo-SGD on a torch model (the FedLi-LS client's local work, paper Alg. 3)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
+from ..core.local import criterion, train_steps
 from .armijo import ArmijoConfig
 from .armijo_optim import ArmijoSGD
 
@@ -24,8 +25,8 @@ def make_closure(
 ) -> Callable[[], torch.Tensor]:
     """Return a closure evaluating ``loss_fn(model(x), y)`` under a fixed RNG state.
 
-    Every call re-seeds a forked copy of torch's RNG with ``seed`` (the ``sls`` per-step reseeding,
-    spec §10 A21), so stochastic layers such as dropout draw identical masks on every trial while the
+    Every call re-seeds a forked copy of torch's RNG with ``seed`` (the ``sls`` package's per-step
+    reseeding), so stochastic layers such as dropout draw identical masks on every trial while the
     caller's global RNG state is left untouched.
     """
     devices = [x.device.index or 0] if x.device.type == "cuda" else []
@@ -54,7 +55,8 @@ def armijo_local_train(
     ``batch_fraction`` is ``b / n_i`` (batch size over local training-set size) for reset option 2.
     The step size restarts at ``config.eta_max`` at the first step (no state across rounds).
     ``generator`` (the client's seeded generator) draws one seed per step for the closure.
-    No weight decay and no gradient clipping (they would break the sufficient-decrease test, §10 A13).
+    No weight decay and no gradient clipping (they would break the sufficient-decrease test). Runs
+    on the one local loop, :func:`~flwr_strategies.core.local.train_steps`.
 
     Returns ``{"step_size", "train_loss", "n_backtracks", "n_fallback", "steps"}``: the step size
     of the last local step, the mean minibatch loss before each step, total reductions, the number
@@ -63,11 +65,8 @@ def armijo_local_train(
     if not batch_fraction > 0:
         raise ValueError(f"`batch_fraction` (b / n_i) must be > 0, got {batch_fraction!r}")
     opt = ArmijoSGD(model.parameters(), config, batch_fraction=batch_fraction, generator=generator)
-    model.train()
-    for xb, yb in batches:
-        opt.step(lambda: loss_fn(model(xb), yb))  # noqa: B023 (called at once)
-        if on_step is not None:
-            on_step(opt.steps, opt.last_result)
+    after = [lambda: on_step(opt.steps, opt.last_result)] if on_step is not None else []
+    train_steps(model, batches, opt, objective=criterion(loss_fn), after_step=after)
     for p in model.parameters():
         p.grad = None
     return opt.summary()

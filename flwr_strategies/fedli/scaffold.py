@@ -1,10 +1,16 @@
-"""SCAFFOLD, option II (Karimireddy et al., ICML 2020), a FedLi baseline (spec §6, §10 A18).
+"""SCAFFOLD, option II (Karimireddy et al., ICML 2020, Algorithm 1), a FedLi baseline.
 
 Client (starting from ``w_t``, with global control ``c`` and its own control ``c_i``)::
 
     K steps of  w <- w - eta_l * (g_i(w) - c_i + c)
     c_i+ = c_i - c + (w_t - w_i) / (K * eta_l)                    # option II
     send  w_i  and  dc_i = c_i+ - c_i
+
+With plain SGD, option II's ``c_i+`` is the mean of the K minibatch gradients ``g_i`` the client
+computed. Under any other optimizer (momentum, Adam, a schedule) ``(w_t - w_i) / (K eta_l)`` is not:
+heavy-ball momentum 0.9 inflates it about tenfold, and the next round's correction feeds that back
+until the controls overflow. :class:`ScaffoldCorrection` therefore sums the gradients it corrects and
+uses their mean for ``c_i+`` whenever the steps it observed were not plain SGD at ``eta_l``.
 
 Server (S sampled clients out of N, uniform means)::
 
@@ -20,11 +26,18 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from ..core.aggregation import fedavg_average
+from ..core.local import criterion, train_steps, watch_steps
 from .aggregation import check_finite_arrays, is_float_array
 
-__all__ = ["ScaffoldCorrection", "scaffold_client_control_update", "scaffold_local_sgd", "scaffold_server_update"]
+#: The largest heavy-ball SGD step ``lr / (1 - momentum)`` (momentum > 0) measured to learn as FedAvg does
+#: with the correction: on Flower's quickstart-pytorch CNN (4 nodes, 5 rounds of 2 epochs, three
+#: initial models) momentum 0.9 at lr 0.02 ended at 0.87-0.94 like FedAvg (0.91-0.95), at lr 0.05 two
+#: of three runs lost their accuracy in the last round (0.87 to 0.48, 0.75 to 0.62; FedAvg 0.94-0.95).
+SCAFFOLD_MAX_MOMENTUM_STEP = 0.2
+
+__all__ = ["ScaffoldCorrection", "SCAFFOLD_MAX_MOMENTUM_STEP", "scaffold_client_control_from_gradients", "scaffold_client_control_update",
+           "scaffold_local_sgd", "scaffold_server_update"]
 
 
 class ScaffoldCorrection:
@@ -54,6 +67,18 @@ class ScaffoldCorrection:
     Frozen parameters (``requires_grad=False``) are not corrected. Where you clip gradients decides
     the scope: :meth:`apply` after ``clip_grad_norm_`` clips ``g`` alone (this library's default);
     before it clips ``g - c_i + c`` (the FedExP/FedSLS code, ``correction_in_clip``).
+
+    Any optimizer works. While it lives, the correction watches every ``torch.optim`` step that
+    touches its parameters (:func:`~flwr_strategies.core.local.watch_steps`, until
+    :meth:`control_update`). When every observed step was ``torch.optim.SGD`` without momentum at the
+    learning rate given to :meth:`control_update` (or no optimizer step was observed), ``c_i+`` is
+    option II's ``c_i - c + (w_t - w)/(K lr)``; otherwise (momentum, Nesterov, Adam, another lr) it is
+    the mean of the minibatch gradients :meth:`apply` saw, which option II equals under plain SGD and
+    which stays the gradient mean under any optimizer. :attr:`rule` tells which one was used.
+
+    SGD with momentum is refused at its first step when its step ``lr / (1 - momentum)`` exceeds
+    :data:`SCAFFOLD_MAX_MOMENTUM_STEP` (measured; the paper's clients run plain SGD, which is never
+    refused): the correction's drift grows with the step, and larger momentum steps lost accuracy.
     """
 
     def __init__(self, model, c_global: Sequence, c_local: Sequence | None = None) -> None:
@@ -78,26 +103,76 @@ class ScaffoldCorrection:
             torch.as_tensor(cg, device=p.device).to(p.dtype) - torch.as_tensor(cl, device=p.device).to(p.dtype)
             for p, cg, cl in zip(params, self.c_global, self.c_local)
         ]
+        self.grad_sum = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in params]
         self.steps = 0
+        self.rule: str | None = None
+        self._observed: list[tuple[bool, float]] = []  # (plain SGD step?, its lr) per optimizer step
+        self._optimizer = ""  # the last observed optimizer and its settings, for error messages
+        self._mine = {id(p) for p in params}
+        self._watch = watch_steps(self, before="_observe")
 
     @torch.no_grad()
     def apply(self) -> None:
-        """Add ``c - c_i`` to every trainable parameter's gradient (a missing gradient counts as 0)."""
-        for p, d in zip(self.params, self.diff):
+        """Add ``c - c_i`` to every trainable parameter's gradient (a missing gradient counts as 0),
+        after adding the gradient itself to the running sum."""
+        for j, p in enumerate(self.params):
             if not p.requires_grad:
                 continue
+            if self.diff[j].device != p.device:  # the model was moved (model.to(device)) after construction
+                self.diff[j], self.grad_sum[j] = self.diff[j].to(p.device), self.grad_sum[j].to(p.device)
+            d = self.diff[j]
             if p.grad is None:
                 p.grad = d.clone()
             else:
+                self.grad_sum[j].add_(p.grad)
                 p.grad.add_(d)
         self.steps += 1
 
+    def _observe(self, optimizer: torch.optim.Optimizer) -> None:
+        for group in optimizer.param_groups:
+            if any(id(p) in self._mine for p in group["params"]):
+                momentum = float(group.get("momentum", 0) or 0) if isinstance(optimizer, torch.optim.SGD) else 0.0
+                if momentum > 0 and not self._observed:
+                    step = float(group["lr"]) / (1.0 - momentum)
+                    if step > SCAFFOLD_MAX_MOMENTUM_STEP * (1 + 1e-9):
+                        raise ValueError(
+                            f"SCAFFOLD refuses SGD(lr={group['lr']!r}, momentum={momentum!r}): its step lr / (1 - momentum)"
+                            f" = {step:.3g} exceeds {SCAFFOLD_MAX_MOMENTUM_STEP}. The control-variate correction c - c_i "
+                            "is added to every gradient, and with large momentum steps the local models drift from "
+                            "where the controls were estimated: on Flower's quickstart CNN, momentum 0.9 at lr 0.02 "
+                            "learned as FedAvg did, at lr 0.05 two of three runs lost their accuracy in round 5. Use "
+                            f"lr <= {SCAFFOLD_MAX_MOMENTUM_STEP * 0.1:.2g} with momentum 0.9, or plain SGD (the paper's "
+                            "client, never refused).")
+                plain = type(optimizer) is torch.optim.SGD and not group.get("momentum", 0) \
+                    and not group.get("maximize", False)
+                self._observed.append((plain, float(group["lr"])))
+                keys = [k for k in ("lr", "momentum", "betas", "weight_decay") if k in group]
+                self._optimizer = f"{type(optimizer).__name__}(" + ", ".join(f"{k}={group[k]!r}" for k in keys) + ")"
+
     def control_update(self, lr: float, steps: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Option II: ``(c_i+, dc_i)`` with ``c_i+ = c_i - c + (w_t - w)/(K lr)``, ``K`` = ``steps``
-        (default: the number of :meth:`apply` calls). NumPy arrays in ``parameters()`` order."""
+        """``(c_i+, dc_i)`` (NumPy arrays in ``parameters()`` order), ``K`` = ``steps`` (default: the
+        number of :meth:`apply` calls): option II's ``c_i+ = c_i - c + (w_t - w)/(K lr)`` after plain
+        SGD at ``lr``, else the mean of the raw minibatch gradients (see the class docstring).
+        Stops watching the optimizer."""
         k = self.steps if steps is None else int(steps)
-        w_now = [p.detach().cpu().numpy() for p in self.params]
-        return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
+        self._watch.remove()
+        plain = all(ok and rate == float(lr) for ok, rate in self._observed)
+        self.rule = "trajectory" if plain else "gradients"
+        try:
+            if plain:
+                w_now = [p.detach().cpu().numpy() for p in self.params]
+                return scaffold_client_control_update(self.c_local, self.c_global, self.start, w_now, k, lr)
+            if k != self.steps:
+                raise ValueError(f"SCAFFOLD: {k} local steps were reported but the correction saw {self.steps}; "
+                                 "call apply() once per step")
+            means = [(acc / max(k, 1)).cpu().numpy() for acc in self.grad_sum]
+            return scaffold_client_control_from_gradients(self.c_local, means, k)
+        except FloatingPointError as err:
+            seen = f" under {self._optimizer}" if self._optimizer else f" at lr={lr!r}"
+            raise FloatingPointError(
+                f"{err}: the {k} local steps{seen} diverged (the model or its gradients overflowed); lower the "
+                "learning rate (SCAFFOLD adds c - c_i to every gradient, so it tolerates a smaller step than "
+                "FedAvg: see the README's working ranges)") from None
 
 
 def _as_numpy(c) -> np.ndarray:
@@ -120,7 +195,8 @@ def scaffold_local_sgd(
     correction_in_clip: bool = False,
 ) -> dict[str, float | int]:
     """Corrected local SGD (``torch.optim.SGD`` + :class:`ScaffoldCorrection`) over ``(inputs, labels)``
-    minibatches; controls align with ``model.parameters()``.
+    minibatches, on the one local loop (:func:`~flwr_strategies.core.local.train_steps`); controls
+    align with ``model.parameters()``.
 
     Gradient clipping (if any) applies to the raw minibatch gradient before the correction, or to the
     corrected one with ``correction_in_clip``. Returns ``{"train_loss": mean minibatch loss, "steps":
@@ -130,26 +206,13 @@ def scaffold_local_sgd(
         raise ValueError(f"SCAFFOLD local learning rate must be finite and > 0, got {lr!r}")
     corr = ScaffoldCorrection(model, c_global, c_local)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    model.train()
-    losses: list[float] = []
-    for xb, yb in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        val = float(loss.detach())
-        if not math.isfinite(val):
-            raise FloatingPointError(f"SCAFFOLD client: non-finite minibatch loss at local step {len(losses) + 1}")
-        loss.backward()
-        if correction_in_clip:
-            corr.apply()
-        if grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        if not correction_in_clip:
-            corr.apply()
-        opt.step()
-        losses.append(val)
-    for p in model.parameters():
-        p.grad = None
-    return {"train_loss": float(np.mean(losses)) if losses else 0.0, "steps": len(losses)}
+    hooks: list[Callable[[], None]] = [corr.apply] if correction_in_clip else []
+    if grad_clip is not None:
+        hooks.append(lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+    if not correction_in_clip:
+        hooks.append(corr.apply)
+    return train_steps(model, batches, opt, objective=criterion(loss_fn), after_backward=hooks,
+                       check_finite="SCAFFOLD client")
 
 
 def scaffold_client_control_update(
@@ -181,6 +244,27 @@ def scaffold_client_control_update(
         # c_i+ := c_i + dc_i in the array dtype, so a server that mirrors c_i by adding the reported
         # dc_i holds exactly the same values as the client
         new.append((ci64 + d.astype(np.float64)).astype(dtype))
+    check_finite_arrays(new, "SCAFFOLD client control variate")
+    return new, diff
+
+
+def scaffold_client_control_from_gradients(
+    c_local: Sequence[np.ndarray], mean_gradients: Sequence[np.ndarray], steps: int,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``c_i+`` = the mean of the K minibatch gradients of the local run (option II's value under
+    plain SGD, for any optimizer). Returns ``(c_i+, dc_i = c_i+ - c_i)`` in the dtypes of ``c_local``;
+    with ``steps == 0`` the control is unchanged."""
+    if steps < 0:
+        raise ValueError(f"number of local steps must be >= 0, got {steps}")
+    if steps == 0:
+        return [np.array(c, copy=True) for c in c_local], [np.zeros_like(c) for c in c_local]
+    new, diff = [], []
+    for ci, g in zip(c_local, mean_gradients):
+        ci64 = np.asarray(ci, dtype=np.float64)
+        dtype = np.asarray(ci).dtype
+        d = (np.asarray(g, np.float64) - ci64).astype(dtype)
+        diff.append(d)
+        new.append((ci64 + d.astype(np.float64)).astype(dtype))  # as in option II: c_i + dc_i exactly
     check_finite_arrays(new, "SCAFFOLD client control variate")
     return new, diff
 

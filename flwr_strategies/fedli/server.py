@@ -17,6 +17,7 @@ state unchanged. Replies with ``num_examples = 0`` are rejected when the weighti
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from ..core.validation import ReplyError, require_finite
 from .aggregation import aggregate_delta, aggregation_weights, function_sync, is_float_array
 from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
 from .dfw import dfw_step
+
+log = logging.getLogger(__name__)
 from .fedexp import fedexp_server_step
 from .scaffold import scaffold_server_update
 from .server_ls import gd_server_step, step_size_sync
@@ -193,6 +196,7 @@ class FedLiLUServer(_DeltaServer):
     def __init__(self, initial_arrays, *, config: FedLiLUConfig | None = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, config=config if config is not None else FedLiLUConfig(), **kwargs)
         self.momentum: np.ndarray | None = None
+        self._warned = False
 
     def client_config(self) -> dict[str, Any]:
         return {"loss_report": self.config.loss_report}
@@ -204,6 +208,15 @@ class FedLiLUServer(_DeltaServer):
         new, z, info = dfw_step(self.current, avg, f, self.config.dfw, self.momentum)
         if z is not None:
             require_finite("FedLi-LU's DFW momentum", z)
+        if info["gamma"] < 1.0 and not self._warned:
+            log.warning(
+                "FedLi-LU round %d: the DFW step scaled the clients' update by gamma=%.3g < 1 (f=%.4g, "
+                "eta*||Delta||^2=%.4g): the clients moved far relative to their loss, so the step is Polyak-capped "
+                "and FedLi-LU learns more slowly than FedAvg at this client learning rate. The paper's clients run "
+                "plain SGD; with client momentum 0.9 on Flower's quickstart CNN, lr 0.01 learned and lr 0.05 kept "
+                "gamma < 1 from round 1 and lost accuracy (see the README's working ranges).",
+                server_round, info["gamma"], f, self.config.dfw.server_eta * info["delta_norm"] ** 2)
+            self._warned = True
 
         def commit() -> None:
             if z is not None:

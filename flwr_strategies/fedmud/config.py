@@ -87,10 +87,14 @@ class FedMUDConfig:
         it). The run then logs a warning and reports the ratio it used in every round's ``ratio``
         metric. None: no fallback (see ``strict_ratio``). The registry's methods set 0.35 for the
         default ``digits`` MLP (floor 0.275); the paper's CNNs reach 1/32 and never use it.
-    init_scale : float > 0 or None (default None)
+    init_scale : float > 0, "auto" or None (default None)
         ``a`` of the random factors' ``Uniform(-a, a)`` (std of ``Normal(0, a)``); None takes
         :data:`DEFAULT_INIT_SCALE` for ``decomp`` (5.0 for BKD: official code; 1.0 otherwise).
-        The paper tunes it over {0.01, 0.05, 0.1, 0.5, 1, 5, 10}.
+        The paper tunes it over {0.01, 0.05, 0.1, 0.5, 1, 5, 10} together with the learning rate.
+        ``"auto"`` sizes each layer's factors from its shape so that the learning rate of a plain
+        model keeps its meaning (:func:`~flwr_strategies.fedmud.delta.auto_variances`): the update's
+        SGD step equals a plain SGD step in expectation, and FedLMT / FedPara products start at
+        PyTorch's default weight scale. For a user's own training loop and optimizer.
     init_dist : {"uniform", "normal"} (default "uniform", the paper's)
     reset_interval : int >= 1 or None (default 1, the paper's main setting)
         ``s``: merge the update into ``W_base`` and re-initialise the factors every ``s`` rounds (round
@@ -126,7 +130,7 @@ class FedMUDConfig:
     pattern: str = "aad"
     target_ratio: float = 1 / 32
     fallback_ratio: float | None = None
-    init_scale: float | None = None
+    init_scale: float | str | None = None
     init_dist: str = "uniform"
     reset_interval: int | None = 1
     skip_first: int = 1
@@ -149,7 +153,7 @@ class FedMUDConfig:
         object.__setattr__(self, "target_ratio", validate_ratio(self.target_ratio, "target_ratio"))
         if self.fallback_ratio is not None:
             object.__setattr__(self, "fallback_ratio", validate_ratio(self.fallback_ratio, "fallback_ratio"))
-        if self.init_scale is not None:
+        if self.init_scale is not None and self.init_scale != "auto":
             object.__setattr__(self, "init_scale", _positive_finite("init_scale", self.init_scale))
         if self.init_dist not in INIT_DISTS:
             raise ValueError(f"init_dist must be one of {INIT_DISTS}, got {self.init_dist!r}")
@@ -183,8 +187,10 @@ class FedMUDConfig:
                              f"got decomp={self.decomp!r}, pattern={self.pattern!r}, zero_base={self.zero_base!r}")
 
     @property
-    def scale(self) -> float:
-        """The effective ``init_scale`` (:data:`DEFAULT_INIT_SCALE` when None)."""
+    def scale(self) -> float | str:
+        """The effective ``init_scale`` (:data:`DEFAULT_INIT_SCALE` when None; ``"auto"`` as given)."""
+        if self.init_scale == "auto":
+            return "auto"
         return float(self.init_scale) if self.init_scale is not None else DEFAULT_INIT_SCALE[self.decomp]
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "FedMUDConfig":

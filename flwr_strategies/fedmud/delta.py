@@ -1,6 +1,7 @@
 """Parametrisations ``W -> W + dW(theta)`` of FedMUD and its low-rank baselines.
 
-Li et al., ICML 2025 (spec 004, Sections 1-3 and 5). Registered with
+Li et al., "The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient Federated
+Learning", ICML 2025, Sections 3-4 (Eqs. 3, 8-9). Registered with
 ``torch.nn.utils.parametrize`` on a layer's ``weight``: the parametrisation's input (the
 ``original`` tensor) is the frozen base ``W_base`` and the layer's forward uses
 ``W_base + reshape_rowmajor(dW, weight.shape)``.
@@ -14,9 +15,22 @@ Update structures (``L`` = left factor U / A, ``R`` = right factor V / B, ``prod
   (different streams), R and L trainable zero. Linear in the trainable factors, so averaging
   them averages the updates exactly.
 * ``hadamard`` (FedPara baseline): ``dW = (X1 @ Y1) * (X2 @ Y2)``, all four random, trainable.
+
+**Scale of the random factors.** The paper draws them from ``Uniform(-a, a)`` with one ``a`` tuned
+per method together with the learning rate (a = 5 and lr 0.01 for BKD+AAD, Section 5.1). That ``a``
+also sets how far one optimizer step on the factors moves the weight: in expectation over the
+random factors, one SGD step of rate ``eta`` on the trainable factors changes ``W`` by
+``-eta * g * G`` with the gain ``g = E[U U^T]`` per term: ``a^2/3`` per Kronecker term, ``r a^2/3``
+per matrix term (``2a^2/3`` and ``2 r a^2/3`` for AAD). At ``a = 5`` BKD+AAD multiplies the step of
+the user's optimizer by about 17 (x 10 with momentum 0.9), and the FedLMT / FedPara products start
+an order of magnitude above a layer's usual initial weights. ``init_scale="auto"`` (see
+:func:`auto_variances`) picks each factor's variance from the layer's shape instead, so that a
+learning rate tuned for the plain model keeps its meaning.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -25,7 +39,37 @@ from .kron import bkd_delta
 from .seeds import INIT_DISTS, draw_factor, factor_generator
 from .sizing import LayerPlan
 
-__all__ = ["UpdateDecomposition"]
+__all__ = ["UpdateDecomposition", "auto_variances", "AUTO"]
+
+#: ``init_scale`` value that sizes the random factors per layer (:func:`auto_variances`).
+AUTO = "auto"
+
+
+def auto_variances(plan: LayerPlan, random_right: bool = False) -> tuple[float, float]:
+    """Per-entry variances ``(v_left, v_right)`` of the random factors under ``init_scale="auto"``.
+
+    - The factors form the weight itself (both random: FedLMT's ``random_right``, FedPara's Hadamard
+      form): the product starts with PyTorch's default initial variance of the layer,
+      ``Var(W) = 1 / (3 fan_in)`` (``Uniform(+-1/sqrt(fan_in))``), split between the two factors so
+      that one SGD step moves ``W`` equally through each (``m v_left = n v_right`` for matrices).
+    - The factors form an update that starts at 0 (FedMUD's patterns ``ab``, ``freeze``, ``aad``):
+      one SGD step of rate ``eta`` on the trainable factors changes ``W`` by ``-eta G`` in
+      expectation over the random factors, as a plain SGD step does (unit gain: ``r v = 1`` per matrix
+      term, ``v = 1`` per Kronecker term; each of AAD's two terms takes half).
+    """
+    fan_in = max(1, math.prod(plan.shape[1:]))
+    c = 1.0 / (3.0 * fan_in)
+    r, m, n = plan.rank, plan.m, plan.n
+    if plan.decomp == "hadamard":  # Var((X1 Y1) * (X2 Y2)) = (r v_x v_y)^2
+        root = math.sqrt(c)
+        return math.sqrt(root * n / (r * m)), math.sqrt(root * m / (r * n))
+    if random_right:  # W = L R, both random
+        if plan.decomp == "kron":  # W entry = A[.] B[.]
+            return math.sqrt(c), math.sqrt(c)
+        return math.sqrt(c * n / (r * m)), math.sqrt(c * m / (r * n))
+    terms = 2.0 if plan.pattern == "aad" else 1.0
+    v = 1.0 / terms if plan.decomp == "kron" else 1.0 / (terms * r)
+    return v, v
 
 
 class UpdateDecomposition(nn.Module):
@@ -37,27 +81,33 @@ class UpdateDecomposition(nn.Module):
         Factor sizes of the layer (from :func:`~flwr_strategies.fedmud.sizing.plan_model`).
     layer_index : int
         Position of the layer among the compressed layers; part of every factor seed.
-    init_scale : float (> 0)
-        ``a`` of ``Uniform(-a, a)`` (or std of ``Normal(0, a)``) for the random factors.
+    init_scale : float (> 0) or "auto"
+        ``a`` of ``Uniform(-a, a)`` (or std of ``Normal(0, a)``) for the random factors, or
+        ``"auto"``: per-factor variances from :func:`auto_variances` (same distribution family).
     init_dist : {"uniform", "normal"} (default "uniform")
     random_right : bool (default False)
         Pattern ``ab`` only: also draw the right factor at random (FedLMT / FedHM init) instead of 0.
     """
 
-    def __init__(self, plan: LayerPlan, layer_index: int, init_scale: float, init_dist: str = "uniform",
+    def __init__(self, plan: LayerPlan, layer_index: int, init_scale: float | str, init_dist: str = "uniform",
                  random_right: bool = False):
         super().__init__()
-        if not init_scale > 0:
-            raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
+        if init_scale != AUTO and (isinstance(init_scale, (str, bool)) or not init_scale > 0):
+            raise ValueError(f"init_scale must be > 0 or {AUTO!r}, got {init_scale!r}")
         if init_dist not in INIT_DISTS:
             raise ValueError(f"init_dist must be one of {INIT_DISTS}, got {init_dist!r}")
         if random_right and plan.pattern != "ab":
             raise ValueError(f"random_right is only meaningful for pattern 'ab', got {plan.pattern!r}")
         self.plan = plan
         self.layer_index = int(layer_index)
-        self.init_scale = float(init_scale)
+        self.init_scale = init_scale if init_scale == AUTO else float(init_scale)
         self.init_dist = init_dist
         self.random_right = bool(random_right)
+        if init_scale == AUTO:  # Uniform(-a, a) has variance a^2/3; Normal(0, a) has a^2
+            spread = 3.0 if init_dist == "uniform" else 1.0
+            self._scales = tuple(math.sqrt(spread * v) for v in auto_variances(plan, random_right))
+        else:
+            self._scales = (self.init_scale, self.init_scale)
         lshape, rshape = plan.factor_shapes()
         z = lambda s: torch.zeros(s, dtype=torch.float32)  # noqa: E731
         if plan.decomp == "hadamard":
@@ -101,7 +151,8 @@ class UpdateDecomposition(nn.Module):
 
     # ------------------------------------------------------------------ reset
     def _draw(self, seed: int, factor_id: int, shape) -> torch.Tensor:
-        return draw_factor(shape, self.init_scale, self.init_dist, factor_generator(seed, self.layer_index, factor_id))
+        scale = self._scales[factor_id % 2]  # even ids are left factors (U, A, X1, X2), odd ids right ones
+        return draw_factor(shape, scale, self.init_dist, factor_generator(seed, self.layer_index, factor_id))
 
     @torch.no_grad()
     def reset(self, seed: int) -> None:

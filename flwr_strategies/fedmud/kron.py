@@ -1,7 +1,7 @@
 """Block-wise Kronecker decomposition (BKD) of FedMUD.
 
 Li et al., "The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient
-Federated Learning", ICML 2025, Section 4.2 (spec 004, Section 2).
+Federated Learning", ICML 2025, Section 4.2.
 
 The update of an ``m x n`` weight is built from ``nb`` pairs of square ``z x z`` factors with the
 reference code's *stacked-flatten-crop* layout: the ``nb`` Kronecker blocks ``A_b (x) B_b`` are
@@ -34,7 +34,7 @@ def bkd_blocks(numel: int, rho: float) -> tuple[int, int]:
     """Block count and side for a layer of ``numel`` weights at per-layer ratio ``rho``.
 
     ``nb = ceil(rho**2 * numel / 4)`` (at least 1) and ``z = bkd_side(numel, nb)``, so that the two
-    factors hold ``2 * nb * z**2 ~= rho * numel`` scalars (spec 2.2/2.3).
+    factors hold ``2 * nb * z**2 ~= rho * numel`` scalars (the paper's per-layer ratio ``rho``).
     """
     nb = max(1, math.ceil(rho * rho * numel / 4))
     return nb, bkd_side(numel, nb)

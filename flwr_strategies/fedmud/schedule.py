@@ -1,4 +1,4 @@
-"""Reset ("push") schedule of FedMUD (spec 004, Section 1.4 and oracle 17).
+"""Reset ("push") schedule of FedMUD (Li et al., ICML 2025, Section 3.1: merge and re-initialise every ``s`` rounds).
 
 Round ``t`` (1-indexed, Flower's ``server_round``) folds the averaged update into ``W_base`` and
 re-initialises the factors iff ``t >= 2 and (t - 1) % s == 0``; round 1 never pushes.

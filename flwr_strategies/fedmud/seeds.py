@@ -1,4 +1,4 @@
-"""Shared seeds for FedMUD's random factors (spec 004, Section 1.2, 3.2 and A11).
+"""Shared seeds for FedMUD's random factors (Li et al., ICML 2025, Sections 3.1 and 4.3).
 
 Server and clients derive every random factor from ``(round_seed, layer_index, factor_id)`` with
 NumPy's ``SeedSequence`` and draw it on the CPU with an explicit ``torch.Generator``, so two

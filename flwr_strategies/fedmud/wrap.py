@@ -1,6 +1,6 @@
 """Wrap a model's linear/conv layers with FedMUD's update decomposition.
 
-Li et al., ICML 2025 (spec 004, Sections 1.3-1.5). :class:`DecomposedModel` registers an
+Li et al., ICML 2025 (Sections 3.1-4). :class:`DecomposedModel` registers an
 :class:`~flwr_strategies.fedmud.delta.UpdateDecomposition` on the ``weight`` of every planned layer
 (``torch.nn.utils.parametrize``), freezes the base weights and provides the operations of the round
 protocol: ``reset`` (redraw factors from a shared seed, ``dW = 0``), ``merge`` (fold ``dW`` into
@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from .delta import UpdateDecomposition
+from .delta import AUTO, UpdateDecomposition
 from .sizing import ModelPlan
 
 __all__ = ["DecomposedModel", "default_init_scale"]
@@ -27,7 +27,7 @@ _PMARK = ".parametrizations."
 
 
 def default_init_scale(decomp: str) -> float:
-    """Spec A8 defaults: 0.1 for ``mat`` (and FedPara/FedLMT), 5.0 for ``kron``."""
+    """Init scale when none is given: 5.0 for ``kron`` (the released script's BKD+AAD), else 0.1."""
     return 5.0 if decomp == "kron" else 0.1
 
 
@@ -43,8 +43,9 @@ class DecomposedModel:
         Output of :func:`~flwr_strategies.fedmud.sizing.plan_model`.
     seed : int (>= 0, default 0)
         Shared seed of the initial factors (round-1 reset).
-    init_scale : float, optional
-        ``a`` of ``Uniform(-a, a)``; default 0.1 (mat) / 5.0 (kron).
+    init_scale : float or "auto", optional
+        ``a`` of ``Uniform(-a, a)``; default 0.1 (mat) / 5.0 (kron); ``"auto"`` sizes every factor
+        from its layer (:func:`~flwr_strategies.fedmud.delta.auto_variances`).
     init_dist : {"uniform", "normal"} (default "uniform")
     random_right : bool (default False)
         Draw the right factor at random too (FedLMT/FedHM init).
@@ -52,11 +53,12 @@ class DecomposedModel:
         Set ``W_base = 0`` (pre-decomposed weights: FedLMT, FedPara, FedHM).
     """
 
-    def __init__(self, model: nn.Module, plan: ModelPlan, *, seed: int = 0, init_scale: float | None = None,
+    def __init__(self, model: nn.Module, plan: ModelPlan, *, seed: int = 0, init_scale: float | str | None = None,
                  init_dist: str = "uniform", random_right: bool = False, zero_base: bool = False):
         self.model = model
         self.plan = plan
-        self.init_scale = float(init_scale if init_scale is not None else default_init_scale(plan.decomp))
+        scale = init_scale if init_scale is not None else default_init_scale(plan.decomp)
+        self.init_scale = scale if scale == AUTO else float(scale)
         self.plain_keys = list(model.state_dict().keys())
         self._names = [lp.name for lp in plan.layers]
         self._orders: dict[str, list[str]] = {}

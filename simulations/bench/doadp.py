@@ -104,7 +104,7 @@ def _child(args) -> dict:
         def train(msg: Message, context):
             cfg = message_config(msg)
             pid = int(context.node_config["partition-id"])
-            return train_reply(msg, context, _synthetic_reply(pid, int(cfg["server_round"]), d, k, args.p, args.seed), 1)
+            return train_reply(msg, context, _synthetic_reply(pid, int(cfg["server-round"]), d, k, args.p, args.seed), 1)
 
         app.query("partition")(partition_query)
         grid = InProcessGrid(app, n)

@@ -21,7 +21,6 @@ def main(grid: Grid, context: Context) -> None:
     lr: float = context.run_config["learning-rate"]
 
     # Load global model
-    torch.manual_seed(0)
     global_model = Net()
     arrays = ArrayRecord(global_model.state_dict())
 
@@ -45,8 +44,18 @@ def main(grid: Grid, context: Context) -> None:
 
 def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
     """Evaluate model on central data."""
+
+    # Load the model and initialize it with the received weights
     model = Net()
     model.load_state_dict(arrays.to_torch_state_dict())
-    test_loss, test_acc = test(model, load_centralized_dataset(), torch.device("cpu"))
-    print(f"CENTRAL round={server_round} accuracy={test_acc:.4f} loss={test_loss:.4f}")
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+
+    # Load entire test set
+    test_dataloader = load_centralized_dataset()
+
+    # Evaluate the global model on the test set
+    test_loss, test_acc = test(model, test_dataloader, device)
+
+    # Return the evaluation metrics
     return MetricRecord({"accuracy": test_acc, "loss": test_loss})

@@ -1,48 +1,44 @@
-"""pytorchexample: A Flower / PyTorch app (legacy API)."""
+"""pytorchexample: A Flower / PyTorch app."""
 
-import torch
-from flwr.common import Context, ndarrays_to_parameters
+from typing import List, Tuple
+
+from flwr.common import Context, Metrics, ndarrays_to_parameters
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 from flwr.server.strategy import FedAvg
 
-from pytorchexample.task import Net, get_weights, load_centralized_dataset, set_weights, test
+from pytorchexample.task import Net, get_weights
 
 
-def fit_config(server_round: int):
-    """Per-round client config."""
-    return {"lr": LR}
+# Define metric aggregation function
+def weighted_average(metrics: List[Tuple[int, Metrics]]) -> Metrics:
+    # Multiply accuracy of each client by number of examples used
+    accuracies = [num_examples * m["accuracy"] for num_examples, m in metrics]
+    examples = [num_examples for num_examples, _ in metrics]
 
-
-def global_evaluate(server_round, parameters, config):
-    """Evaluate the global model on central data."""
-    model = Net()
-    set_weights(model, parameters)
-    loss, accuracy = test(model, load_centralized_dataset(), torch.device("cpu"))
-    print(f"CENTRAL round={server_round} accuracy={accuracy:.4f} loss={loss:.4f}")
-    return loss, {"accuracy": accuracy}
-
-
-LR = 0.1
+    # Aggregate and return custom metric (weighted average)
+    return {"accuracy": sum(accuracies) / sum(examples)}
 
 
 def server_fn(context: Context):
-    """Build the strategy and the server config."""
-    global LR
-    LR = context.run_config["learning-rate"]
+    """Construct components that set the ServerApp behaviour."""
+
+    # Read from config
     num_rounds = context.run_config["num-server-rounds"]
-    fraction_evaluate = context.run_config["fraction-evaluate"]
 
-    torch.manual_seed(0)
-    parameters = ndarrays_to_parameters(get_weights(Net()))
+    # Initialize model parameters
+    ndarrays = get_weights(Net())
+    parameters = ndarrays_to_parameters(ndarrays)
 
+    # Define the strategy
     strategy = FedAvg(
         fraction_fit=1.0,
-        fraction_evaluate=fraction_evaluate,
+        fraction_evaluate=context.run_config["fraction-evaluate"],
+        min_available_clients=2,
+        evaluate_metrics_aggregation_fn=weighted_average,
         initial_parameters=parameters,
-        on_fit_config_fn=fit_config,
-        evaluate_fn=global_evaluate,
     )
     config = ServerConfig(num_rounds=num_rounds)
+
     return ServerAppComponents(strategy=strategy, config=config)
 
 

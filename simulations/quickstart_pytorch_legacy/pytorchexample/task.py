@@ -1,84 +1,112 @@
-"""pytorchexample: A Flower / PyTorch app (the user's model, data and training loop)."""
+"""pytorchexample: A Flower / PyTorch app."""
 
-import numpy as np
+from collections import OrderedDict
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from datasets import Dataset
+from flwr_datasets import FederatedDataset
 from flwr_datasets.partitioner import IidPartitioner
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader
+from torchvision.transforms import Compose, Normalize, ToTensor
 
 
 class Net(nn.Module):
-    """A small CNN for 8x8 digits."""
+    """Model (simple CNN adapted from 'PyTorch: A 60 Minute Blitz')"""
 
     def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        super(Net, self).__init__()
+        self.conv1 = nn.Conv2d(3, 6, 5)
         self.pool = nn.MaxPool2d(2, 2)
-        self.fc1 = nn.Linear(8 * 4 * 4, 32)
-        self.fc2 = nn.Linear(32, 10)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
 
     def forward(self, x):
         x = self.pool(F.relu(self.conv1(x)))
-        x = x.flatten(1)
-        return self.fc2(F.relu(self.fc1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = x.view(-1, 16 * 5 * 5)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
 
 
-partitioner = None  # Cache the partitioner
-TEST_SIZE = 297
+def get_weights(net):
+    return [val.cpu().numpy() for _, val in net.state_dict().items()]
 
 
-def _digits() -> tuple[Dataset, Dataset]:
-    d = load_digits()
-    images = (d.images / 16.0).astype(np.float32)[:, None]
-    order = np.random.default_rng(0).permutation(len(images))
-    data = Dataset.from_dict({"img": images[order].tolist(), "label": d.target[order].tolist()}).with_format("torch")
-    return data.select(range(TEST_SIZE, len(images))), data.select(range(TEST_SIZE))
+def set_weights(net, parameters):
+    params_dict = zip(net.state_dict().keys(), parameters)
+    state_dict = OrderedDict({k: torch.tensor(v) for k, v in params_dict})
+    net.load_state_dict(state_dict, strict=True)
+
+
+fds = None  # Cache FederatedDataset
+
+
+digits = None  # Cache the local data (scikit-learn's digits)
 
 
 def load_data(partition_id: int, num_partitions: int, batch_size: int):
-    """Load one IID partition of digits: 80% train, 20% test."""
-    global partitioner
-    if partitioner is None:
-        partitioner = IidPartitioner(num_partitions=num_partitions)
-        partitioner.dataset = _digits()[0]
-    partition = partitioner.load_partition(partition_id)
-    split = partition.train_test_split(test_size=0.2, seed=42)
-    generator = torch.Generator().manual_seed(partition_id)
-    trainloader = DataLoader(split["train"], batch_size=batch_size, shuffle=True, generator=generator)
-    testloader = DataLoader(split["test"], batch_size=batch_size)
-    return trainloader, testloader
+    """Load an IID partition of scikit-learn's bundled digits (local, no download) as 3x32x32 images."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    class Digits(torch.utils.data.Dataset):
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+
+        def __len__(self):
+            return len(self.y)
+
+        def __getitem__(self, i):
+            return {"img": self.x[i], "label": self.y[i]}
+
+    global digits
+    if digits is None:  # load once per process, as the example caches its FederatedDataset
+        data = load_digits()
+        images = np.kron(data.images / 16.0, np.ones((4, 4))).astype(np.float32)  # 8x8 -> 32x32
+        digits = torch.from_numpy((images[:, None].repeat(3, axis=1) - 0.5) / 0.5), torch.from_numpy(data.target).long()
+    x, y = digits
+    order = np.random.default_rng(0).permutation(len(y))
+    test, pool = order[:297], order[297:]
+    if partition_id < 0:
+        return DataLoader(Digits(x[test], y[test]), batch_size=batch_size)
+    part = np.array_split(pool, num_partitions)[partition_id]
+    split = int(0.8 * len(part))
+    train, val = part[:split], part[split:]
+    trainloader = DataLoader(Digits(x[train], y[train]), batch_size=batch_size, shuffle=True,
+                             generator=torch.Generator().manual_seed(partition_id))
+    return trainloader, DataLoader(Digits(x[val], y[val]), batch_size=batch_size)
 
 
-def load_centralized_dataset():
-    """Load the held-out test set."""
-    return DataLoader(_digits()[1], batch_size=128)
-
-
-def train(net, trainloader, epochs, lr, device):
+def train(net, trainloader, valloader, epochs, learning_rate, device):
     """Train the model on the training set."""
-    net.to(device)
+    net.to(device)  # move model to GPU if available
     criterion = torch.nn.CrossEntropyLoss().to(device)
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    optimizer = torch.optim.SGD(net.parameters(), lr=learning_rate, momentum=0.9)
     net.train()
-    running_loss = 0.0
     for _ in range(epochs):
         for batch in trainloader:
-            images = batch["img"].to(device)
-            labels = batch["label"].to(device)
+            images = batch["img"]
+            labels = batch["label"]
             optimizer.zero_grad()
-            loss = criterion(net(images), labels)
-            loss.backward()
+            criterion(net(images.to(device)), labels.to(device)).backward()
             optimizer.step()
-            running_loss += loss.item()
-    return running_loss / (epochs * len(trainloader))
+
+    val_loss, val_acc = test(net, valloader, device)
+
+    results = {
+        "val_loss": val_loss,
+        "val_accuracy": val_acc,
+    }
+    return results
 
 
 def test(net, testloader, device):
     """Validate the model on the test set."""
-    net.to(device)
+    net.to(device)  # move model to GPU if available
     criterion = torch.nn.CrossEntropyLoss()
     correct, loss = 0, 0.0
     with torch.no_grad():
@@ -88,15 +116,6 @@ def test(net, testloader, device):
             outputs = net(images)
             loss += criterion(outputs, labels).item()
             correct += (torch.max(outputs.data, 1)[1] == labels).sum().item()
-    return loss / len(testloader), correct / len(testloader.dataset)
-
-
-def get_weights(net):
-    """The model's weights as NumPy arrays."""
-    return [val.cpu().numpy() for _, val in net.state_dict().items()]
-
-
-def set_weights(net, parameters):
-    """Load NumPy arrays into the model."""
-    state_dict = {k: torch.tensor(v) for k, v in zip(net.state_dict().keys(), parameters)}
-    net.load_state_dict(state_dict, strict=True)
+    accuracy = correct / len(testloader.dataset)
+    loss = loss / len(testloader)
+    return loss, accuracy
