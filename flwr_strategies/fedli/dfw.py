@@ -1,10 +1,11 @@
-"""FedLi-LU server: one Deep Frank-Wolfe step on the pseudo-gradient (paper Alg. 2, spec §4.2).
+"""FedLi-LU server: one Deep Frank-Wolfe step on the pseudo-gradient (FedLi paper, Algorithm 2 and
+Appendix A.2).
 
 The DFW step of Berrada et al. 2019 with ``Delta_t`` in place of the loss gradient and the weighted
 mean client loss ``f_t^g`` in place of the loss value::
 
     r     = lambda * w_t
-    gamma = clip((f - eta * <Delta, r>) / (eta * ||Delta||^2 + eps), 0, 1)     # corrected bracket (§10 A2)
+    gamma = clip((f - eta * <Delta, r>) / (eta * ||Delta||^2 + eps), 0, 1)     # bracket as in the DFW paper
     w    <- w_t - eta * (r + gamma * Delta)
     if mu > 0:  z <- mu * z - eta * gamma * (Delta + r);  w <- w + mu * z         # DFW momentum (server state)
 
@@ -62,7 +63,8 @@ class DFWConfig:
 
     @classmethod
     def preset(cls, name: str) -> DFWConfig:
-        """``"paper"`` (default constants, spec §10 A11) or ``"authors_code"`` / ``"code"`` (the authors'
+        """``"paper"`` (Algorithm 2 gives no values: eta = 1 as the appendix uses for
+        every FedLi method, lambda 1e-3, no momentum) or ``"authors_code"`` / ``"code"`` (the authors'
         FedML code: eta 0.01, lambda 1e-5, mu 0.9)."""
         if name not in DFW_PRESETS:
             raise ValueError(f"unknown DFW preset {name!r}; choose one of {sorted(DFW_PRESETS)}")

@@ -1,6 +1,7 @@
-"""FedExP server step (Jhunjhunwala, Wang, Joshi, ICLR 2023), a FedLi baseline (spec §6).
+"""FedExP server step (Jhunjhunwala, Wang, Joshi, ICLR 2023), a FedLi baseline (FedLi paper,
+Section 7).
 
-Paper form (uniform mean over the S participating clients, spec §10 A5)::
+Paper form (uniform mean over the S participating clients, as in the FedExP paper)::
 
     eta_g = max(1, sum_i ||Delta_i||^2 / (2 S (||Dbar||^2 + eps)))     Dbar = (1/S) sum_i Delta_i
     w_{t+1} = w_t - eta_g * Dbar

@@ -1,4 +1,6 @@
-"""FedLi-LS server: StepSizeSync and the GD step ``w_{t+1} = w_t - eta_g * Delta_t`` (spec §3.2)."""
+"""FedLi-LS server: StepSizeSync and the GD step ``w_{t+1} = w_t - eta_g * Delta_t``.
+
+FedLi paper, Algorithm 1 and Section 3; its appendix runs every FedLi method with ``eta_g = 1``."""
 
 from __future__ import annotations
 

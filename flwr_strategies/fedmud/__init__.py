@@ -2,7 +2,7 @@
 aggregation-aware decomposition (AAD), plus the low-rank baselines FedLMT, FedPara and FedHM.
 
 Li, Luo, Wang, Tang, Xu, Luo, Li, He, Li, "The Panaceas for Improving Low-Rank Decomposition in
-Communication-Efficient Federated Learning", ICML 2025. Spec: ``specs/004_fedmud.md``.
+Communication-Efficient Federated Learning", ICML 2025.
 
 Modules: :mod:`.config` (validated settings), :mod:`.kron` (BKD layout), :mod:`.sizing` (layer
 selection, factor sizes, ratio search), :mod:`.seeds` (shared factor seeds), :mod:`.delta` (the

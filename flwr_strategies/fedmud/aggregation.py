@@ -1,4 +1,4 @@
-"""Direct aggregation of FedMUD's exchanged arrays (paper Eq. 4; spec 004, Section 1.4 step 5).
+"""Direct aggregation of FedMUD's exchanged arrays (FedMUD paper, Eq. 4).
 
 The server averages every exchanged array element-wise (trainable factors, dense parameters, BN
 statistics). Weights are proportional to the clients' example counts (default) or uniform.

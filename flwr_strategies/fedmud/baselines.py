@@ -1,4 +1,4 @@
-"""Low-rank baselines compared with FedMUD (spec 004, Section 5), built on the same machinery.
+"""Low-rank baselines compared with FedMUD (FedMUD paper, Section 5), built on the same machinery.
 
 * FedLMT (Liu et al., ICML 2024): weight ``W = U @ V`` (no base, ``W_base = 0``), both factors
   ``Uniform(-a, a)`` once, never reset, factors averaged directly.

@@ -1,5 +1,5 @@
-"""FedMUD's round protocol, framework-neutral (spec 004, Sections 1.4-1.5 and 8): shared helpers and
-the client half (:class:`MUDClientCore`). The server half is
+"""FedMUD's round protocol, framework-neutral (FedMUD paper, Sections 3.1-3.3): shared helpers
+and the client half (:class:`MUDClientCore`). The server half is
 :class:`~flwr_strategies.fedmud.server.FedMUDServer`.
 
 Downlink to a client in round ``t`` (arrays in this order):

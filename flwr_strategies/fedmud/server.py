@@ -1,7 +1,7 @@
 """Server core of FedMUD (six variants) and of FedLMT / FedPara / FedHM (framework-neutral).
 
 Li, Luo, Wang, Tang, Xu, Luo, Li, He, Li, "The Panaceas for Improving Low-Rank Decomposition in
-Communication-Efficient Federated Learning", ICML 2025 (spec 004). The wire protocol is described in
+Communication-Efficient Federated Learning", ICML 2025. The wire protocol is described in
 :mod:`flwr_strategies.fedmud.protocol`.
 
 State kept by the server (all of it in :meth:`FedMUDServer.state_dict`):

@@ -1,6 +1,6 @@
 """Layer selection, per-layer factor sizes and the whole-model ratio search of FedMUD.
 
-Li et al., ICML 2025 (spec 004, Sections 1.1, 2.2, 3.3, 4 and 8). A compressed layer's weight is
+Li et al., ICML 2025 (Sections 3.1-3.3 and 5.1, Appendix B). A compressed layer's weight is
 viewed as an ``m x n`` matrix: ``nn.Linear(in, out)`` -> ``m = out, n = in``; ``nn.Conv2d`` with
 kernel ``kh x kw`` -> ``m = c_out * kh, n = c_in * kw`` (row-major reshape, no permutation).
 The first and the last linear/conv layer (registration order) stay dense, as do normalisation
@@ -183,7 +183,7 @@ def plan_layer(name: str, shape: Sequence[int], m: int, n: int, decomp: str, pat
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """Per-layer plan of a model plus its whole-model accounting (spec Section 8).
+    """Per-layer plan of a model plus its whole-model accounting (the paper's compression ratio, Section 5.1).
 
     ``p_dense``: trainable scalars of the plain model; ``p_payload``: scalars exchanged per
     direction per client (trainable factors + every parameter that is not a compressed weight);

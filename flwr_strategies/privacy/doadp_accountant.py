@@ -119,7 +119,7 @@ def doadp_sigma_components(
     eps = check_epsilon(epsilon)
     c = _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
     log_term = math.log(1.25 / c.delta0)
-    # sigma_thm^2 = 160 k p^2 T ln(1.25/delta0) G^2 / (q^2 d eps^2)   (b cancels, see spec 3.5)
+    # sigma_thm^2 = 160 k p^2 T ln(1.25/delta0) G^2 / (q^2 d eps^2)   (b cancels; DO-ADP paper, Theorem 1)
     sigma_thm = (4.0 * c.p_amp * c.G / (c.q * eps)) * math.sqrt(
         10.0 * (c.k_eff / c.d) * c.T * log_term
     )

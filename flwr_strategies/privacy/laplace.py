@@ -6,9 +6,9 @@ total (basic composition, exact for pure DP). When the data enter a release only
 b records drawn uniformly without replacement from q, each release is amplified to
 ``ln(1 + (b/q)(e^{eps_t} - 1))`` (Balle, Barthe, Gaboardi 2018, replace-one adjacency).
 
-:func:`geometric_laplace_scale` is the spec's closed form without amplification over an unbounded
-horizon: with ``s_t = s0 rs^t`` and ``b_t = b0 rn^t`` (``rs < rn``) the series is bounded by
-``s0 / (b0 (1 - rs/rn))``; the spec's ``b0 = s0 / (eps (rn - rs))`` drops the factor ``rn <= 1``
+:func:`geometric_laplace_scale` is the closed form without amplification over an unbounded horizon
+(the DPDO baseline's calibration, Huang, Mitra, Vaidya, ICDCN 2015): with ``s_t = s0 rs^t`` and
+``b_t = b0 rn^t`` (``rs < rn``) the series is bounded by ``s0 / (b0 (1 - rs/rn))``; the usual ``b0 = s0 / (eps (rn - rs))`` drops the factor ``rn <= 1``
 (slightly more noise). :func:`calibrate_laplace_b0` solves the finite-horizon, amplified sum.
 """
 

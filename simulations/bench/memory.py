@@ -61,7 +61,7 @@ def _build(args):
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     model = model.to(device=args.device, dtype=dtype)
     model = apply_lora(model, r=args.lora_r, alpha=2 * args.lora_r)
-    cast_adapters(model, args.adapter_dtype)  # fp32 by default (spec 1.3 rule 8); fp16 = the reference
+    cast_adapters(model, args.adapter_dtype)  # fp32 by default; fp16 = the official code's precision
     recs = generate_instructions(args.batch_size, seed=11)
     data = tokenize_records(recs, tok, max_len=args.max_len)
     batch = {k: v.to(args.device) for k, v in collate(data, range(args.batch_size), int(tok.pad_token_id)).items()}

@@ -223,7 +223,7 @@ def experiment_A(cfg, out: Path) -> dict:
     cpgt = CPGTServer(_zeros(d), config=CPGTConfig(epsilon=eps), **kw)
     hs = [run_cpgt(prob, W, x0, b0=cpgt.b0, k=cpgt.k, lr=alpha, T=T, bg=bg, client_seeds=client_seeds(r),
                    evaluate=ev, eval_every=every) for r in reps]
-    add("CPGT k/d=0.12 x2 (24%)", hs, f"Laplace b0={cpgt.b0:.4g}", "spec heuristic (not certified)",
+    add("CPGT k/d=0.12 x2 (24%)", hs, f"Laplace b0={cpgt.b0:.4g}", "project heuristic (not certified)",
         {"eps": None, "delta": None, "thm_eps": None, "thm_delta": None}, float(hs[0]["comm_rate"]))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -449,7 +449,7 @@ def _md(A, B, C, D, cfg) -> str:
     if B:
         L += [f"## B. CNN, Table II (test accuracy %)", "",
               f"{B['dataset']} ({'MNIST t10k carved 80/20' if B['dataset'] == 'mnist' else 'sklearn digits 8x8'}), "
-              f"20 agents, q={B['q']} per agent, the spec's 3-conv CNN (d={B['d']}), ring +-3, T={B['T']} iterations, "
+              f"20 agents, q={B['q']} per agent, the 3-conv CNN (d={B['d']}), ring +-3, T={B['T']} iterations, "
               f"b={B['b']}, alpha={B['alpha']:g}, gamma=0.05, beta=0.15, delta0=1e-5, G=1, {cfg['seeds']} seed(s). "
               "Accuracy of the average of the private models (simulation only, the paper's quantity), of the "
               "average of the public copies (inside the guarantee) and the mean of 4 agents' own models. "
@@ -513,7 +513,7 @@ def run_paper(ctx: PresetContext) -> dict:
     t0 = time.perf_counter()
     B = experiment_B(cfg, name="mnist")
     L = ["# DO-ADP, Table II at the paper's scale", "",
-         f"MNIST ({B['q'] * N_AGENTS} training images over 20 agents, q={B['q']}), spec CNN d={B['d']}, T={B['T']}, "
+         f"MNIST ({B['q'] * N_AGENTS} training images over 20 agents, q={B['q']}), 3-conv CNN d={B['d']}, T={B['T']}, "
          f"b={B['b']}, alpha={B['alpha']:g}, device {cfg['device']}.", ""] + table_B(B)
     L.append(f"\nWall time: {time.perf_counter() - t0:.0f} s.\n")
     md = "\n".join(L)
@@ -531,7 +531,7 @@ register_preset(Preset(
 ))
 register_preset(Preset(
     name="doadp-paper",
-    summary="DO-ADP Table II at paper scale: MNIST 60k, 20 agents, T=2000, b=32, spec CNN, eps 1/0.9/0.8 x 4 configs "
+    summary="DO-ADP Table II at paper scale: MNIST 60k, 20 agents, T=2000, b=32, 3-conv CNN, eps 1/0.9/0.8 x 4 configs "
             "(--data-dir, --device cuda)",
     base={}, entries=[], custom=run_paper,
 ))
