@@ -291,6 +291,7 @@ class MessageStrategy(MethodAdapter, Strategy):
             self._check_flower_arguments(self.core_cls, **self._fractions())
         self.nodes = NodeDirectory(self.min_available_nodes, self.wait_timeout, configrecord_key)
         self._returned: ArrayRecord | None = None
+        self._sent: dict[int, list[tuple[Any, int]]] = {}  # round -> (pushed message's metadata, partition)
         self._central = False
 
     # ------------------------------------------------------------------ MethodAdapter
@@ -389,6 +390,9 @@ class MessageStrategy(MethodAdapter, Strategy):
                                     message_type=MessageType.TRAIN))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
         core.instructions_sent(rnd)
+        # the grid gives each message its id when it pushes it: the error reply that Flower's
+        # SuperLink sends for an unreachable node names it only as the reply to one of these
+        self._sent[rnd] = [(msg.metadata, self.partition_of_node[msg.metadata.dst_node_id]) for msg in messages]
         rec["clients"] = len(messages)
         return messages
 
@@ -397,6 +401,9 @@ class MessageStrategy(MethodAdapter, Strategy):
         place replies are decoded."""
         node = int(msg.metadata.src_node_id)
         pid = self.partition_of_node.get(node)
+        if pid is None and msg.has_error():  # Flower's own reply for a node it could not reach
+            reply_to = msg.metadata.reply_to_message_id
+            pid = next((p for meta, p in self._sent.get(server_round, []) if meta.message_id == reply_to), None)
         if pid is None:
             return Rejection(None, f"reply from unknown node {node}")
         if msg.has_error():
@@ -448,6 +455,7 @@ class MessageStrategy(MethodAdapter, Strategy):
                 failed.append(item)
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
+        self._sent.pop(rnd, None)
         result = self.core.train_round(rnd, valid, sampled=self._sampled.pop(rnd, []), failed=failed,
                                        on_bad_reply=self.on_bad_reply)
         metrics = self.history.training(rnd, result, rejected, len(valid))
