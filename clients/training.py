@@ -59,9 +59,11 @@ def client_generator(seed: int, server_round: int, partition_id: int, stream: in
 
 
 def count_examples(data: Any) -> int:
-    """Number of training examples in ``data``: ``len`` of :class:`TensorData`, of a DataLoader's
-    sampler (when it batches) or dataset, else the labels counted over one pass of ``(x, y)`` batches."""
-    if isinstance(data, TensorData):
+    """Number of training examples in ``data``: ``len`` of a dataset of examples (:class:`TensorData`,
+    the language-model clients' tokenised examples: anything with ``subset`` and ``len``), of a
+    DataLoader's sampler (when it batches) or dataset, else the labels counted over one pass of
+    ``(x, y)`` batches."""
+    if isinstance(data, TensorData) or (hasattr(data, "subset") and hasattr(data, "__len__")):
         return len(data)
     sampler = getattr(data, "sampler", None)
     if sampler is not None and hasattr(sampler, "__len__") and getattr(data, "batch_sampler", None) is not None:
