@@ -184,7 +184,7 @@ class CoreDriver:
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
         result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply)
-        self.history.training(rnd, result, rejected, len(replies))
+        self.history.training(rnd, result, rejected, len(replies), logged=failed)
 
     def evaluate(self, rnd: int) -> None:
         """Central evaluation of the core's model after round ``rnd`` (when the core evaluates);

@@ -357,7 +357,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
             return None, {}
         result = self.core.train_round(rnd, replies, sampled=self._sampled.pop(rnd, []), failed=failed,
                                        on_bad_reply=self.on_bad_reply)
-        metrics = self.history.training(rnd, result, rejected, len(replies))
+        metrics = self.history.training(rnd, result, rejected, len(replies), logged=failed,
+                                        anonymous=sum(isinstance(f, BaseException) for f in failures))
         if self.fit_metrics_aggregation_fn is not None:
             bad = {r.partition_id for r in result.rejections}
             user = self.fit_metrics_aggregation_fn([(r.num_examples, r.metrics) for r in replies

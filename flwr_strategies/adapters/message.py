@@ -458,7 +458,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._sent.pop(rnd, None)
         result = self.core.train_round(rnd, valid, sampled=self._sampled.pop(rnd, []), failed=failed,
                                        on_bad_reply=self.on_bad_reply)
-        metrics = self.history.training(rnd, result, rejected, len(valid))
+        metrics = self.history.training(rnd, result, rejected, len(valid), logged=failed)
         if self.train_metrics_aggr_fn is not None:
             for r in result.rejections:
                 accepted.pop(r.partition_id, None)

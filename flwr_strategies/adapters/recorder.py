@@ -118,19 +118,31 @@ class RoundRecorder:
         self.failure_log.append({"round": int(server_round), "phase": phase, "error": error})
 
     def training(self, server_round: int, result: Mapping[str, Any], rejected: list[Rejection],
-                 num_replies: int) -> dict[str, Any]:
+                 num_replies: int, *, logged: Iterable[int] = (), anonymous: int = 0) -> dict[str, Any]:
         """Record a finished training round and return its metrics.
 
         ``result`` is the core's :class:`~flwr_strategies.core.server.RoundResult` (its
         ``rejections`` are the core's), ``rejected`` the replies the adapter rejected before the
-        core saw them and ``num_replies`` the number of replies handed to the core. Raises
-        :class:`NoProgressError` when every reply of this round and the round before was rejected.
+        core saw them and ``num_replies`` the number of replies handed to the core. ``logged``
+        are the partitions whose failure the adapter has already logged (an error reply) and
+        ``anonymous`` the failures it logged without a partition (Flower's legacy exceptions).
+        Every other partition the core counts as failed (``failed_partitions``: a node that never
+        answered, a peer that was not connected) is logged here, unless anonymous failures make
+        the attribution ambiguous. Raises :class:`NoProgressError` when every reply of this round
+        and the round before was rejected.
         """
         core_rejections = list(getattr(result, "rejections", []))
         rejections = list(rejected) + core_rejections
         for r in rejections:
             log(WARNING, "Round %s: rejected reply from %s", server_round, r)
             self.log_failure(server_round, "rejected", str(r))
+        explained = {int(p) for p in logged} | {r.partition_id for r in rejections if r.partition_id is not None}
+        silent = [p for p in result.get("failed_partitions", []) if p not in explained]
+        if not anonymous:
+            for pid in silent:
+                log(WARNING, "Round %s: partition %s did not reply", server_round, pid)
+                self.log_failure(server_round, "fit", f"partition {pid}: no reply (its node did not answer or "
+                                                      "was not connected)")
         metrics = dict(result)
         metrics["rejected"] = len(rejections)
         metrics["failures"] = int(metrics.get("failures", 0)) + sum(1 for r in rejected if r.partition_id is None)
