@@ -107,3 +107,15 @@ def test_a_peer_that_leaves_is_a_logged_failure_every_round():
     assert [rounds[r]["failures"] for r in (1, 2, 3)] == [0, 1, 1], rounds
     logged = [(e["round"], e["error"].split(":")[0]) for e in strategy.history.failure_log]
     assert logged == [(2, "partition 1"), (3, "partition 1")], strategy.history.failure_log
+
+
+def test_fewer_nodes_than_the_minimum_names_the_setting():
+    """Flower's FedAvg waits for ``min_train_nodes`` forever; the strategy stops the run naming it."""
+    import numpy as np
+    import pytest
+
+    from flwr_strategies.baselines.server import FedAvgServer
+
+    core = FedAvgServer([np.zeros(2, np.float32)], min_train=3)
+    with pytest.raises(ValueError, match=r"round 4: cannot sample 3 clients .*min_train_nodes.*only 2 are connected"):
+        core.select(4, [0, 2])

@@ -158,7 +158,8 @@ class ServerCore(ABC):
             return avail
         k = self.num_to_sample(len(avail))
         if k > len(avail):
-            raise ValueError(f"cannot sample {k} clients: only {len(avail)} are available")
+            raise ValueError(f"round {server_round}: cannot sample {k} clients (the minimum of training clients is "
+                             f"{self.min_train}: min_fit_clients / min_train_nodes): only {len(avail)} are connected")
         chosen = np.sort(self._rng.choice(len(avail), size=k, replace=False))
         return [avail[int(i)] for i in chosen]
 
