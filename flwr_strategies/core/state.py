@@ -14,15 +14,16 @@ import json
 import math
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .validation import all_finite
 
-__all__ = ["save_state", "load_state", "state_layout", "check_state_layout"]
+__all__ = ["atomic_write", "save_state", "load_state", "state_layout", "check_state_layout"]
 
 _META = "__meta__"
 
@@ -58,16 +59,16 @@ def _join(value: Any, arrays: Any) -> Any:
     return value
 
 
-def save_state(path: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (a ``state_dict()``) to ``path`` (``.npz``) atomically; returns the path."""
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """Create ``path`` (and its folders) with ``write(fh)`` atomically: ``write`` fills a temporary
+    file beside ``path`` (flushed to disk) that then replaces ``path``, so a full disk or a crash
+    leaves the previous file (or none), never a truncated one. Returns the path."""
     path = Path(path)
-    arrays: dict[str, np.ndarray] = {}
-    meta = _split(state, "", arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays, **{_META: np.array(json.dumps(meta))})
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -75,6 +76,13 @@ def save_state(path: str | Path, state: dict[str, Any]) -> Path:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def save_state(path: str | Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` (a ``state_dict()``) to ``path`` (``.npz``) atomically; returns the path."""
+    arrays: dict[str, np.ndarray] = {}
+    meta = _split(state, "", arrays)
+    return atomic_write(path, lambda fh: np.savez(fh, **arrays, **{_META: np.array(json.dumps(meta))}))
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
