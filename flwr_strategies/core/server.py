@@ -12,7 +12,7 @@ and, where it keeps more than the global model, :meth:`ServerCore.extra_state` /
 
 Everything else is shared: seeded sampling by partition id (:meth:`ServerCore.select`), reply
 validation before any state changes (:meth:`ServerCore.train_round`, via
-:func:`~flwr_strategies.core.validation.screen_replies`), and the round counter. The two Flower
+:func:`~flwr_strategies.core.validation.screen`), and the round counter. The two Flower
 adapters (:mod:`flwr_strategies.adapters.legacy`, :mod:`flwr_strategies.adapters.message`) drive
 a core through exactly these calls, so both APIs give the same numbers.
 """

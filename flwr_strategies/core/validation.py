@@ -1,6 +1,6 @@
 """One check for every client reply, shared by every strategy (both Flower APIs).
 
-:func:`screen_replies` runs before a core's ``aggregate_train`` touches any state. A reply is
+:func:`screen` runs before a core's ``aggregate_train`` touches any state. A reply is
 rejected when its partition id is not an integer in range, was not sampled this round or comes
 twice; when its arrays do not match the core's :class:`~flwr_strategies.core.messages.ReplySpec`
 (count, shapes, and the exact dtype of what the server sent: a ``float16`` or ``complex64`` reply to
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "check_policy", "check_reply",
-    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "screen_replies",
+    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen",
 ]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
@@ -197,23 +197,6 @@ def check_reply(
     return None
 
 
-def screen_replies(
-    core: "ServerCore",
-    server_round: int,
-    replies: Iterable[Reply],
-    *,
-    sampled: Iterable[int] | None,
-    on_bad_reply: str = "drop",
-) -> tuple[list[Reply], list[Rejection]]:
-    """Split ``replies`` into valid ones (sorted by partition id) and rejections.
-
-    Raises :class:`ReplyError` on the first bad reply when ``on_bad_reply == "raise"``; nothing
-    has been changed at that point.
-    """
-    valid, rejected = screen(core, server_round, list(replies), sampled=sampled, on_bad_reply=on_bad_reply)
-    return [r for _, r in valid], [r for _, r in rejected]
-
-
 def screen(
     core: "ServerCore",
     server_round: int,
@@ -223,8 +206,10 @@ def screen(
     on_bad_reply: str = "drop",
     finite: bool = True,
 ) -> tuple[list[tuple[int, Reply]], list[tuple[int, Rejection]]]:
-    """:func:`screen_replies` with each reply's position in ``replies``: ``(valid, rejected)`` as
-    ``(position, reply)`` sorted by partition id and ``(position, rejection)`` in order.
+    """Split ``replies`` into valid ones and rejections, with each reply's position in ``replies``:
+    ``(valid, rejected)`` as ``(position, reply)`` sorted by partition id and ``(position,
+    rejection)`` in order. Raises :class:`ReplyError` on the first bad reply when
+    ``on_bad_reply == "raise"``; nothing has been changed at that point.
 
     ``finite=False`` defers the finiteness of the valid replies' arrays (the one check that reads
     every value) to :func:`nonfinite_replies`, for a core whose aggregate is not finite when a
