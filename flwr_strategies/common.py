@@ -56,11 +56,6 @@ def scalar_dict_bytes(values: dict[str, Any] | None) -> int:
     return sum(len(v) for v in values.values() if isinstance(v, (bytes, bytearray)))
 
 
-def ndarrays_nbytes(arrays: list[np.ndarray]) -> int:
-    """Total ``nbytes`` of a list of arrays."""
-    return int(sum(np.asarray(a).nbytes for a in arrays))
-
-
 @dataclass(frozen=True)
 class ParamLayout:
     """Shapes and dtypes of a list of arrays, to move between list form and one flat vector."""
@@ -104,34 +99,6 @@ def flatten(arrays: list[np.ndarray], dtype: Any = None) -> tuple[np.ndarray, Pa
     if dtype is not None:
         vec = vec.astype(dtype, copy=False)
     return vec, layout
-
-
-def check_same_layout(reference: list[np.ndarray], arrays: list[np.ndarray], who: str = "update") -> None:
-    """Raise ``ValueError`` when ``arrays`` do not match ``reference`` in count and shapes."""
-    if len(arrays) != len(reference):
-        raise ValueError(f"{who}: expected {len(reference)} arrays, got {len(arrays)}")
-    for i, (r, a) in enumerate(zip(reference, arrays)):
-        if tuple(np.shape(r)) != tuple(np.shape(a)):
-            raise ValueError(f"{who}: array {i} has shape {np.shape(a)}, expected {np.shape(r)}")
-
-
-def check_finite(arrays: list[np.ndarray], who: str = "update") -> None:
-    """Raise ``ValueError`` when any floating array holds NaN or infinity."""
-    for i, a in enumerate(arrays):
-        a = np.asarray(a)
-        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-            raise ValueError(f"{who}: array {i} contains NaN or infinite values")
-
-
-def partition_id_of(res: Any) -> int:
-    """Partition id a client reported in the metrics of its ``FitRes``/``EvaluateRes``."""
-    metrics = getattr(res, "metrics", None) or {}
-    if PARTITION_KEY not in metrics:
-        raise KeyError(
-            f"client result has no '{PARTITION_KEY}' metric; clients must report their partition id "
-            "(clients.base.TorchClient does)"
-        )
-    return int(metrics[PARTITION_KEY])
 
 
 class PartitionIdMissing(RuntimeError):

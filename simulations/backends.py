@@ -260,17 +260,6 @@ def federation_config(cfg: ExperimentConfig, verbose: bool = False) -> dict[str,
     }
 
 
-def ray_backend_config(cfg: ExperimentConfig) -> dict[str, Any]:
-    """Ray resources of ``cfg`` in ``run_simulation``'s ``backend_config`` form (the same numbers
-    :func:`federation_config` passes to ``flwr run``)."""
-    fed = federation_config(cfg)
-    return {
-        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
-        "init_args": {"logging_level": fed["init-args-logging-level"], "log_to_driver": fed["init-args-log-to-driver"],
-                      "include_dashboard": False},
-    }
-
-
 def _read_results(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())

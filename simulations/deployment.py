@@ -43,13 +43,6 @@ from typing import Any
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports (sockets held open together so the OS cannot repeat one)."""
     socks = []

@@ -75,14 +75,6 @@ def check_positive_int(value: int, name: str) -> int:
     return int(value)
 
 
-def check_nonneg(value: float, name: str) -> float:
-    """Return ``value`` as float; raise unless it is finite and >= 0."""
-    v = _as_float(value, name)
-    if not (v >= 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
-    return v
-
-
 def _as_float(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {name}={value!r}")
