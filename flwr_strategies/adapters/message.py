@@ -188,6 +188,19 @@ class NodeDirectory:
         return dict(self.node_of_partition)
 
 
+def _release_arrays(replies: list[Message]) -> None:
+    """Drop the arrays of replies a decentralized core has taken into its tables. Flower's
+    ``Strategy.start()`` keeps a round's replies bound until the next round's replies arrive, so
+    without this the last round's models (one table: every peer sends its model) stay in memory
+    while the next round's messages are in flight. The metrics stay; nothing reads the arrays again
+    (decentralized methods refuse strategy wrappers, which could)."""
+    for msg in replies:
+        if msg.has_content():
+            for record in msg.content.values():
+                if isinstance(record, ArrayRecord):
+                    record.clear()
+
+
 class MessageStrategy(MethodAdapter, Strategy):
     """A Message-API Flower strategy over a method's framework-neutral server core.
 
@@ -443,7 +456,9 @@ class MessageStrategy(MethodAdapter, Strategy):
         rejected: list[Rejection] = []
         failed: list[int] = []
         accepted: dict[int, RecordDict] = {}
+        consumed: list[Message] = []
         for msg in replies:
+            consumed.append(msg)
             item = self._decode(rnd, msg)
             if isinstance(item, Reply):
                 rec["bytes_up"] += arrays_nbytes(item.arrays) + bytes_entries(item.metrics)
@@ -467,6 +482,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             metrics.update(user)
             for key, value in user.items():
                 rec[f"fit_{key}"] = value
+        if self.core.full_participation:
+            _release_arrays(consumed)
         self._returned = self.global_array_record()
         return self._returned, MetricRecord(numeric_metrics(metrics))
 

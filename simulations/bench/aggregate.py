@@ -15,7 +15,7 @@
     4 bytes), with ours / Flower's ratios. It also prints how far each result is from Flower's.
 
 ``python -m simulations bench aggregate dfedcata [--peers 50] [--params 2000000] [--rounds 2]
-[--api both|legacy|message] [--out FILE.json]``
+[--api all|legacy|message|start] [--out FILE.json]``
 
     DFedCata through each Flower adapter with every message of a round in flight, as Flower holds
     them: the legacy ``Server`` keeps every ``FitIns`` and ``FitRes`` of the round until
@@ -26,7 +26,9 @@
     (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). While the
     messages are in flight DFedCata holds 2 tables (mixed models, anchors: the spare that held the
     start points is released once they are serialized); the round's instructions and replies are
-    one table each.
+    one table each. ``start`` runs the Message-API strategy through Flower's own ``Strategy.start()``
+    on an in-process grid whose peers contract what they receive: ``start()`` also keeps the last
+    round's replies bound while the next round's messages are in flight.
 
 ``python -m simulations bench aggregate scaffold [--replies 100] [--params 1000000] [--arrays 10]
 [--repeats 5] [--out FILE.json]``
@@ -331,13 +333,33 @@ def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int):
     return arrays
 
 
+def _contracting_client_app(peers: int):
+    """A ClientApp whose peers answer the partition query and contract what they receive."""
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    from flwr_strategies.clients.app import partition_query
+
+    app = ClientApp()
+    app.query("partition")(partition_query)
+
+    @app.train()
+    def train(msg, context):
+        pid = int(context.node_config["partition-id"])
+        arrays = _contract(next(iter(msg.content.array_records.values())).to_numpy_ndarrays(), pid, peers)
+        return Message(RecordDict({"arrays": ArrayRecord(arrays),
+                                   "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})}), reply_to=msg)
+
+    return app
+
+
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
                      seed: int = 0) -> dict[str, Any]:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
     import torch  # noqa: F401 (the mixing step imports it on first use: not the strategy's memory)
 
-    if api not in ("legacy", "message"):
-        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
+    if api not in ("legacy", "message", "start"):
+        raise SystemExit(f"unknown --api {api!r}; use legacy, message or start")
     with _quiet_flower():
         return _measure_dfedcata(api, peers, params, rounds, seed)
 
@@ -364,6 +386,13 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
             w0 = time.perf_counter()
             parameters = _dfedcata_legacy_round(strategy, manager, parameters, r, peers)
             walls.append(time.perf_counter() - w0)
+    elif api == "start":
+        grid = InProcessGrid(_contracting_client_app(peers), peers)
+        strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
+        w0 = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):
+            strategy.start(grid=grid, initial_arrays=ArrayRecord([x0]), num_rounds=rounds)
+        walls.append((time.perf_counter() - w0) / rounds)
     else:
         grid = InProcessGrid(_client_app({}), peers)
         initial = ArrayRecord([x0])
@@ -385,7 +414,7 @@ def _dfedcata_cmd(args: argparse.Namespace) -> dict[str, Any]:
         res = measure_dfedcata(args.api, args.peers, args.params, args.rounds)
         print(json.dumps(res))
         return res
-    apis = ("legacy", "message") if args.api == "both" else (args.api,)
+    apis = ("legacy", "message", "start") if args.api == "all" else (args.api,)
     out: dict[str, Any] = {}
     for api in apis:
         cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "aggregate", "dfedcata", "--child",
@@ -484,7 +513,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--peers", type=int, default=50)
     d.add_argument("--params", type=int, default=2_000_000)
     d.add_argument("--rounds", type=int, default=2)
-    d.add_argument("--api", default="both", choices=("both", "legacy", "message"))
+    d.add_argument("--api", default="all", choices=("all", "legacy", "message", "start"))
     d.add_argument("--out")
     d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     sc = sub.add_parser("scaffold", help="SCAFFOLD's server step against a streaming NumPy step")
