@@ -30,8 +30,10 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 # Experiment flags: ExperimentConfig field -> help text. Flags not given stay unset (None).
 _HELP: dict[str, str] = {
-    "dataset": "digits, mnist, cifar10, cifar100, synthetic (causal-lm methods: instructions, dolly, alpaca)",
-    "data_dir": "folder with the dataset files (mnist, cifar, dolly/alpaca)",
+    "dataset": "digits, mnist, cifar10, cifar100, synthetic, or hf:NAME (any image-classification dataset through "
+               "Flower Datasets: a Hugging Face id or a local parquet/arrow folder) (causal-lm methods: instructions, "
+               "dolly, alpaca)",
+    "data_dir": "folder with the dataset files (mnist, cifar, dolly/alpaca); hf: datasets' download cache",
     "num_clients": "number of clients (partitions)",
     "rounds": "federated rounds",
     "seed": "seed of sampling, model initialisation and client randomness",
@@ -144,6 +146,8 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
                    help="method hyperparameter (see: python -m simulations defaults METHOD)")
     g.add_argument("--fail", action="append", default=[], metavar="ROUND:PARTITION",
                    help="inject a client failure (ROUND may be *, every round)")
+    g.add_argument("--download", action="store_true",
+                   help="fetch mnist, cifar10 or cifar100 into --data-dir with torchvision first")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -159,6 +163,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["fail"] = list(args.fail)
     if args.quiet:
         out["progress"] = False
+    if args.download:
+        out["download"] = True
     return out
 
 
