@@ -38,7 +38,6 @@ _EXPORTS = {
     "FedPara": "flwr_strategies.fedmud.strategy",
     "FedHM": "flwr_strategies.fedmud.strategy",
     "PartitionClientManager": "flwr_strategies.sampling",
-    "MeteredStrategy": "flwr_strategies.metering",
     "MethodSpec": "flwr_strategies.registry",
     "get_method": "flwr_strategies.registry",
     "list_methods": "flwr_strategies.registry",

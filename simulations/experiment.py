@@ -106,10 +106,10 @@ class Experiment:
         )
 
     def build_strategy(self):
-        return self.spec.build_strategy(self.server_setup(), dict(self.params))
+        return self.spec.legacy_strategy(self.server_setup(), dict(self.params))
 
     def preflight(self) -> None:
-        """Build the method's server core (its strategy, for methods without a core) and one client
+        """Build the method's server core and one client
         now and discard them, so that a setting the method rejects fails before the first round.
 
         Random states (torch, NumPy, Python) are restored afterwards: a run gives the same numbers
@@ -120,12 +120,7 @@ class Experiment:
 
         with _preserved_rng():
             try:
-                setup = self.server_setup()
-                if self.spec.build_core is not None:
-                    built = self.spec.build_core(setup, dict(self.params))
-                else:
-                    built = self.spec.build_strategy(setup, dict(self.params))
-                del built
+                self.spec.build_core(self.server_setup(), dict(self.params))
                 self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
             except (ValueError, TypeError, KeyError) as err:
                 msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)

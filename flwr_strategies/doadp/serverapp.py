@@ -25,8 +25,8 @@ __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 class _Private(MessageStrategy):
     federated_evaluation = NO_FEDERATED_EVALUATION
 
-    def __init__(self, *args: Any, fraction_evaluate: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(*args, fraction_evaluate=fraction_evaluate, **kwargs)
+    def __init__(self, fraction_train: float = 1.0, fraction_evaluate: float = 0.0, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fraction_train, fraction_evaluate, *args, **kwargs)
 
 
 class DOADP(_Private):
