@@ -447,3 +447,26 @@ def test_legacy_strategy_honours_what_a_custom_client_manager_returns():
 def test_a_criterion_must_be_one():
     with pytest.raises(ValueError, match=r"^FedAvg: criterion must be a flwr.server.criterion.Criterion"):
         flwr_strategies.FedAvg(criterion=lambda client: True)
+
+
+def test_a_users_subclass_gets_its_signature():
+    """A subclass that declares more hyperparameters shows them; one whose own ``__init__`` adds an
+    argument shows that ``__init__``."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Extra:
+        gain: float = 2.0
+
+    class Declared(flwr_strategies.FedAvg):
+        hyperparameters = {"extra": Extra}
+
+    assert inspect.signature(Declared).parameters["gain"].default == 2.0
+
+    class Own(flwr_strategies.FedAvg):
+        def __init__(self, tag: str, **kwargs):
+            super().__init__(**kwargs)
+            self.tag = tag
+
+    assert list(inspect.signature(Own).parameters) == ["tag", "kwargs"]
+    assert Own("x", fraction_fit=0.5).tag == "x"

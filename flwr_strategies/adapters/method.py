@@ -96,12 +96,13 @@ def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
 
 
-def method_signature(cls: type) -> inspect.Signature:
+def method_signature(cls: type) -> inspect.Signature | None:
     """The constructor signature of a method's strategy class: the adapter's arguments (Flower's
     FedAvg arguments for its API and the adapter's own, with the defaults a subclass's
     ``__init__`` sets), then every hyperparameter (the fields of the ``hyperparameters`` configs,
     annotated from the dataclasses, with the method's defaults) and every ``arguments`` entry, as
-    keyword-only parameters. No ``**kwargs``: the constructor accepts exactly these."""
+    keyword-only parameters. No ``**kwargs``: the constructor accepts exactly these. None for a
+    subclass whose own ``__init__`` adds arguments of its own (its ``__init__`` is then its signature)."""
     adapter = next(k for k in cls.__mro__ if MethodAdapter in k.__bases__)
     overrides: dict[str, Any] = {}
     for klass in cls.__mro__[:cls.__mro__.index(adapter)]:
@@ -110,9 +111,8 @@ def method_signature(cls: type) -> inspect.Signature:
                 overrides.setdefault(p.name, p.default)
     params = [p.replace(default=overrides.pop(p.name)) if p.name in overrides else p
               for p in _parameters(adapter.__dict__["__init__"])]
-    if overrides:
-        raise TypeError(f"{cls.__name__}.__init__ adds {sorted(overrides)}: declare a method's own arguments in "
-                        "`arguments` or its configs")
+    if overrides:  # a subclass whose own __init__ adds arguments: Python reads its signature from that __init__
+        return None
     taken = {p.name for p in params}
     for key, config in cls.hyperparameters.items():
         dataclass = config if isinstance(config, type) else type(config)
