@@ -470,3 +470,18 @@ def test_a_users_subclass_gets_its_signature():
 
     assert list(inspect.signature(Own).parameters) == ["tag", "kwargs"]
     assert Own("x", fraction_fit=0.5).tag == "x"
+
+
+def test_an_empty_sample_is_asked_again_once():
+    """Flower's SimpleClientManager returns no client when one left between the count of admitted
+    clients and the sample; the strategy asks once more."""
+    class Racy(_Recording):
+        def sample(self, num_clients, min_num_clients=None, criterion=None):
+            out = super().sample(num_clients, min_num_clients, criterion)
+            return [] if len(self.calls) == 1 else out
+
+    cm = Racy(range(3))
+    s = flwr_strategies.FedAvg(initial_parameters=[np.zeros(2, np.float32)], min_available_clients=3,
+                               partition_resolver=lambda m: m.proxies)
+    ins = s.configure_fit(1, s.initialize_parameters(cm), cm)
+    assert len(ins) == 3 and len(cm.calls) == 2

@@ -279,10 +279,13 @@ class LegacyStrategy(MethodAdapter, Strategy):
         decentralized method then counts as gone, see its ``failure_policy``).
         """
         proxies = self._proxies(client_manager)
-        admitted = sum(1 for proxy in client_manager.all().values()
-                       if self.criterion is None or self.criterion.select(proxy))
-        sample = client_manager.sample(num_clients=admitted, min_num_clients=self.min_available_clients,
-                                       criterion=self.criterion)
+        for _ in range(2):  # asked again once when a client left between the count and the sample
+            admitted = sum(1 for proxy in client_manager.all().values()
+                           if self.criterion is None or self.criterion.select(proxy))
+            sample = client_manager.sample(num_clients=admitted, min_num_clients=self.min_available_clients,
+                                           criterion=self.criterion)
+            if sample or not admitted:
+                break
         chosen = {proxy.cid for proxy in sample}
         return {pid: proxy for pid, proxy in proxies.items() if proxy.cid in chosen}
 
