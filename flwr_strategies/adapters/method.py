@@ -90,7 +90,7 @@ def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
     """``function``'s parameters without ``self`` and ``*args``/``**kwargs``, annotations evaluated."""
     try:
         signature = inspect.signature(function, eval_str=True)
-    except NameError:
+    except (NameError, TypeError):
         signature = inspect.signature(function)
     return [p for p in list(signature.parameters.values())[1:]
             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
@@ -118,11 +118,11 @@ def method_signature(cls: type) -> inspect.Signature | None:
         dataclass = config if isinstance(config, type) else type(config)
         try:
             hints = typing.get_type_hints(dataclass)
-        except NameError:
+        except (NameError, TypeError):
             hints = {}
         for field in dataclasses.fields(dataclass):
             default, annotation = _default(config, field.name), hints.get(field.name, field.type)
-            if dataclasses.is_dataclass(default):  # a nested config: also given as a dict of its fields
+            if dataclasses.is_dataclass(default) and not isinstance(annotation, str):  # also a dict of its fields
                 annotation = annotation | Mapping[str, Any]
             params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                             annotation=annotation))
