@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common import (
-    Code,
     Context,
     DisconnectRes,
     EvaluateIns,
