@@ -10,7 +10,7 @@ from flwr_strategies.setup import SettingError
 
 from .backends import RayRunError, RunOutcome, run_backend
 from .experiment import ExperimentConfig, _preserved_rng, get_experiment
-from .results import package_versions, run_status, summarize, write_json
+from .results import chance_loss, package_versions, run_status, summarize, write_json
 
 
 class _Progress:
@@ -76,6 +76,11 @@ def check_faults_can_fire(exp) -> None:
                                                  f"{cfg.rounds} rounds")
 
 
+def task_chance_loss(task: Any) -> float | None:
+    """The chance-level loss of ``task`` when it is a classifier (``ln(num_classes)``), else None."""
+    return chance_loss(getattr(getattr(task, "bundle", None), "num_classes", None))
+
+
 def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: float | None = None, verbose: bool = False) -> dict[str, Any]:
     """Run ``cfg`` on its backend and return (and write to ``cfg.out``) the results dict.
 
@@ -85,7 +90,7 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     rejects fails here). Each raises naming the setting or file and the value.
 
     ``results["status"]`` is ``"ok"``, ``"degraded: ..."`` (the run finished, but see
-    :func:`~.results.run_status`) or ``"failed: ..."`` (no client update aggregated in any round,
+    :func:`~.results.run_status`: a diverged loss names the rule it broke) or ``"failed: ..."`` (no client update aggregated in any round,
     or the ray backend's run failed or did not return; the rounds it recorded are kept);
     ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
     atomically.
@@ -107,7 +112,7 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     finally:
         progress.close()
     rounds = strategy.rounds
-    summary = summarize(rounds, target)
+    summary = summarize(rounds, target, chance=task_chance_loss(exp.task))
     results = {
         "method": cfg.method,
         "label": label or cfg.method,
