@@ -320,3 +320,34 @@ def test_a_noisy_but_learning_dp_run_is_ok(tmp_path, capsys):
     losses = [r["loss"] for r in saved["rounds"] if r.get("loss") is not None]
     assert losses[-1] < losses[0] and saved["rounds"][-1]["fit_step_noise_norm"] > 0, losses
     assert code == 0 and saved["status"] == "ok" and not saved["summary"]["diverged"], (err, losses)
+
+
+# ------------------------------------------------------------------ the project's ServerApp (Message API)
+def _serve(cfg: ExperimentConfig, out, num_nodes: int):
+    from flwr.app import Context
+
+    from flwr_strategies.simulations import app as project_app
+
+    rc = {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(out)}
+    grid = InProcessGrid(project_app.client_app, num_nodes, run_config=rc)
+    return project_app.serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+
+
+def test_the_serverapp_stops_a_run_that_trains_nothing_and_says_why(tmp_path):
+    cfg = ExperimentConfig(method="fedavg", num_clients=2, rounds=4, local_steps=1, fail=["*:0", "*:1"], progress=False)
+    with pytest.raises(flwr_strategies.NoProgressError, match="rounds 1 to 2: every sampled client failed"):
+        _serve(cfg, tmp_path, 2)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["status"] == "failed" and saved["error"].startswith("NoProgressError: rounds 1 to 2")
+    assert "injected failure of partition" in saved["error"] and "Change what it names" in saved["error"]
+    assert max(r["round"] for r in saved["rounds"]) == 2
+
+
+def test_the_serverapp_names_a_diverged_run(tmp_path, caplog):
+    # DPDO at step 1 on digits: 2.42 -> 8.8 after one round, 22.8 after five (measured in process)
+    cfg = ExperimentConfig(method="dpdo", lr=1.0, num_clients=4, rounds=3, progress=False)
+    _serve(cfg, tmp_path, 4)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["status"].startswith("degraded: the loss diverged: the final loss"), saved["status"]
+    assert "chance-level loss 2.303" in saved["status"] and saved["summary"]["diverged"]
+    assert any("the loss diverged" in r.getMessage() for r in caplog.records)
