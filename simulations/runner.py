@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.adapters.recorder import NoProgressError
 from flwr_strategies.setup import SettingError
 
 from .backends import RayRunError, RunOutcome, run_backend
@@ -92,6 +93,8 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     ``results["status"]`` is ``"ok"``, ``"degraded: ..."`` (the run finished, but see
     :func:`~.results.run_status`: a diverged loss names the rule it broke) or ``"failed: ..."`` (no client update aggregated in any round,
     or the ray backend's run failed or did not return; the rounds it recorded are kept);
+    a run that trained nothing in two consecutive rounds writes ``"failed: NoProgressError: ..."``
+    and then raises the :class:`~flwr_strategies.adapters.recorder.NoProgressError`;
     ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
     atomically.
     """
@@ -102,13 +105,16 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     exp.preflight()
     check_faults_can_fire(exp)
     progress = _Progress(cfg, label)
-    error = None
+    error = stopped = None
     try:
         strategy, timing = run_backend(cfg, on_round_end=progress, verbose=verbose)
     except RayRunError as err:  # Flower's run failed or did not return: keep what it recorded
         error = str(err).split("\n", 1)[0]
         strategy = RunOutcome(err.results.get("rounds", []), err.results.get("failure_log", []))
         timing = {}
+    except NoProgressError as err:  # the run trained nothing: keep its records, write them, then raise
+        error, stopped = f"{type(err).__name__}: {err}", err
+        strategy, timing = RunOutcome(err.rounds, err.failure_log), {}
     finally:
         progress.close()
     rounds = strategy.rounds
@@ -131,4 +137,6 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     }
     if out is not None:
         write_json(out / "results.json", results)
+    if stopped is not None:
+        raise stopped
     return results

@@ -351,3 +351,14 @@ def test_the_serverapp_names_a_diverged_run(tmp_path, caplog):
     assert saved["status"].startswith("degraded: the loss diverged: the final loss"), saved["status"]
     assert "chance-level loss 2.303" in saved["status"] and saved["summary"]["diverged"]
     assert any("the loss diverged" in r.getMessage() for r in caplog.records)
+
+
+def test_the_command_line_stops_a_run_that_trains_nothing_and_keeps_its_records(tmp_path, capsys):
+    code = cli.main(["run", "--method", "fedavg", "--num-clients", "2", "--rounds", "4", "--local-steps", "1",
+                     "--fail", "*:0", "--fail", "*:1", "--quiet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_FAILED == 1
+    assert "error: fedavg failed: rounds 1 to 2: every sampled client failed" in err and "Change what it names" in err
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["status"].startswith("failed: NoProgressError: rounds 1 to 2")
+    assert [r["round"] for r in saved["rounds"]] == [0, 1, 2] and saved["summary"]["client_updates"] == 0

@@ -37,7 +37,14 @@ STALLED_ROUNDS = 2
 class NoProgressError(RuntimeError):
     """No client update was aggregated in :data:`STALLED_ROUNDS` consecutive rounds (every sampled
     client failed or was rejected): the model cannot change, the run stops. The message names the
-    rounds, the first cause (a client's own error or the rejection) and the likely fix."""
+    rounds, the first cause (a client's own error or the rejection) and the likely fix; ``rounds``
+    and ``failure_log`` are the run's records up to the stop (as :class:`RoundRecorder` keeps them)."""
+
+    def __init__(self, message: str, rounds: list[dict[str, Any]] | None = None,
+                 failure_log: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.rounds = list(rounds or [])
+        self.failure_log = list(failure_log or [])
 
 
 def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
@@ -197,7 +204,8 @@ class RoundRecorder:
                 raise NoProgressError(
                     f"rounds {first} to {server_round}: {what} ({len(failures)} failed, {len(rejections)} rejected in "
                     f"round {server_round}), so no client update was aggregated and the model has not changed since "
-                    f"round {first - 1}; stopping the run. {diagnose(rejections, failures)}"
+                    f"round {first - 1}; stopping the run. {diagnose(rejections, failures)}",
+                    self.snapshot(), self.failure_log,
                 )
         else:
             self._stalled.clear()
