@@ -248,6 +248,8 @@ class DecentralizedCore(ServerCore):
             result = super().train_round(server_round, replies, sampled=sampled | set(absent), failed=failed,
                                          on_bad_reply=on_bad_reply)
         result["absent"] = len(absent)
+        if self.topology.adjustment is not None:  # in every round, also one without a valid reply
+            result.setdefault("graph_adjusted", 1)
         return result
 
 
