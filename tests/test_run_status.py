@@ -63,6 +63,10 @@ def test_no_progress_error_is_exported_from_the_package():
      f"The clients' training raised an error instead of replying; the first: partition 0: ClientAppException: "
      f"ValueError: {REFUSAL}. Change what it names (the clients' settings in the run config or the ClientApp's "
      "training code) and run again."),
+    ([], ["partition 1: ClientAppException: FloatingPointError: FedMUD's local loss is not finite (nan)"],
+     "The clients' local training diverged and raised; the first: partition 1: ClientAppException: "
+     "FloatingPointError: FedMUD's local loss is not finite (nan). Lower the learning rate (or clip gradients) in the "
+     "clients' training."),
     ([], ["partition 3: no reply (its node did not answer or was not connected)"],
      "The sampled clients did not reply (partition 3: no reply (its node did not answer or was not connected)): "
      "check that the SuperNodes are running and connected, and that the round's timeout leaves time for local "

@@ -86,6 +86,10 @@ def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
                 f"MetricRecord({{'{key}': len(trainloader.dataset), ...}}) (or set weighted_by_key to the metric "
                 "your clients send).")
     raised = [f for f in failures if not _no_reply(f)]
+    blown = [f for f in raised if any(m in f for m in ("FloatingPointError", "NaN", "non-finite", "not finite"))]
+    if blown:
+        return (f"The clients' local training diverged and raised; the first: {blown[0]}. Lower the learning rate "
+                "(or clip gradients) in the clients' training.")
     if raised:
         return (f"The clients' training raised an error instead of replying; the first: {raised[0]}. Change what "
                 "it names (the clients' settings in the run config or the ClientApp's training code) and run again.")
