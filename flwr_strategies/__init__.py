@@ -3,8 +3,8 @@
 ``from flwr_strategies import DFedCata`` gives the legacy-API strategy (``flwr.server.strategy``);
 ``from flwr_strategies.serverapp import DFedCata`` the Message-API one (``flwr.serverapp.strategy``).
 Client pieces live in ``flwr_strategies.clients``. ``NoProgressError`` is what a strategy raises
-when no client update was aggregated in two consecutive rounds. Names import lazily, so importing the package
-itself stays cheap.
+when no client update was aggregated in two consecutive rounds. Names import lazily, so importing
+the package itself stays cheap.
 """
 
 from __future__ import annotations

@@ -91,10 +91,11 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     rejects fails here). Each raises naming the setting or file and the value.
 
     ``results["status"]`` is ``"ok"``, ``"degraded: ..."`` (the run finished, but see
-    :func:`~.results.run_status`: a diverged loss names the rule it broke) or ``"failed: ..."`` (no client update aggregated in any round,
-    or the ray backend's run failed or did not return; the rounds it recorded are kept);
-    a run that trained nothing in two consecutive rounds writes ``"failed: NoProgressError: ..."``
-    and then raises the :class:`~flwr_strategies.adapters.recorder.NoProgressError`;
+    :func:`~.results.run_status`: a diverged loss names the rule it broke) or ``"failed: ..."``
+    (no client update aggregated in any round, or the ray backend's run failed or did not return;
+    the rounds it recorded are kept); a run that trained nothing in two consecutive rounds writes
+    ``"failed: NoProgressError: ..."`` and then raises the
+    :class:`~flwr_strategies.adapters.recorder.NoProgressError`;
     ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
     atomically.
     """

@@ -303,7 +303,8 @@ def diverged_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejectio
         if loss is None:
             continue
         if not math.isfinite(loss):
-            out.append((pos, Rejection(int(reply.partition_id), f"diverged: its reported {TRAIN_LOSS_KEY} is {loss!r} (non-finite)")))
+            why = f"diverged: its reported {TRAIN_LOSS_KEY} is {loss!r} (non-finite)"
+            out.append((pos, Rejection(int(reply.partition_id), why)))
             continue
         others = [v for p, _, v in losses if p != pos and v is not None and math.isfinite(v)]
         if others:
