@@ -43,7 +43,7 @@ import json
 import os
 import time
 from dataclasses import replace
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from .experiment import Experiment, ExperimentConfig, get_experiment
 from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
 from .results import finished_status, summarize, write_json
+from .runner import task_chance_loss
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -134,10 +135,14 @@ class RunReport:
         The run's settings (written into the file).
     out_dir : str
         Folder for ``results.json`` and ``final.npz``; "" writes nothing.
+    chance : float | None (default: None)
+        The task's chance-level loss (a classifier's ``ln(num_classes)``), for the divergence rule
+        (:func:`~.results.divergence`).
     """
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: str) -> None:
+    def __init__(self, cfg: ExperimentConfig, out_dir: str, chance: float | None = None) -> None:
         self.cfg = cfg
+        self.chance = chance
         self.out_dir = Path(out_dir) if out_dir else None
         self.source: Any = None  # the strategy's RoundRecorder
         self._t0 = time.perf_counter()
@@ -159,7 +164,7 @@ class RunReport:
             "runtime": f"flwr run (ServerApp, {self.path})",
             "status": status,
             "timing": {"wall_s": time.perf_counter() - self._t0},
-            "summary": summarize(rounds),
+            "summary": summarize(rounds, chance=self.chance),
             "failure_log": list(getattr(self.source, "failure_log", [])),
             "rounds": rounds,
         }
@@ -279,7 +284,7 @@ def serve(grid: Grid, context: Context) -> RunReport:
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)
-    report = RunReport(cfg, str(rc.get("out-dir", "") or ""))
+    report = RunReport(cfg, str(rc.get("out-dir", "") or ""), chance=task_chance_loss(exp.task))
     log(INFO, "flwr-strategies: %s on %d clients, %d rounds", cfg.method, cfg.num_clients, cfg.rounds)
     try:
         final = run_message_strategy(grid, exp, probe, report)
@@ -288,7 +293,10 @@ def serve(grid: Grid, context: Context) -> RunReport:
         raise
     report.final = final
     report.write_final(final)
-    report.write(finished_status(summarize(report.records())))
+    status = finished_status(summarize(report.records(), chance=report.chance))
+    if status != "completed":  # the run ended, but not as a plain success: say why in the run's log
+        log(WARNING, "flwr-strategies: %s %s", cfg.method, status)
+    report.write(status)
     return report
 
 

@@ -10,8 +10,9 @@ Errors in flags, method settings and data files are reported before the first ro
 (``results.json`` ``status``, and on stderr when it is not ``ok``) in the exit status:
 
 - 0: ``ok``;
-- 1: ``failed``: no client update was aggregated in any round, or the ``ray`` backend's run did
-  not finish (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
+- 1: ``failed``: no client update was aggregated in any round, or in two consecutive rounds (the
+  run stops there, naming the cause and the fix), or the ``ray`` backend's run did not finish
+  (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
 - 3: ``degraded``: the run finished but a round aggregated no client update, a partition failed
   every round to the end, a round's aggregate was rejected as not finite, or the loss diverged.
 """
@@ -174,9 +175,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .results import final_text
     from .runner import run_experiment
 
+    from flwr_strategies.adapters.recorder import NoProgressError
+
     conf = merge_config({"method": args.method}, _overrides(args))
     conf["out"] = args.out
-    res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
+    try:
+        res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
+    except NoProgressError as err:  # stopped: the cause and the fix, results.json already written
+        if args.out:
+            print(f"wrote {Path(args.out) / 'results.json'}")
+        return _status_exit(args.method, f"failed: {err}")
     s = res["summary"]
     print(
         f"{res['method']}: {final_text(s)}, {s['rounds']} rounds, up {s['bytes_up_per_round']:.0f} B/round, "

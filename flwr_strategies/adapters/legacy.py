@@ -404,7 +404,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             metrics.update(user or {})
             for key, value in (user or {}).items():
                 rec[f"fit_{key}"] = value
-        self._returned = _parameters(self.core.global_arrays())
+        self._returned = _parameters(self.core.model_arrays())
         return self._returned, numeric_metrics(metrics)
 
     def configure_evaluate(

@@ -357,8 +357,9 @@ class MessageStrategy(MethodAdapter, Strategy):
         return ArrayRecord({k: _array(np.asarray(a)) for k, a in zip(names, arrays)})
 
     def global_array_record(self) -> ArrayRecord:
-        """The core's global model, named like the initial arrays."""
-        return self._array_record(self.core.global_arrays(), True)
+        """The core's global model (:meth:`~flwr_strategies.core.server.ServerCore.model_arrays`),
+        named like the initial arrays."""
+        return self._array_record(self.core.model_arrays(), True)
 
     def _follow(self, arrays: ArrayRecord, rnd: int) -> None:
         """Continue from ``arrays`` when they are not the model this strategy gave Flower."""

@@ -428,3 +428,4 @@ class MethodAdapter:
         except ValueError as err:
             _prefix(err, f"{type(self).__name__}, round {server_round}")
             raise
+        core.updated = True  # the adopted model is the global model from now on (ServerCore.model_arrays)

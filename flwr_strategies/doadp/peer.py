@@ -273,7 +273,7 @@ class PublicTableCore(DecentralizedCore):
         return self.unflatten(self.x0 if self.server_round == 0 else self.public_model())
 
     def evaluate(self, server_round: int, evaluate_fn: EvalFn):
-        res = evaluate_fn(server_round, self.global_arrays())
+        res = evaluate_fn(server_round, self.model_arrays())  # x0 until a round aggregated an update
         if res is None or not self.report_round(server_round) or not self.reported.any():
             return res
         loss, metrics = res
