@@ -64,6 +64,8 @@ class ScaffoldCorrection:
     c_local : sequence of arrays or tensors | None (default: None, i.e. zeros)
         This client's control ``c_i`` (kept across rounds by the client, e.g. in ``context.state``).
 
+    Notes
+    -----
     Frozen parameters (``requires_grad=False``) are not corrected. Where you clip gradients decides
     the scope: :meth:`apply` after ``clip_grad_norm_`` clips ``g`` alone (this library's default);
     before it clips ``g - c_i + c`` (the FedExP/FedSLS code, ``correction_in_clip``).
