@@ -7,7 +7,7 @@ error) and ``send_and_receive`` waits its full ``timeout`` when a reply is missi
 does. The strategy must wait for it in the round that finds it down only, leave it out of later
 rounds (a failed peer for a decentralized method, not sampled for FedAvg), log it each round, and
 take it back once it answers a re-check. The real deployment (a killed SuperNode) is in
-``tests/test_deployment_dead_node.py``.
+``tests/test_deployment_faults.py``.
 """
 
 from __future__ import annotations
