@@ -40,7 +40,7 @@ _HELP: dict[str, str] = {
     "alpha": "Dirichlet concentration of the partition",
     "classes_per_client": "classes per client for pathological/label-count",
     "fraction_fit": "fraction of clients sampled per round, in (0, 1]",
-    "lr": "client learning rate (round 1)",
+    "lr": "client learning rate (round 1), or auto (DO-ADP family: derived from the step noise rule)",
     "lr_decay": "per-round learning-rate decay: round r uses lr * lr_decay**(r-1), in (0, 1]",
     "local_epochs": "local epochs per round (E); 'none' with --local-steps",
     "local_steps": "local minibatch steps per round (K; takes precedence over epochs); 'none' for epochs",
@@ -130,7 +130,7 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
         kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
         if name in OPTIONAL and kind is not str:
             kind = _optional(kind)
-        if name == "client_timeout":
+        if name in ("client_timeout", "lr"):
             kind = _auto_or(float)
         help_text = _HELP[name]
         if name in table:
