@@ -215,7 +215,28 @@ def print_defaults(method: str) -> None:
 
 def cmd_defaults(args: argparse.Namespace) -> int:
     print_defaults(args.method)
+    step = resolved_step(args.method)
+    if step:
+        print(step)
     return 0
+
+
+def resolved_step(method: str) -> str | None:
+    """For a method whose default ``lr`` is ``auto``: the step its core derives on these defaults (the
+    noise is calibrated first, so the data are loaded and the core is built; nothing trains)."""
+    from flwr_strategies.setup import AUTO_LR
+
+    from .experiment import Experiment
+    from .settings import ExperimentConfig
+
+    cfg = ExperimentConfig(method=method).validate()
+    if cfg.lr != AUTO_LR:
+        return None
+    exp = Experiment(cfg)
+    report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
+    if "beta0_rule" in report:
+        return f"lr auto on these defaults: beta0 = {report['beta0']:.6g} ({report['beta0_rule']})"
+    return f"lr auto on these defaults: step {report['alpha']:.6g} ({report['alpha_rule']})"
 
 
 def cmd_list(args: argparse.Namespace) -> int:

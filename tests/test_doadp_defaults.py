@@ -101,3 +101,12 @@ def test_auto_is_refused_where_no_rule_sets_the_step():
 def test_step_noise_norm_must_stay_below_the_bound():
     with pytest.raises(ValueError, match="step_noise_norm"):
         DOADPConfig(step_noise_norm=STEP_NOISE_BOUND)
+
+
+def test_defaults_command_prints_the_step_that_runs(runs, capsys):
+    from flwr_strategies.simulations import cli
+
+    assert cli.main(["defaults", "doadp"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("lr auto on these defaults: step "), line
+    assert float(line.split()[6]) == pytest.approx(runs["doadp"]["rounds"][1]["fit_alpha"], rel=1e-5)
