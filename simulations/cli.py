@@ -43,7 +43,7 @@ _HELP: dict[str, str] = {
     "alpha": "Dirichlet concentration of the partition",
     "classes_per_client": "classes per client for pathological/label-count",
     "fraction_fit": "fraction of clients sampled per round, in (0, 1]",
-    "lr": "client learning rate (round 1)",
+    "lr": "client learning rate (round 1), or auto (DO-ADP family: derived from the step noise rule)",
     "lr_decay": "per-round learning-rate decay: round r uses lr * lr_decay**(r-1), in (0, 1]",
     "local_epochs": "local epochs per round (E); 'none' with --local-steps",
     "local_steps": "local minibatch steps per round (K; takes precedence over epochs); 'none' for epochs",
@@ -133,7 +133,7 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
         kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
         if name in OPTIONAL and kind is not str:
             kind = _optional(kind)
-        if name == "client_timeout":
+        if name in ("client_timeout", "lr"):
             kind = _auto_or(float)
         help_text = _HELP[name]
         if name in table:
@@ -229,7 +229,28 @@ def print_defaults(method: str) -> None:
 
 def cmd_defaults(args: argparse.Namespace) -> int:
     print_defaults(args.method)
+    step = resolved_step(args.method)
+    if step:
+        print(step)
     return 0
+
+
+def resolved_step(method: str) -> str | None:
+    """For a method whose default ``lr`` is ``auto``: the step its core derives on these defaults (the
+    noise is calibrated first, so the data are loaded and the core is built; nothing trains)."""
+    from flwr_strategies.setup import AUTO_LR
+
+    from .experiment import Experiment
+    from .settings import ExperimentConfig
+
+    cfg = ExperimentConfig(method=method).validate()
+    if cfg.lr != AUTO_LR:
+        return None
+    exp = Experiment(cfg)
+    report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
+    if "beta0_rule" in report:
+        return f"lr auto on these defaults: beta0 = {report['beta0']:.6g} ({report['beta0_rule']})"
+    return f"lr auto on these defaults: step {report['alpha']:.6g} ({report['alpha_rule']})"
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from flwr.common import (
 
 from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
-from flwr_strategies.setup import ClientSetup, ServerSetup
+from flwr_strategies.setup import AUTO_LR, ClientSetup, ServerSetup
 
 from .settings import BACKENDS, ExperimentConfig, config_from_run_config, simulated_node_config
 from .tasks import Task, build_task
@@ -83,8 +83,9 @@ class Experiment:
 
     def fit_config(self, server_round: int) -> dict[str, Any]:
         """The standard per-round client config (the strategy adds the round, ``server-round``)."""
+        lr = {} if self.train.lr == AUTO_LR else {"lr": self.train.lr_at(server_round)}  # "auto": the core's own
         return {
-            "lr": self.train.lr_at(server_round),
+            **lr,
             "local_epochs": int(self.train.local_epochs or 0),
             "local_steps": int(self.train.local_steps or 0),
             "batch_size": int(self.train.batch_size),

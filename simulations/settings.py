@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr_strategies.registry import PROVENANCES, MethodSpec, get_method, parse_value
-from flwr_strategies.setup import SettingError, TrainConfig
+from flwr_strategies.setup import AUTO_LR, SettingError, TrainConfig
 
 BACKENDS = ("inprocess", "ray")
 
@@ -518,6 +518,9 @@ def _check(cfg: ExperimentConfig) -> None:
         value = getattr(cfg, name)                                 # message names the setting first
         if value is not None:
             _integer(name, value, 1)
+    if cfg.lr == AUTO_LR and not spec.extra.get("auto_lr"):
+        raise SettingError("lr", cfg.lr, f"a finite number > 0 (method '{spec.name}' has no rule that derives its "
+                                         "step size: 'auto' is for the DO-ADP family)")
     cfg.train_config()  # lr, momentum, weight decay, lr decay, clipping
     if cfg.model is not None and choices.get("models") and cfg.model not in choices["models"]:
         raise SettingError("model", cfg.model, f"one of {', '.join(choices['models'])}")
@@ -629,7 +632,7 @@ def _typed(name: str, raw: Any, key: str) -> Any:
                 return int(raw)
             return int(str(raw).strip())
         if name in FLOAT_SETTINGS:
-            if name == "client_timeout" and str(raw).strip().lower() == "auto":
+            if name in ("client_timeout", "lr") and str(raw).strip().lower() == "auto":
                 return "auto"
             if isinstance(raw, bool):
                 raise ValueError

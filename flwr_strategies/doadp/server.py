@@ -42,7 +42,7 @@ from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.accountant import calibrate_sigma
 from ..privacy.doadp_accountant import doadp_privacy, doadp_sigma
-from .config import DMSGDConfig, DOADPConfig, resolve_k
+from .config import DMSGDConfig, DOADPConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 
 __all__ = ["DOADPServer", "DMSGDServer", "check_topk_message"]
@@ -80,12 +80,14 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     dataset_size : int
         q: the smallest local dataset (records) of an agent; the sampling rate is b/q. Checked
         against the agents' ``num_examples`` (see :class:`~flwr_strategies.doadp.peer.PublicTableCore`).
-    alpha : float (default: 0.01, paper CNN)
-        Step size, > 0. Each step adds Gaussian noise of norm about ``alpha * sigma * sqrt(d)`` to an
-        agent's model (reported as ``step_noise_norm``). Measured on Flower's quickstart CNN on
-        MNIST (44k parameters, 200 rounds, ``python -m simulations bench doadp_stepsize``): the
-        training loss stayed bounded up to a noise norm of 2.5 and diverged from 4.5 on, so keep
-        ``alpha <= 2.5 / (sigma sqrt(d))``.
+    alpha : float | str (default: 0.01, paper CNN)
+        Step size, > 0, or ``"auto"``. Each step adds Gaussian noise of norm about
+        ``alpha * sigma * sqrt(d)`` to an agent's model (reported as ``step_noise_norm``). Measured on
+        Flower's quickstart CNN on MNIST (44k parameters, 200 rounds, ``python -m simulations bench
+        doadp_stepsize``): the training loss stayed bounded up to a noise norm of 2.5 and diverged
+        from 4.5 on (:data:`~flwr_strategies.doadp.config.STEP_NOISE_BOUND`). ``"auto"``: once sigma
+        is calibrated, ``alpha = config.step_noise_norm / (sigma sqrt(d))`` (reported as
+        ``alpha`` every round).
     lr_decay : float (default: 1.0, paper: constant)
         Per-round decay of the step size (round r uses ``alpha * lr_decay**(r-1)``), in (0, 1].
     batch_size : int (default: 32; the paper uses 1)
@@ -111,6 +113,9 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.init_ledger()
         self.k = resolve_k(self.config.k_frac, self.d)
         self.sigma = self._calibrate()
+        self.alpha_rule = "given"
+        if self.alpha is None:
+            self._auto_alpha()
         self.XHAT = np.zeros((self.n, self.d)) if self.config.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
         self.accepted = np.zeros(self.n, dtype=np.int64)
         self.active_steps = np.zeros(self.n, dtype=np.int64)
@@ -155,6 +160,12 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.planned_epsilon = certified
         return float(sigma)
 
+    def _auto_alpha(self) -> None:
+        """``alpha = step_noise_norm / (sigma sqrt(d))``: the step whose noise norm is the target."""
+        self.alpha = auto_step(self.sigma * math.sqrt(self.d), self.config.step_noise_norm)
+        self.alpha_rule = (f"auto: step_noise_norm {self.config.step_noise_norm:g} / (sigma {self.sigma:.6g} * "
+                           f"sqrt(d {self.d}))")
+
     def alpha_at(self, server_round: int) -> float:
         """Step size of ``server_round``: ``alpha * lr_decay**(server_round - 1)``."""
         return self.alpha * self.lr_decay ** max(0, int(server_round) - 1)
@@ -198,7 +209,8 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "method": "doadp",
             "target_epsilon": c.epsilon, "target_delta": c.delta,
             "calibration": "given sigma" if c.sigma is not None else c.calibration,
-            "sigma": self.sigma, "step_noise_norm": self.step_noise_norm(1), "k": self.k, "d": self.d, "q": self.q,
+            "sigma": self.sigma, "alpha": self.alpha, "alpha_rule": self.alpha_rule,
+            "step_noise_norm": self.step_noise_norm(1), "k": self.k, "d": self.d, "q": self.q,
             "q_ran": self.q_ran,
             "batch_size": self.batch_size, "rounds": self.num_rounds, "sampling": c.sampling,
             "accountant": mech.accountant, "adjacency": "replace-one", "noise_multiplier": mech.noise_multiplier,
@@ -299,6 +311,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "p2p_bytes": p2p,
             "noise_client_seeded": seeded,
             "noise_os_entropy": len(replies) - seeded,
+            "alpha": self.alpha_at(server_round),
             **self.graph_metrics(server_round, W),
         }
         if self.private:
@@ -369,6 +382,9 @@ class DMSGDServer(DOADPServer):
     def _calibrate(self) -> float:
         self.planned_epsilon = math.inf
         return 0.0
+
+    def _auto_alpha(self) -> None:
+        raise ValueError("D-mSGD adds no noise, so no noise rule sets its step size: give alpha (lr) a number")
 
     def params_config(self, server_round: int = 1) -> dict[str, Any]:
         cfg = super().params_config(server_round)
