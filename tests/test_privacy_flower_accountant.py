@@ -218,7 +218,7 @@ def _run(core, rounds):
 def test_doadp_composes_what_ran_into_it(sampling):
     core = _core(sampling=sampling)
     assert isinstance(core.accountant, AmplifiedAccountant)
-    assert core.accountant.config == privacy_config_for(core.mechanism(), 1e-5, max_epsilon=1.0)
+    assert core.accountant.config == privacy_config_for(core.mechanism(), 1e-5)
     _run(core, 12)
     spent = core.accountant.get_privacy_spent()
     assert spent.num_releases == 12 and spent.delta == 1e-5

@@ -353,12 +353,13 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     def _accountant(self, given: Any) -> Any:
         """The accountant every round is composed into: ``given`` (a Flower ``PrivacyAccountant`` whose
         configuration matches what runs: replace-one adjacency, this sampling, q records, the target delta)
-        or an :class:`~flwr_strategies.privacy.AmplifiedAccountant` with the target epsilon as its
-        ``max_epsilon``."""
+        or an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without ``max_epsilon`` (the target
+        already holds over the planned rounds, checked at construction; a run resumed from a checkpoint
+        that spent more keeps reporting what ran)."""
         c = self.config
         wanted = privacy_config_for(self.mechanism(), c.delta)
         if given is None:
-            return AmplifiedAccountant(privacy_config_for(self.mechanism(), c.delta, c.epsilon), method="DO-ADP")
+            return AmplifiedAccountant(wanted, method="DO-ADP")
         for name in ("compose", "would_exceed", "get_privacy_spent", "state_dict", "load_state_dict"):
             if not callable(getattr(given, name, None)):
                 raise TypeError(f"accountant must be a flwr.serverapp.PrivacyAccountant (no {name}()), got "

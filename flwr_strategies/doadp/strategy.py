@@ -23,7 +23,7 @@ __all__ = ["DOADP_ARGUMENTS", "Accounted", "DOADP", "DMSGD", "DPDO", "DPDDA", "C
 #: The arguments every method of this folder takes besides its config's fields (see :class:`DOADP`).
 AGENTS = {"num_rounds": REQUIRED, "local_dataset_size": REQUIRED, "lr": 0.01, "batch_size": 32, "lr_decay": 1.0}
 #: DO-ADP's arguments: AGENTS, plus Flower's ``accountant`` (a ``flwr.serverapp.PrivacyAccountant``; default
-#: None: an :class:`~flwr_strategies.privacy.AmplifiedAccountant` stopping at the target epsilon).
+#: None: an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without max_epsilon).
 DOADP_ARGUMENTS = {**AGENTS, "accountant": None}
 #: The peer graph: GraphConfig's fields, with the paper's circulant graph by default.
 GRAPH = GraphConfig(**DOADPServer.graph_defaults)
@@ -98,8 +98,9 @@ class DOADP(Accounted, _Private):
         pass its ``config.max_epsilon``. Its configuration must match what runs (``target_delta=delta``,
         ``population_size=local_dataset_size``, replace-one, ``"without-replacement"`` for
         ``sampling="uniform"``; :func:`~flwr_strategies.privacy.privacy_config_for` builds it). Default:
-        an :class:`~flwr_strategies.privacy.AmplifiedAccountant` with ``max_epsilon=epsilon``, read
-        after a run as ``strategy.accountant.get_privacy_spent()``.
+        an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without ``max_epsilon`` (the target
+        epsilon is already checked over ``num_rounds`` at construction), read after a run as
+        ``strategy.accountant.get_privacy_spent()``.
     epsilon, delta, p, k_frac, gamma, beta, clip, clip_mode, sampling, calibration, delta0, sigma, \
 public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
         The method's hyperparameters, see :class:`~flwr_strategies.doadp.config.DOADPConfig`.
