@@ -273,7 +273,7 @@ def test_message_api_run_stops_before_passing_max_epsilon():
 
     cfg = ExperimentConfig(method="doadp", dataset="digits", num_clients=4, rounds=20, seed=0, lr=0.05,
                            local_steps=1, batch_size=8, model="logreg", progress=False,
-                           params={"eval_every": 5, "k_frac": 0.3})
+                           params={"eval_every": 5, "k_frac": 0.3, "epsilon": 1.0, "calibration": "theorem1"})
     exp = get_experiment(cfg)
     init = [a.copy() for a in exp.initial_parameters]
     with warnings.catch_warnings():

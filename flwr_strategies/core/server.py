@@ -234,6 +234,11 @@ class ServerCore(ABC):
         """Whether central evaluation runs after ``server_round`` (0 = the initial model)."""
         return True
 
+    def round_not_aggregated(self, server_round: int) -> None:
+        """Called for a round in which no client update was aggregated (every sampled client failed
+        or was rejected), instead of :meth:`aggregate_train`. The model state must not change; a
+        private method still accounts the round, whose instructions went out. Default: nothing."""
+
     def evaluate(self, server_round: int, evaluate_fn: EvalFn) -> tuple[float, dict[str, Any]] | None:
         """Central evaluation of the global model (:meth:`model_arrays`; subclasses add per-client metrics)."""
         return evaluate_fn(server_round, self.model_arrays())
@@ -279,6 +284,7 @@ class ServerCore(ABC):
             failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
             if not valid:  # no client succeeded: nothing to fold in, the state stays as it was
                 metrics = {}
+                self.round_not_aggregated(int(server_round))
                 break
             try:
                 # deferred: a reply's NaN may pass through the aggregate first (it is then found and

@@ -393,6 +393,12 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         return {"p": c.p, "k_frac": self.k / self.d, "clip": c.clip, "sigma": float(self.sigma),
                 "batch_size": self.batch_size, "dataset_size": self.q_ran}
 
+    def round_not_aggregated(self, server_round: int) -> None:
+        """A round without a valid reply still went out: its agents may have released, so it is
+        composed (on the records of the last round that ran)."""
+        if self.private:
+            self._compose_round(server_round, self.q_ran)
+
     def _compose_round(self, server_round: int, q: int) -> None:
         """Compose the rounds that ran up to ``server_round`` (this one, and any rejected one before it:
         its instructions went out, so its agents may have released; every agent may have stepped, since
