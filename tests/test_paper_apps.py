@@ -6,12 +6,13 @@ on a CIFAR-shaped dataset the test writes as local parquet files (offline, throu
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import tomllib
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from flwr_simulation import CENTRAL, LocalSimulation
@@ -20,34 +21,27 @@ ROOT = Path(__file__).resolve().parents[1]
 APPS = ROOT / "simulations" / "apps"
 
 
-def _write_cifar_shaped_parquet(folder: Path) -> Path:
-    """scikit-learn's bundled digits as 32x32 RGB images, in CIFAR-10's column names (``img``,
-    ``label``), as a Hugging Face dataset folder with ``train`` and ``test`` parquet splits."""
-    from datasets import ClassLabel, Dataset, Features, Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    gray = np.kron(digits.images / 16.0, np.ones((4, 4))) * 255
-    images = np.repeat(gray[..., None], 3, axis=-1).astype(np.uint8)
-    order = np.random.default_rng(0).permutation(len(images))
-    features = Features({"img": Image(), "label": ClassLabel(num_classes=10)})
-    (folder / "data").mkdir(parents=True)
-    for split, idx in (("train", order[297:]), ("test", order[:297])):
-        Dataset.from_dict({"img": list(images[idx]), "label": digits.target[idx].tolist()}, features=features
-                          ).to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
-    return folder
+def _app_script(app: str, name: str):
+    """A script of the app's folder as a module (the app's own data writer, so the test and the
+    README's expected-results command run on the same data)."""
+    spec = importlib.util.spec_from_file_location(f"{app}_{name}", APPS / app / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    return _write_cifar_shaped_parquet(tmp_path_factory.mktemp("cifar_shaped"))
+    """scikit-learn's digits as CIFAR-shaped images (32x32 RGB, columns ``img``/``label``), ``train``
+    and ``test`` parquet splits: the data of the dfedcata app's ``expected_results.py --digits``."""
+    return _app_script("dfedcata", "expected_results").write_digits(tmp_path_factory.mktemp("data") / "digits")
 
 
 @pytest.mark.parametrize("app", ["dfedcata"])
 def test_flwr_build_makes_a_hub_ready_fab(app, tmp_path):
     folder = APPS / app
     res = subprocess.run(["flwr", "build", "--app", str(folder)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120, env={**__import__("os").environ, "FLWR_TELEMETRY_ENABLED": "0"})
+                         timeout=120, env={**os.environ, "FLWR_TELEMETRY_ENABLED": "0"})
     assert res.returncode == 0, res.stdout + res.stderr
     (fab,) = tmp_path.glob("*.fab")
     names = set(zipfile.ZipFile(fab).namelist())
@@ -63,7 +57,7 @@ RUN_CONFIG = {"dfedcata": {"num-server-rounds": 2, "local-epochs": 2, "batch-siz
 
 
 @pytest.mark.parametrize("app", ["dfedcata"])
-def test_app_runs_in_simulation_and_learns(app, dataset, tmp_path, monkeypatch):
+def test_app_runs_in_simulation_and_learns(app, dataset, tmp_path):
     sim = LocalSimulation(tmp_path)
     sim.env.update({"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")})
     try:

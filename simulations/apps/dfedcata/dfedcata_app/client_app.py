@@ -25,8 +25,10 @@ def train(msg: Message, context: Context) -> Message:
     config, run = msg.content["config"], context.run_config
     pid, parts = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
     server_round = int(config["server-round"])
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     model = Net()
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model.to(device)
     # App. A-A: lr 0.1 decayed x0.998 per communication round
     lr = float(run["lr"]) * float(run["lr-decay"]) ** (server_round - 1)
     optimizer = LocalSGD(model.parameters(), lr=lr, weight_decay=float(run["weight-decay"]),
@@ -37,9 +39,9 @@ def train(msg: Message, context: Context) -> Message:
     for _ in range(int(run["local-epochs"])):
         for batch in loader:
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(batch["x"]), batch["y"])
+            loss = F.cross_entropy(model(batch["x"].to(device)), batch["y"].to(device))
             loss.backward()
             optimizer.step()
             total, steps = total + loss.item(), steps + 1
-    return train_reply(msg, context, ArrayRecord(model.state_dict()), len(loader.dataset),
+    return train_reply(msg, context, ArrayRecord(model.cpu().state_dict()), len(loader.dataset),
                        {"train_loss": total / max(steps, 1)})

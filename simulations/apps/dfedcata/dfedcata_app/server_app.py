@@ -27,6 +27,7 @@ def main(grid: Grid, context: Context) -> None:
     def central_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         net = Net()
         net.load_state_dict(arrays.to_torch_state_dict())
+        net.to("cuda:0" if torch.cuda.is_available() else "cpu")
         loss, accuracy = evaluate(net, test_loader)
         print(f"CENTRAL round={server_round} accuracy={accuracy:.4f} loss={loss:.4f}", flush=True)
         return MetricRecord({"accuracy": accuracy, "loss": loss})

@@ -72,12 +72,14 @@ def load_test(run_config) -> DataLoader:
 
 def evaluate(model: nn.Module, loader: DataLoader) -> tuple[float, float]:
     """(loss, accuracy) of ``model`` on ``loader``."""
+    device = next(model.parameters()).device
     model.eval()
     loss, correct, count = 0.0, 0, 0
     with torch.no_grad():
         for batch in loader:
-            out = model(batch["x"])
-            loss += F.cross_entropy(out, batch["y"], reduction="sum").item()
-            correct += (out.argmax(1) == batch["y"]).sum().item()
-            count += len(batch["y"])
+            x, y = batch["x"].to(device), batch["y"].to(device)
+            out = model(x)
+            loss += F.cross_entropy(out, y, reduction="sum").item()
+            correct += (out.argmax(1) == y).sum().item()
+            count += len(y)
     return loss / count, correct / count
