@@ -146,10 +146,6 @@ class _Grid:
             def __init__(self) -> None:
                 super().__init__(client_app, nodes, run_config=run_config)
                 self.errors: list[str] = []
-                # each SuperNode's own DO-ADP budget (its operator's --node-config; the apps' DO-ADP clients
-                # check the server's noise against it): epsilon 1 over the run's rounds
-                for ctx in self.contexts.values():
-                    ctx.node_config.update({"doadp-epsilon": 1.0, "doadp-rounds": int(run_config["num-server-rounds"])})
 
             def pull_messages(self, message_ids):
                 replies = list(super().pull_messages(message_ids))
