@@ -68,6 +68,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
 from flwr_strategies.clients.doadp import (
+    SEED_KEY,
     allow_private_eval,
     client_budget_of,
     client_seed_of,
@@ -386,13 +387,17 @@ def adopt_node_settings(context: Context) -> None:
     (its own node config wins). The consent is always written, so no server setting stands in for it."""
     node_config = dict(context.node_config)
     simulated = os.environ.get(SIMULATED_NODES_ENV, "")
+    sim_node: dict = {}
     if simulated:
         sim = json.loads(simulated)
-        node_config = {**simulated_node_config(sim.get("client_seed"), bool(sim.get("allow_private_eval")),
-                                               int(node_config[PARTITION_KEY]), sim.get("budget")), **node_config}
-    seed = client_seed_of(None, node_config)
+        sim_node = simulated_node_config(sim.get("client_seed"), bool(sim.get("allow_private_eval")),
+                                         int(node_config[PARTITION_KEY]), sim.get("budget"))
+    seed = client_seed_of(None, node_config)  # the SuperNode's own: a secret of at least 128 bits
+    if seed is None and SEED_KEY in sim_node:
+        seed = sim_node[SEED_KEY]  # the experimenter's simulated node: derived from --client-seed
     if seed is not None:
         set_client_seed(context.state, seed)
+    node_config = {**sim_node, **node_config}
     allow_private_eval(context.state, private_eval_allowed(None, node_config))
     set_client_budget(context.state, client_budget_of(None, node_config))  # None: the node has none
 

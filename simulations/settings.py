@@ -177,8 +177,11 @@ def simulated_nodes_env(cfg: "ExperimentConfig") -> dict[str, str]:
 def simulated_node_config(client_seed: int | None, allow_private_eval: bool, partition_id: int,
                           budget: dict[str, Any] | None = None) -> dict[str, Any]:
     """The node config the project's own simulations give their SuperNode ``partition_id`` (the
-    experimenter runs every simulated node): ``doadp-client-seed``, a 128-bit secret (32 hex digits)
-    derived from ``--client-seed`` and the partition id, when ``client_seed`` is set;
+    experimenter runs every simulated node): ``doadp-client-seed``, an integer derived from
+    ``--client-seed`` and the partition id, when ``client_seed`` is set (a simulation's seed: the
+    experimenter holds ``--client-seed``, so it is given to the node's ``context.state`` with
+    :func:`~flwr_strategies.clients.doadp.set_client_seed`, not checked as a deployment's node-config
+    seed of at least 128 bits);
     ``doadp-allow-private-eval`` when the experiment asks for private-model evaluation
     (``evaluate_private``); the budget keys (``doadp-epsilon``, ``doadp-rounds``, ...) of ``budget``
     (:func:`experiment_budget`)."""
@@ -188,8 +191,8 @@ def simulated_node_config(client_seed: int | None, allow_private_eval: bool, par
 
     out: dict[str, Any] = {}
     if client_seed is not None:
-        words = np.random.SeedSequence([int(client_seed), int(partition_id), 0xC5EED]).generate_state(4, np.uint32)
-        out[SEED_KEY] = "".join(f"{int(w):08x}" for w in words)
+        out[SEED_KEY] = int(np.random.SeedSequence([int(client_seed), int(partition_id), 0xC5EED])
+                            .generate_state(1, np.uint32)[0])
     if allow_private_eval:
         out[PRIVATE_EVAL_KEY] = True
     for field, value in (budget or {}).items():

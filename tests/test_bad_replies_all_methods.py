@@ -33,10 +33,8 @@ def _core(exp):
 
 def _setup(method: str):
     # client_seed: the DO-ADP family's clients draw their noise and activation coins from their own
-    # secret; a fixed one keeps this test's replies the same on every run. DO-ADP's agents are all active
-    # (p = 1), so every reply carries a message to tamper with (an inactive agent sends empty arrays)
-    cfg = ExperimentConfig(method=method, num_clients=NUM_CLIENTS, rounds=2, seed=0, progress=False, client_seed=7,
-                           params={"p": 1.0} if method == "doadp" else {})
+    # secret; a fixed one keeps this test's replies the same on every run
+    cfg = ExperimentConfig(method=method, num_clients=NUM_CLIENTS, rounds=2, seed=0, progress=False, client_seed=7)
     exp = get_experiment(cfg)
     core, sampled, instructions = _core(exp)
     replies = []

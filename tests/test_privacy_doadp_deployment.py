@@ -204,8 +204,7 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
     seeds = {int(v, 16) for v in NODE_SEEDS.values()}
     assert not candidates & seeds, "a node's seed reached the server"
     # ... and every seed the project's own --client-seed derivation makes from those numbers
-    derived = {int(simulated_node_config(c, False, p)["doadp-client-seed"], 16)
-               for c in candidates if c < 2**32 for p in range(N)}
+    derived = {simulated_node_config(c, False, p)["doadp-client-seed"] for c in candidates if c < 2**32 for p in range(N)}
     qs = sorted({int(m.content["metrics"]["num-examples"]) for m in grid.received
                  if not m.has_error() and "num-examples" in m.content["metrics"]})
     b = next(int(m.content["config"]["doadp_batch_size"]) for m in grid.sent

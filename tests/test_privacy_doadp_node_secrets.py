@@ -126,7 +126,7 @@ def test_client_seed_switch_keeps_working_in_the_simulations(monkeypatch):
     ctx = Context(run_id=1, node_id=5, node_config={"partition-id": 2, "num-partitions": N}, state=RecordDict(),
                   run_config={})
     project_app.adopt_node_settings(ctx)
-    assert client_seed_of(ctx.state) == int(simulated_node_config(11, False, 2)["doadp-client-seed"], 16)
+    assert client_seed_of(ctx.state) == simulated_node_config(11, False, 2)["doadp-client-seed"]
     assert client_budget_of(ctx.state) == ClientBudget(epsilon=1.0, rounds=ROUNDS, delta=1e-5, clip=1.0)
     # a SuperNode's own node config wins over it
     ctx.node_config.update({"doadp-client-seed": node_seed(9), "doadp-epsilon": 0.5, "doadp-rounds": 1})
