@@ -5,9 +5,9 @@ Pieces for your own model and training loop (from :mod:`flwr_strategies.dfedcata
 - :class:`MoreauEnvelope` — DFedCata's proximal term around the received start point. Wrap your
   unchanged ``train()``::
 
-      model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-      with MoreauEnvelope(model, lam=msg.content["config"]["lam"]):
-          train(model, trainloader, epochs, lr, device)
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        with MoreauEnvelope(model, lam=msg.content["config"]["lam"]):
+            train(model, trainloader, epochs, lr, device)
 
   (or add ``envelope.penalty()`` to your loss);
 - :class:`LocalSGD` — the exact local step of every method here as a ``torch.optim.Optimizer``

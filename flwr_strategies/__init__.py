@@ -2,8 +2,9 @@
 
 ``from flwr_strategies import DFedCata`` gives the legacy-API strategy (``flwr.server.strategy``);
 ``from flwr_strategies.serverapp import DFedCata`` the Message-API one (``flwr.serverapp.strategy``).
-Client pieces live in ``flwr_strategies.clients``. Names import lazily, so importing the package
-itself stays cheap.
+Client pieces live in ``flwr_strategies.clients``. ``NoProgressError`` is what a strategy raises
+when no client update was aggregated in two consecutive rounds. Names import lazily, so importing
+the package itself stays cheap.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EXPORTS = {
     "FedAdam": "flwr_strategies.baselines.strategy",
     "FedSAM": "flwr_strategies.baselines.strategy",
     "LegacyStrategy": "flwr_strategies.adapters.legacy",
+    "NoProgressError": "flwr_strategies.adapters.recorder",
     "save_state": "flwr_strategies.core.state",
     "load_state": "flwr_strategies.core.state",
     "DFedCata": "flwr_strategies.dfedcata.strategy",
@@ -38,7 +40,6 @@ _EXPORTS = {
     "FedPara": "flwr_strategies.fedmud.strategy",
     "FedHM": "flwr_strategies.fedmud.strategy",
     "PartitionClientManager": "flwr_strategies.sampling",
-    "MeteredStrategy": "flwr_strategies.metering",
     "MethodSpec": "flwr_strategies.registry",
     "get_method": "flwr_strategies.registry",
     "list_methods": "flwr_strategies.registry",

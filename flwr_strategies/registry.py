@@ -67,9 +67,6 @@ class MethodSpec:
         :data:`PROVENANCES`. They apply unless the user sets the value. A value may depend on the
         dataset: ``({"cifar10": 0.1, "*": 0.05}, "paper")`` (``"*"`` for any other dataset), and an
         entry may carry its own provenance: ``({"digits": (1.0, "project"), "*": (0.01, "paper")}, "paper")``.
-    build_strategy : Callable | None
-        Legacy-API strategy builder; defaults to :class:`~flwr_strategies.adapters.LegacyStrategy`
-        over :attr:`build_core`.
     build_client : Callable | None
         Client builder; defaults to the factory named by :attr:`client`.
     task : str
@@ -90,7 +87,6 @@ class MethodSpec:
     build_core: Callable[..., Any] | None = None
     client: str | Callable[..., Any] | None = None
     train_defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
-    build_strategy: Callable[..., Any] | None = None
     build_client: Callable[..., Any] | None = None
     task: str = "classification"
     decentralized: bool = False
@@ -100,10 +96,8 @@ class MethodSpec:
         for key, item in self.train_defaults.items():
             if not (isinstance(item, tuple) and len(item) == 2 and str(item[1]).split(":")[0] in PROVENANCES):
                 raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
-        if self.build_strategy is None:
-            if self.build_core is None:
-                raise ValueError(f"method '{self.name}' needs build_core (or a legacy build_strategy)")
-            object.__setattr__(self, "build_strategy", self.legacy_strategy)
+        if self.build_core is None:
+            raise ValueError(f"method '{self.name}' needs build_core")
         if self.build_client is None:
             if self.client is None:
                 raise ValueError(f"method '{self.name}' needs a client factory")
@@ -116,8 +110,6 @@ class MethodSpec:
     def _factory(self, setup: Any, params: dict):
         """``(initial_arrays, num_partitions) -> core`` for the adapters; the first core is built
         now, so a setting the method rejects fails before any client connects."""
-        if self.build_core is None:
-            raise ValueError(f"method '{self.name}' has no framework-neutral core")
         first = [self.build_core(setup, params)]
 
         def core(initial_arrays, num_partitions):

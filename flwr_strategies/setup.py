@@ -45,14 +45,20 @@ def _check_integer(name: str, value: Any, minimum: int) -> None:
         raise SettingError(name, value, f"an integer >= {minimum}")
 
 
+#: ``TrainConfig.lr`` for a method that derives its step size from its own rule.
+AUTO_LR = "auto"
+
+
 @dataclass
 class TrainConfig:
     """Local training settings shared by all methods.
 
     Parameters
     ----------
-    lr : float
-        Client learning rate at round 1. Must be > 0.
+    lr : float | str
+        Client learning rate at round 1, > 0; or ``"auto"`` for a method that derives its step
+        size from its own rule once its noise is calibrated (the DO-ADP family: see
+        :data:`flwr_strategies.doadp.config.STEP_NOISE_BOUND`), ``AUTO_LR``.
     local_epochs : int | None
         Local epochs per round (E). Exactly one of ``local_epochs``/``local_steps`` is set.
     local_steps : int | None
@@ -69,7 +75,7 @@ class TrainConfig:
         Gradient-norm clipping bound, or None for none.
     """
 
-    lr: float = 0.05
+    lr: float | str = 0.05
     local_epochs: int | None = 1
     local_steps: int | None = None
     batch_size: int = 32
@@ -79,7 +85,8 @@ class TrainConfig:
     grad_clip: float | None = None
 
     def __post_init__(self) -> None:
-        _check_number("lr", self.lr, "a finite number > 0", lambda v: v > 0)
+        if self.lr != AUTO_LR:
+            _check_number("lr", self.lr, "a finite number > 0, or 'auto'", lambda v: v > 0)
         if self.local_steps is None and self.local_epochs is None:
             raise SettingError("local_epochs", None, "an integer >= 1 when local_steps is not set")
         if self.local_steps is not None:
@@ -94,7 +101,11 @@ class TrainConfig:
             _check_number("grad_clip", self.grad_clip, "a finite number > 0, or None for no clipping", lambda v: v > 0)
 
     def lr_at(self, server_round: int) -> float:
-        """Learning rate of round ``server_round`` (1-based)."""
+        """Learning rate of round ``server_round`` (1-based); ``lr="auto"`` has none here (the
+        method's core resolves it) and raises."""
+        if self.lr == AUTO_LR:
+            raise ValueError("lr='auto' is resolved by the method's core once its noise is calibrated; "
+                             "there is no round learning rate to read here")
         return float(self.lr * self.lr_decay ** max(0, server_round - 1))
 
 

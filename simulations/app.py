@@ -3,18 +3,11 @@ and real deployments all run these two objects.
 
 **ServerApp** (``@app.main()``, the Message API). It first asks every node for its partition
 (``query.partition``) and learns the federation's size from the nodes' ``num-partitions``; then it
-runs the method:
-
-- a method with a framework-neutral core runs on its Message-API strategy
-  (:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
-  with central evaluation on the experiment's test set;
-- a method still registered with only a legacy ``build_strategy`` runs on Flower's compatibility
-  layer (``start_grid`` with the legacy ``Server``), wrapped in
-  :class:`~flwr_strategies.metering.MeteredStrategy`.
-
-Either way the per-round records have the keys of the in-process backend, and with ``out-dir``
-set the ServerApp writes ``<out-dir>/results.json`` after every round (``status`` says whether the
-run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
+runs the method on its Message-API strategy
+(:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
+with central evaluation on the experiment's test set. The per-round records have the keys of the
+in-process backend, and with ``out-dir`` set the ServerApp writes ``<out-dir>/results.json`` after
+every round (``status`` says whether the run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
 :func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
 the end. A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
 actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
@@ -22,7 +15,7 @@ with an error instead of going on with fewer clients.
 
 **ClientApp**: ``@app.train()`` / ``@app.evaluate()`` run the method's client on a pooled model
 (the same client code as every other path), ``@app.query("partition")`` answers the partition
-query, and the legacy messages of legacy-only strategies go to the same clients through Flower's
+query, and the legacy messages of a legacy-API ServerApp go to the same clients through Flower's
 ``NumPyClient`` handling.
 
 **Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): the runner's
@@ -53,7 +46,7 @@ import json
 import os
 import time
 from dataclasses import replace
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +55,6 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
-from flwr.server import Server, ServerConfig
 from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import NodeDirectory
@@ -77,14 +69,13 @@ from flwr_strategies.clients.doadp import (
     set_client_seed,
 )
 from flwr_strategies.core.messages import numeric_metrics
-from flwr_strategies.metering import MeteredStrategy
-from flwr_strategies.sampling import PartitionClientManager
 
 from .backends import round_timeout
 from .experiment import Experiment, ExperimentConfig, get_experiment
 from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
 from .results import finished_status, summarize, write_json
+from .runner import task_chance_loss
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -155,10 +146,14 @@ class RunReport:
         The run's settings (written into the file).
     out_dir : str
         Folder for ``results.json`` and ``final.npz``; "" writes nothing.
+    chance : float | None (default: None)
+        The task's chance-level loss (a classifier's ``ln(num_classes)``), for the divergence rule
+        (:func:`~.results.divergence`).
     """
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: str) -> None:
+    def __init__(self, cfg: ExperimentConfig, out_dir: str, chance: float | None = None) -> None:
         self.cfg = cfg
+        self.chance = chance
         self.out_dir = Path(out_dir) if out_dir else None
         self.source: Any = None  # the strategy's RoundRecorder
         self._t0 = time.perf_counter()
@@ -180,7 +175,7 @@ class RunReport:
             "runtime": f"flwr run (ServerApp, {self.path})",
             "status": status,
             "timing": {"wall_s": time.perf_counter() - self._t0},
-            "summary": summarize(rounds),
+            "summary": summarize(rounds, chance=self.chance),
             "failure_log": list(getattr(self.source, "failure_log", [])),
             "rounds": rounds,
         }
@@ -290,43 +285,6 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, repo
     return result.arrays.to_numpy_ndarrays()
 
 
-class _ClaimCheckingStrategy(MeteredStrategy):
-    """:class:`MeteredStrategy` that logs a reply whose ``partition-id`` differs from the partition
-    its node was addressed as (the run report then stops the run)."""
-
-    def __init__(self, inner, pid_of_cid: dict[str, int], **kwargs: Any) -> None:
-        super().__init__(inner, **kwargs)
-        self.pid_of_cid = pid_of_cid
-
-    def aggregate_fit(self, server_round, results, failures):
-        for proxy, res in results:
-            claimed = (res.metrics or {}).get("partition-id")
-            expected = self.pid_of_cid.get(proxy.cid)
-            if claimed is not None and expected is not None and int(claimed) != expected:
-                self.failure_log.append({"round": server_round, "phase": "fit",
-                                         "error": f"partition {expected}: reply claims partition {claimed!r}"})
-        return super().aggregate_fit(server_round, results, failures)
-
-
-def run_legacy_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray] | None:
-    """Run ``exp``'s legacy-only strategy through Flower's compatibility layer. The partitions
-    learned by ``probe`` are handed to the client manager, so the strategy does not ask every
-    node again."""
-    from flwr.common import parameters_to_ndarrays
-    from flwr.server.compat import start_grid
-
-    cfg = exp.cfg
-    pid_of_cid = {str(node): pid for node, pid in probe.partition_of_node.items()}
-    strategy = _ClaimCheckingStrategy(exp.build_strategy(), pid_of_cid, on_round_end=report)
-    report.source, report.path = strategy.history, "legacy strategy (Flower compat)"
-    manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
-    manager.__dict__["_partition_cache"] = dict(pid_of_cid)  # read by flwr_strategies.common.resolve_partitions
-    server = Server(client_manager=manager, strategy=strategy)
-    start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=cfg.rounds, round_timeout=round_timeout(cfg)))
-    strategy.finalize()
-    return parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
-
-
 def serve(grid: Grid, context: Context) -> RunReport:
     """The ServerApp's body: identify the nodes, build the experiment, run, report."""
     rc = dict(context.run_config)
@@ -337,19 +295,19 @@ def serve(grid: Grid, context: Context) -> RunReport:
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)
-    report = RunReport(cfg, str(rc.get("out-dir", "") or ""))
+    report = RunReport(cfg, str(rc.get("out-dir", "") or ""), chance=task_chance_loss(exp.task))
     log(INFO, "flwr-strategies: %s on %d clients, %d rounds", cfg.method, cfg.num_clients, cfg.rounds)
     try:
-        if exp.spec.build_core is not None:
-            final = run_message_strategy(grid, exp, probe, report)
-        else:
-            final = run_legacy_strategy(grid, exp, probe, report)
+        final = run_message_strategy(grid, exp, probe, report)
     except BaseException as err:
         report.write("failed", f"{type(err).__name__}: {err}")
         raise
     report.final = final
     report.write_final(final)
-    report.write(finished_status(summarize(report.records())))
+    status = finished_status(summarize(report.records(), chance=report.chance))
+    if status != "completed":  # the run ended, but not as a plain success: say why in the run's log
+        log(WARNING, "flwr-strategies: %s %s", cfg.method, status)
+    report.write(status)
     return report
 
 

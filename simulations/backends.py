@@ -1,10 +1,9 @@
 """Two ways to execute an experiment, with one semantics.
 
-- ``inprocess``: everything in this process, no Flower transport. A method with a
+- ``inprocess``: everything in this process, no Flower transport. The method's
   framework-neutral core runs on :class:`~.driver.CoreDriver`: the core and the clients are called
   directly, with the same arrays, configs and validation as the Flower adapters, so the numbers are
-  theirs bit for bit. A method still registered with only a legacy ``build_strategy`` runs on
-  Flower's legacy ``Server`` with in-process client proxies. Every client call is bounded by
+  theirs bit for bit. Every client call is bounded by
   ``client_timeout``; a client that raises or hangs is a failed client. For tests, quick runs and
   many-round workloads.
 - ``ray``: Flower's simulation runtime, the non-deprecated way: ``flwr run`` of the project's
@@ -34,7 +33,6 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common import (
-    Code,
     Context,
     DisconnectRes,
     EvaluateIns,
@@ -47,16 +45,11 @@ from flwr.common import (
     GetPropertiesRes,
     ReconnectIns,
     RecordDict,
-    parameters_to_ndarrays,
 )
-from flwr.server import Server
 from flwr.server.client_proxy import ClientProxy
 
-from flwr_strategies.metering import MeteredStrategy
-from flwr_strategies.sampling import PartitionClientManager
-
 from .driver import CoreDriver, PartitionContexts
-from .experiment import ClientFactory, ExperimentConfig, get_experiment
+from .experiment import ExperimentConfig, get_experiment
 from .settings import simulated_nodes_env
 from .timeouts import BoundedCaller
 
@@ -84,8 +77,8 @@ class RunOutcome:
 
 
 class InProcessClientProxy(ClientProxy):
-    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process (legacy-API
-    strategies without a core: Flower's ``Server`` drives them).
+    """A ``ClientProxy`` that calls a client built by ``client_fn`` in this process (Flower's
+    ``Server`` driving a legacy-API strategy in this process).
 
     It keeps one Flower ``Context`` per partition for the whole run, so ``context.state``
     persists across rounds exactly as in Flower's simulation runtime. ``fit`` and ``evaluate``
@@ -122,22 +115,11 @@ class InProcessClientProxy(ClientProxy):
         return DisconnectRes(reason="")
 
 
-def metered_strategy(cfg: ExperimentConfig, on_round_end=None) -> MeteredStrategy:
-    """The method's legacy strategy for ``cfg``, wrapped in a :class:`MeteredStrategy` (methods
-    registered with a legacy ``build_strategy`` and no core)."""
-    return MeteredStrategy(get_experiment(cfg).build_strategy(), on_round_end=on_round_end)
-
-
 def _quiet_flower(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     logger = logging.getLogger("flwr")
     if logger.level != level:  # setLevel clears every logger's cache: not on every run
         logger.setLevel(level)
-
-
-def has_core(cfg: ExperimentConfig) -> bool:
-    """True when ``cfg``'s method is registered with a framework-neutral core (``build_core``)."""
-    return get_experiment(cfg).spec.build_core is not None
 
 
 def build_core(cfg: ExperimentConfig):
@@ -163,38 +145,15 @@ def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = No
                       driver.contexts.values())
 
 
-def run_flower_server(cfg: ExperimentConfig, on_round_end=None) -> RunOutcome:
-    """Run ``cfg``'s legacy strategy with Flower's ``Server`` and in-process client proxies."""
-    cfg = get_experiment(cfg).cfg  # resolved
-    strategy = metered_strategy(cfg, on_round_end)
-    manager = PartitionClientManager(cfg.num_clients, seed=cfg.seed)
-    factory = ClientFactory(cfg)
-    caller = BoundedCaller(cfg.client_timeout)
-    proxies = [InProcessClientProxy(pid, cfg.num_clients, factory, caller=caller) for pid in range(cfg.num_clients)]
-    for proxy in proxies:
-        manager.register(proxy)
-    server = Server(client_manager=manager, strategy=strategy)
-    server.set_max_workers(1)
-    try:
-        server.fit(num_rounds=cfg.rounds, timeout=None)
-    finally:
-        caller.close()
-    rounds = strategy.finalize()
-    final = parameters_to_ndarrays(strategy.latest_parameters) if strategy.latest_parameters is not None else None
-    return RunOutcome(rounds, strategy.failure_log, final, None, "flower server (legacy strategy)",
-                      [p.context for p in proxies])
-
-
 def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False) -> tuple[RunOutcome, dict]:
-    """Run ``cfg`` in this process: the direct driver for methods with a core, Flower's ``Server``
-    with in-process proxies for legacy-only methods. Client calls are bounded by
+    """Run ``cfg`` in this process on the direct driver. Client calls are bounded by
     ``cfg.client_timeout``."""
     _quiet_flower(verbose)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     t0 = time.perf_counter()
     cfg = get_experiment(cfg).cfg  # resolved
     setup_s = time.perf_counter() - t0
-    outcome = run_driver(cfg, on_round_end) if has_core(cfg) else run_flower_server(cfg, on_round_end)
+    outcome = run_driver(cfg, on_round_end)
     return outcome, {"setup_s": setup_s}
 
 

@@ -10,8 +10,9 @@ Errors in flags, method settings and data files are reported before the first ro
 (``results.json`` ``status``, and on stderr when it is not ``ok``) in the exit status:
 
 - 0: ``ok``;
-- 1: ``failed``: no client update was aggregated in any round, or the ``ray`` backend's run did
-  not finish (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
+- 1: ``failed``: no client update was aggregated in any round, or in two consecutive rounds (the
+  run stops there, naming the cause and the fix), or the ``ray`` backend's run did not finish
+  (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
 - 3: ``degraded``: the run finished but a round aggregated no client update, a partition failed
   every round to the end, a round's aggregate was rejected as not finite, or the loss diverged.
 """
@@ -30,8 +31,10 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 # Experiment flags: ExperimentConfig field -> help text. Flags not given stay unset (None).
 _HELP: dict[str, str] = {
-    "dataset": "digits, mnist, cifar10, cifar100, synthetic (causal-lm methods: instructions, dolly, alpaca)",
-    "data_dir": "folder with the dataset files (mnist, cifar, dolly/alpaca)",
+    "dataset": "digits, mnist, cifar10, cifar100, synthetic, or hf:NAME (any image-classification dataset through "
+               "Flower Datasets: a Hugging Face id or a local parquet/arrow folder) (causal-lm methods: instructions, "
+               "dolly, alpaca)",
+    "data_dir": "folder with the dataset files (mnist, cifar, dolly/alpaca); hf: datasets' download cache",
     "num_clients": "number of clients (partitions)",
     "rounds": "federated rounds",
     "seed": "seed of sampling, model initialisation and client randomness",
@@ -40,7 +43,7 @@ _HELP: dict[str, str] = {
     "alpha": "Dirichlet concentration of the partition",
     "classes_per_client": "classes per client for pathological/label-count",
     "fraction_fit": "fraction of clients sampled per round, in (0, 1]",
-    "lr": "client learning rate (round 1)",
+    "lr": "client learning rate (round 1), or auto (DO-ADP family: derived from the step noise rule)",
     "lr_decay": "per-round learning-rate decay: round r uses lr * lr_decay**(r-1), in (0, 1]",
     "local_epochs": "local epochs per round (E); 'none' with --local-steps",
     "local_steps": "local minibatch steps per round (K; takes precedence over epochs); 'none' for epochs",
@@ -130,7 +133,7 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
         kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
         if name in OPTIONAL and kind is not str:
             kind = _optional(kind)
-        if name == "client_timeout":
+        if name in ("client_timeout", "lr"):
             kind = _auto_or(float)
         help_text = _HELP[name]
         if name in table:
@@ -144,6 +147,8 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
                    help="method hyperparameter (see: python -m simulations defaults METHOD)")
     g.add_argument("--fail", action="append", default=[], metavar="ROUND:PARTITION",
                    help="inject a client failure (ROUND may be *, every round)")
+    g.add_argument("--download", action="store_true",
+                   help="fetch mnist, cifar10 or cifar100 into --data-dir with torchvision first")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -159,6 +164,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["fail"] = list(args.fail)
     if args.quiet:
         out["progress"] = False
+    if args.download:
+        out["download"] = True
     return out
 
 
@@ -168,9 +175,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .results import final_text
     from .runner import run_experiment
 
+    from flwr_strategies.adapters.recorder import NoProgressError
+
     conf = merge_config({"method": args.method}, _overrides(args))
     conf["out"] = args.out
-    res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
+    try:
+        res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
+    except NoProgressError as err:  # stopped: the cause and the fix, results.json already written
+        if args.out:
+            print(f"wrote {Path(args.out) / 'results.json'}")
+        return _status_exit(args.method, f"failed: {err}")
     s = res["summary"]
     print(
         f"{res['method']}: {final_text(s)}, {s['rounds']} rounds, up {s['bytes_up_per_round']:.0f} B/round, "
@@ -215,7 +229,28 @@ def print_defaults(method: str) -> None:
 
 def cmd_defaults(args: argparse.Namespace) -> int:
     print_defaults(args.method)
+    step = resolved_step(args.method)
+    if step:
+        print(step)
     return 0
+
+
+def resolved_step(method: str) -> str | None:
+    """For a method whose default ``lr`` is ``auto``: the step its core derives on these defaults (the
+    noise is calibrated first, so the data are loaded and the core is built; nothing trains)."""
+    from flwr_strategies.setup import AUTO_LR
+
+    from .experiment import Experiment
+    from .settings import ExperimentConfig
+
+    cfg = ExperimentConfig(method=method).validate()
+    if cfg.lr != AUTO_LR:
+        return None
+    exp = Experiment(cfg)
+    report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
+    if "beta0_rule" in report:
+        return f"lr auto on these defaults: beta0 = {report['beta0']:.6g} ({report['beta0_rule']})"
+    return f"lr auto on these defaults: step {report['alpha']:.6g} ({report['alpha_rule']})"
 
 
 def cmd_list(args: argparse.Namespace) -> int:

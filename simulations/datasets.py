@@ -1,4 +1,4 @@
-"""Dataset loaders: every dataset is read from local files or generated; nothing is downloaded.
+"""Dataset loaders: local files, generated data, Flower Datasets, and torchvision downloads on request.
 
 - ``digits``: scikit-learn's bundled 8x8 handwritten digits (1,797 images), the embedded default.
 - ``mnist``: the standard idx files (raw or gzip) from ``data_dir``, in torchvision's
@@ -8,6 +8,13 @@
   ``cifar-100-python``) from ``data_dir`` through torchvision's dataset classes.
 - ``synthetic``: FedProx's Synthetic(alpha, beta) heterogeneous logistic-regression data with one
   natural group per client.
+- ``hf:NAME``: any image-classification dataset through Flower Datasets'
+  ``flwr_datasets.FederatedDataset`` (a Hugging Face dataset id, or a local folder of parquet/arrow
+  files), partitioned by Flower's own partitioners (:data:`HF_PARTITIONERS`); ``data_dir`` is the
+  download cache.
+
+``mnist``, ``cifar10`` and ``cifar100`` are read from local files unless ``download=True``
+(``--download``), which fetches them with torchvision (``download=True``) into ``data_dir`` first.
 """
 
 from __future__ import annotations
@@ -19,13 +26,19 @@ import pickle
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from flwr_strategies.clients.training import TensorData
+from flwr_strategies.setup import SettingError
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
+#: Prefix of a dataset loaded through Flower Datasets (``hf:ylecun/mnist``, ``hf:path/to/parquet-folder``).
+HF_PREFIX = "hf:"
+#: Datasets ``--download`` fetches with torchvision.
+DOWNLOADABLE = ("mnist", "cifar10", "cifar100")
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760  # pixel mean/std of all 1,797 sklearn digits after /16
@@ -44,6 +57,7 @@ class DatasetBundle:
     input_shape: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
     groups: np.ndarray | None = None  # natural client id of each training sample (synthetic)
+    partitions: list[np.ndarray] | None = None  # each client's training rows, when the loader partitions (hf:)
 
 
 class DataFilesMissing(FileNotFoundError):
@@ -180,7 +194,8 @@ def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fr
     if data_dir is None:
         raise DataFilesMissing(
             "dataset 'mnist' needs --data-dir pointing to the idx files "
-            "(t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], optionally train-*)"
+            "(t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], optionally train-*); add --download to "
+            "fetch them there with torchvision"
         )
     root = Path(data_dir)
     files = {k: _find(root, k) for k in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -190,7 +205,7 @@ def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fr
         raise DataFilesMissing(
             f"MNIST idx files not found under --data-dir {root}: expected t10k-images-idx3-ubyte[.gz] and "
             "t10k-labels-idx1-ubyte[.gz] (and optionally train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]) "
-            "directly in it or in MNIST/raw/"
+            f"directly in it or in MNIST/raw/; `--data-dir {root} --download` fetches them there with torchvision"
         )
     if (files["train-images-idx3-ubyte"] is None) != (files["train-labels-idx1-ubyte"] is None):
         have, missing = (("train-images-idx3-ubyte", "train-labels-idx1-ubyte") if files["train-labels-idx1-ubyte"] is None
@@ -300,8 +315,10 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
     )
     expected = [f"{folder}/{n}" for n, _ in cls.train_list + cls.test_list] + [f"{folder}/{cls.meta['filename']}"]
     if data_dir is None or not all((Path(data_dir) / e).exists() for e in expected):
+        where = data_dir if data_dir is not None else "DIR"
         raise DataFilesMissing(
-            f"dataset '{name}' needs --data-dir holding the python-pickle layout: {', '.join(expected)}"
+            f"dataset '{name}' needs --data-dir holding the python-pickle layout: {', '.join(expected)}; "
+            f"`--data-dir {where} --download` fetches them there with torchvision"
         )
     root = Path(data_dir) / folder
     label_keys = ("labels",) if name == "cifar10" else ("fine_labels", "labels")
@@ -382,6 +399,155 @@ def load_synthetic_bundle(
     )
 
 
+def download_dataset(name: str, data_dir: str | os.PathLike | None) -> Path:
+    """Fetch ``mnist``, ``cifar10`` or ``cifar100`` into ``data_dir`` with torchvision
+    (``download=True``: its mirrors, its MD5 checks; a copy already there is kept), in the layout
+    the loaders read (``MNIST/raw``, ``cifar-10-batches-py``, ``cifar-100-python``)."""
+    from torchvision import datasets as tv
+
+    key = name.lower()
+    if key not in DOWNLOADABLE:
+        raise SettingError("download", True, f"used only with a dataset torchvision fetches ({', '.join(DOWNLOADABLE)}); "
+                                             f"'{name}' is not one")
+    if data_dir is None:
+        raise SettingError("data_dir", None, "the folder to download into (--download fetches the files there)")
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    cls = {"mnist": tv.MNIST, "cifar10": tv.CIFAR10, "cifar100": tv.CIFAR100}[key]
+    for train in (True, False):
+        cls(str(root), train=train, download=True)
+    return root
+
+
+# -- Flower Datasets ---------------------------------------------------------------------------
+#: The project's partition names and the Flower Datasets partitioner each maps to for ``hf:`` datasets.
+HF_PARTITIONERS = {
+    "iid": "IidPartitioner",
+    "dirichlet-class": "DirichletPartitioner (self_balancing, the same family as the project's)",
+    "pathological": "PathologicalPartitioner (class_assignment_mode='random')",
+    "label-count": "PathologicalPartitioner (class_assignment_mode='deterministic')",
+}
+
+
+def hf_partitioner(kind: str, num_clients: int, label: str, *, alpha: float, classes_per_client: int, seed: int,
+                   num_rows: int):
+    """The Flower Datasets partitioner for the project's partition ``kind`` (:data:`HF_PARTITIONERS`)."""
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner
+
+    if kind == "iid":
+        return IidPartitioner(num_partitions=num_clients)
+    if kind == "dirichlet-class":
+        return DirichletPartitioner(num_partitions=num_clients, partition_by=label, alpha=alpha, seed=seed,
+                                    min_partition_size=min(10, num_rows // num_clients), self_balancing=True)
+    if kind in ("pathological", "label-count"):
+        mode = "random" if kind == "pathological" else "deterministic"
+        return PathologicalPartitioner(num_partitions=num_clients, partition_by=label,
+                                       num_classes_per_partition=classes_per_client, class_assignment_mode=mode,
+                                       seed=seed)
+    raise SettingError("partition", kind, f"one of {', '.join(HF_PARTITIONERS)} for a Flower Datasets (hf:) dataset "
+                                          "(Flower's partitioners; 'dirichlet' and 'natural' are the project's own)")
+
+
+def _hf_columns(features: Any, name: str) -> tuple[str, str, int | None]:
+    """The image column, the label column and the number of classes (when the label is a ClassLabel)."""
+    from datasets import ClassLabel, Image
+
+    images = [k for k, f in features.items() if isinstance(f, Image)] or [k for k in ("image", "img") if k in features]
+    labels = [k for k, f in features.items() if isinstance(f, ClassLabel)] or [k for k in ("label", "labels")
+                                                                                 if k in features]
+    if not images or not labels:
+        raise DataFileError(f"dataset '{HF_PREFIX}{name}': expected an image column and a label column (a ClassLabel, "
+                            f"or columns named image/img and label); it has {sorted(features)}")
+    label = labels[0]
+    classes = features[label].num_classes if isinstance(features[label], ClassLabel) else None
+    return images[0], label, classes
+
+
+def _hf_arrays(ds: Any, image: str, label: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images as ``(n, C, H, W)`` uint8 and labels as int64."""
+    rows = ds.with_format("numpy", columns=[image, label])
+    x = np.asarray(rows[image])
+    y = np.asarray(rows[label])
+    if x.dtype == object or x.ndim not in (3, 4):
+        raise DataFileError(f"dataset '{HF_PREFIX}{name}': the images of column '{image}' do not share one shape "
+                            f"(got an array of {x.dtype} {x.shape}); use a dataset of equal-sized images")
+    x = x[:, None] if x.ndim == 3 else np.moveaxis(x, -1, 1)
+    return x, y
+
+
+def load_hf_bundle(name: str, num_clients: int, partition: str, seed: int = 0, *, alpha: float = 0.5,
+                   classes_per_client: int = 2, cache_dir: str | os.PathLike | None = None,
+                   test_fraction: float = 0.2) -> DatasetBundle:
+    """An image-classification dataset through Flower Datasets' ``FederatedDataset``.
+
+    ``name`` is what ``datasets.load_dataset`` takes: a Hugging Face dataset id (``ylecun/mnist``,
+    ``uoft-cs/cifar10``) or a local folder of parquet/arrow files with ``train`` (and ``test``) splits.
+    The training split is partitioned by Flower's partitioner for ``partition``
+    (:data:`HF_PARTITIONERS`); client ``i``'s rows are ``partitions[i]``. Without a ``test`` split, a
+    seeded ``test_fraction`` of the training split is held out (Flower Datasets' ``Divider``) and the
+    notes say so. Pixels are scaled to [0, 1] and standardised per channel with the training data's
+    mean and standard deviation.
+    """
+    from datasets import get_dataset_split_names
+    from flwr_datasets import FederatedDataset
+    from flwr_datasets.preprocessor import Divider
+
+    kwargs: dict[str, Any] = {"cache_dir": str(cache_dir)} if cache_dir is not None else {}
+    splits = list(get_dataset_split_names(name, **kwargs))
+    if "train" not in splits:
+        raise DataFileError(f"dataset '{HF_PREFIX}{name}' has no 'train' split (its splits: {splits})")
+    notes = []
+    preprocessor = None
+    if "test" not in splits:
+        rows = FederatedDataset(dataset=name, partitioners={"train": 1}, **kwargs).load_split("train").num_rows
+        held = int(round(rows * test_fraction))
+        preprocessor = Divider(divide_config={"train": rows - held, "test": held}, divide_split="train")
+        notes.append(f"{HF_PREFIX}{name}: no test split; held out {held} of the {rows} rows of 'train' (Flower "
+                     f"Datasets' Divider after a seeded shuffle, seed {seed})")
+
+    def federated(partitioner: Any) -> Any:
+        return FederatedDataset(dataset=name, preprocessor=preprocessor, partitioners={"train": partitioner},
+                                shuffle=True, seed=seed, **kwargs)
+
+    probe = federated(num_clients)
+    test_split = probe.load_split("test")
+    image, label, classes = _hf_columns(test_split.features, name)
+    num_rows = probe.load_split("train").num_rows
+    fds = federated(hf_partitioner(partition, num_clients, label, alpha=alpha, classes_per_client=classes_per_client,
+                                   seed=seed, num_rows=num_rows))
+    xs, ys, parts, start = [], [], [], 0
+    for i in range(num_clients):
+        x, y = _hf_arrays(fds.load_partition(i, "train"), image, label, name)
+        xs.append(x)
+        ys.append(y)
+        parts.append(np.arange(start, start + len(y)))
+        start += len(y)
+    xtr, ytr = np.concatenate(xs), np.concatenate(ys)
+    if start < num_rows:
+        notes.append(f"{HF_PREFIX}{name}: {num_rows - start} of the {num_rows} training rows are in no client's partition "
+                     f"({HF_PARTITIONERS[partition]} assigns them to none)")
+    xte, yte = _hf_arrays(test_split, image, label, name)
+    num_classes = int(classes if classes is not None else np.max(np.concatenate([ytr, yte])) + 1)
+    ytr = check_labels(Path(f"{HF_PREFIX}{name}:train"), ytr, num_classes)
+    yte = check_labels(Path(f"{HF_PREFIX}{name}:test"), yte, num_classes)
+    scale = 255.0 if xtr.dtype == np.uint8 else 1.0
+    train = torch.tensor(xtr, dtype=torch.float32) / scale
+    test = torch.tensor(xte, dtype=torch.float32) / scale
+    mean = train.mean(dim=(0, 2, 3), keepdim=True)
+    std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-8)
+    notes.append(f"{HF_PREFIX}{name} through Flower Datasets: {len(ytr)} train / {len(yte)} test, "
+                 f"{HF_PARTITIONERS[partition]} over {num_clients} clients (seed {seed})")
+    return DatasetBundle(
+        f"{HF_PREFIX}{name}",
+        TensorData((train - mean) / std, torch.tensor(ytr)),
+        TensorData((test - mean) / std, torch.tensor(yte)),
+        num_classes,
+        tuple(int(d) for d in xtr.shape[1:]),
+        notes,
+        partitions=parts,
+    )
+
+
 def load_dataset(
     name: str,
     data_dir: str | os.PathLike | None = None,
@@ -391,12 +557,24 @@ def load_dataset(
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
     synthetic_mean_samples: float = 4.0,
+    partition: str | None = None,
+    alpha: float = 0.5,
+    classes_per_client: int = 2,
+    download: bool = False,
 ) -> DatasetBundle:
     """Load dataset ``name``; an unknown name raises ``KeyError`` listing the valid ones.
 
     ``synthetic_mean_samples`` is the log-normal mean of Synthetic's client sizes (4.0: about 400
-    samples per client on average; lower values give the 60-sample floor, for many-client runs)."""
+    samples per client on average; lower values give the 60-sample floor, for many-client runs).
+    ``download`` fetches ``mnist``/``cifar10``/``cifar100`` into ``data_dir`` first (:func:`download_dataset`).
+    An ``hf:`` dataset is partitioned here (``partition``, ``alpha``, ``classes_per_client``;
+    :func:`load_hf_bundle`), the others by the caller."""
     key = name.lower()
+    if download:
+        download_dataset(key, data_dir)
+    if name.startswith(HF_PREFIX):
+        return load_hf_bundle(name[len(HF_PREFIX):], num_clients, partition or "iid", seed, alpha=alpha,
+                              classes_per_client=classes_per_client, cache_dir=data_dir)
     if key == "digits":
         return load_digits_bundle(seed)
     if key == "mnist":
@@ -405,4 +583,4 @@ def load_dataset(
         return load_cifar_bundle(key, data_dir)
     if key == "synthetic":
         return load_synthetic_bundle(num_clients, synthetic_alpha, synthetic_beta, seed, mean_samples=synthetic_mean_samples)
-    raise KeyError(f"unknown dataset '{name}'; valid datasets: {', '.join(DATASETS)}")
+    raise KeyError(f"unknown dataset '{name}'; valid datasets: {', '.join(DATASETS)}, or {HF_PREFIX}NAME (Flower Datasets)")

@@ -223,4 +223,4 @@ class CoreDriver:
 
     def global_arrays(self) -> list[np.ndarray]:
         """The core's current global model."""
-        return self.core.global_arrays()
+        return self.core.model_arrays()

@@ -77,7 +77,7 @@ def server_fn(context: Context) -> ServerAppComponents:
         model_fn=make_model,
         fit_config=fit_config,
     )
-    strategy = spec.build_strategy(setup, params)  # <-- the constructor (a legacy flwr Strategy)
+    strategy = spec.legacy_strategy(setup, params)  # <-- the constructor (a legacy flwr Strategy)
     return ServerAppComponents(
         strategy=strategy,
         config=ServerConfig(num_rounds=NUM_ROUNDS),

@@ -33,7 +33,7 @@ from flwr.common import (
 
 from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
-from flwr_strategies.setup import ClientSetup, ServerSetup
+from flwr_strategies.setup import AUTO_LR, ClientSetup, ServerSetup
 
 from .settings import BACKENDS, ExperimentConfig, config_from_run_config, experiment_budget, simulated_node_config
 from .tasks import Task, build_task
@@ -83,8 +83,9 @@ class Experiment:
 
     def fit_config(self, server_round: int) -> dict[str, Any]:
         """The standard per-round client config (the strategy adds the round, ``server-round``)."""
+        lr = {} if self.train.lr == AUTO_LR else {"lr": self.train.lr_at(server_round)}  # "auto": the core's own
         return {
-            "lr": self.train.lr_at(server_round),
+            **lr,
             "local_epochs": int(self.train.local_epochs or 0),
             "local_steps": int(self.train.local_steps or 0),
             "batch_size": int(self.train.batch_size),
@@ -106,10 +107,10 @@ class Experiment:
         )
 
     def build_strategy(self):
-        return self.spec.build_strategy(self.server_setup(), dict(self.params))
+        return self.spec.legacy_strategy(self.server_setup(), dict(self.params))
 
     def preflight(self) -> None:
-        """Build the method's server core (its strategy, for methods without a core) and one client
+        """Build the method's server core and one client
         now and discard them, so that a setting the method rejects fails before the first round.
 
         Random states (torch, NumPy, Python) are restored afterwards: a run gives the same numbers
@@ -120,12 +121,7 @@ class Experiment:
 
         with _preserved_rng():
             try:
-                setup = self.server_setup()
-                if self.spec.build_core is not None:
-                    built = self.spec.build_core(setup, dict(self.params))
-                else:
-                    built = self.spec.build_strategy(setup, dict(self.params))
-                del built
+                self.spec.build_core(self.server_setup(), dict(self.params))
                 self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
             except (ValueError, TypeError, KeyError) as err:
                 msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)

@@ -26,6 +26,15 @@ MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_svhn", "cnn_cifar", "lenet_cifar", 
 DEFAULT_MODEL = {"digits": "mlp", "mnist": "cnn_mnist", "cifar10": "cnn_cifar", "cifar100": "cnn_cifar", "synthetic": "logreg"}
 
 
+def default_model(dataset: str, input_shape: tuple[int, ...]) -> str:
+    """The dataset's default model (:data:`DEFAULT_MODEL`); for a Flower Datasets (``hf:``) dataset,
+    the default of the built-in dataset with its input shape (1x28x28: ``cnn_mnist``, 3x32x32:
+    ``cnn_cifar``), else the ``mlp``."""
+    if dataset in DEFAULT_MODEL:
+        return DEFAULT_MODEL[dataset]
+    return {(1, 28, 28): "cnn_mnist", (3, 32, 32): "cnn_cifar"}.get(tuple(input_shape), "mlp")
+
+
 def _conv_bn(cin: int, cout: int) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
 

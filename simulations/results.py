@@ -28,11 +28,19 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-#: a run whose final loss is more than this many times the initial model's loss has diverged
-DIVERGENCE_FACTOR = 100.0
+#: a run has diverged when its final loss is more than this many times its initial loss (and, for a
+#: classifier, above the chance-level loss ln(num_classes))...
+DIVERGENCE_FACTOR = 2.0
+#: ... or when its loss rose in each of this many last evaluated rounds, to above the initial loss
+DIVERGENCE_TREND_ROUNDS = 5
 
 
-def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict[str, Any]:
+def chance_loss(num_classes: int | None) -> float | None:
+    """The cross-entropy of a classifier that knows nothing, ``ln(num_classes)`` (None: not a classifier)."""
+    return math.log(num_classes) if num_classes is not None and num_classes >= 2 else None
+
+
+def summarize(rounds: list[dict[str, Any]], target: float | None = None, chance: float | None = None) -> dict[str, Any]:
     """Final/best accuracy, rounds to ``target``, bytes per round, failures and wall time of a run.
 
     "Final" means the last *evaluated* round: ``final_accuracy`` and ``final_loss`` come from the
@@ -45,7 +53,8 @@ def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict
     (rounds in which no reply was aggregated, a rejected round included), ``rejected_rounds``
     (rounds whose aggregate was not finite), ``lost_partitions`` (partitions whose last two or more
     sampled rounds all failed, or that failed every round they were sampled in) and ``diverged``
-    (the final loss is not finite or more than :data:`DIVERGENCE_FACTOR` times the initial one).
+    (with ``divergence``, the reason: :func:`divergence`; ``chance`` is the chance-level loss of a
+    classifier, :func:`chance_loss`).
     """
     trained = [r for r in rounds if r["round"] > 0]
     accs = [(r["round"], r["accuracy"]) for r in rounds if r.get("accuracy") is not None]
@@ -69,9 +78,11 @@ def summarize(rounds: list[dict[str, Any]], target: float | None = None) -> dict
         "rounds_without_updates": [r["round"] for r in trained if client_updates(r) == 0],
         "rejected_rounds": [r["round"] for r in trained if r.get("fit_round_rejected")],
         "lost_partitions": lost_partitions(trained),
-        "diverged": diverged(losses),
+        "diverged": False,
+        "divergence": divergence(losses, chance),
         "rounds_wall_s": sum(r.get("wall_s", 0.0) for r in trained),
     }
+    out["diverged"] = out["divergence"] is not None
     if target is not None:
         hit = [rnd for rnd, a in accs if rnd > 0 and a >= target]
         out["target_accuracy"] = target
@@ -107,15 +118,35 @@ def lost_partitions(trained: list[dict[str, Any]]) -> dict[int, int]:
     return out
 
 
-def diverged(losses: list[tuple[int, float]]) -> bool:
-    """True when the last evaluated loss is not finite, or exceeds the first evaluated one
-    (normally the initial model's, round 0) :data:`DIVERGENCE_FACTOR` times."""
+def divergence(losses: list[tuple[int, float]], chance: float | None = None) -> str | None:
+    """Why the run's loss diverged, or None. ``losses`` are ``(round, loss)`` of the evaluated
+    rounds (the first normally the initial model's, round 0). The loss diverged when
+
+    - the final loss is not finite;
+    - the final loss is above :data:`DIVERGENCE_FACTOR` (2) times the initial one and, for a
+      classifier (``chance`` given), above the chance-level loss ``ln(num_classes)``: the model is
+      worse than it started and worse than guessing;
+    - or the loss rose in each of the last :data:`DIVERGENCE_TREND_ROUNDS` (5) evaluated rounds and
+      ends above the initial one: it is running away.
+
+    A noisy run that learns (a differentially private one) stays below its initial loss and trips none."""
     if not losses:
-        return False
-    first, last = float(losses[0][1]), float(losses[-1][1])
+        return None
+    (r0, first), (rn, last) = (losses[0][0], float(losses[0][1])), (losses[-1][0], float(losses[-1][1]))
     if not math.isfinite(last):
-        return True
-    return len(losses) > 1 and math.isfinite(first) and first > 0 and last > DIVERGENCE_FACTOR * first
+        return f"the final loss is {last!r} (round {rn})"
+    if len(losses) < 2 or not math.isfinite(first) or first <= 0:
+        return None
+    if last > DIVERGENCE_FACTOR * first and (chance is None or last > chance):
+        above = f" and above the chance-level loss {chance:.4g}" if chance is not None else ""
+        return (f"the final loss {last:.4g} (round {rn}) is {last / first:.3g} times the initial loss {first:.4g} "
+                f"(round {r0}){above}")
+    tail = losses[-DIVERGENCE_TREND_ROUNDS - 1:]
+    if (len(tail) == DIVERGENCE_TREND_ROUNDS + 1 and last > first
+            and all(float(b) > float(a) for (_, a), (_, b) in zip(tail, tail[1:]))):
+        return (f"the loss rose in each of the last {DIVERGENCE_TREND_ROUNDS} evaluated rounds (rounds {tail[0][0]} to "
+                f"{rn}: {', '.join(f'{float(v):.4g}' for _, v in tail)}) to above the initial loss {first:.4g}")
+    return None
 
 
 def run_status(summary: dict[str, Any]) -> str:
@@ -134,7 +165,7 @@ def run_status(summary: dict[str, Any]) -> str:
         reasons.append("partitions " + ", ".join(f"{p} (from round {r})" for p, r in sorted(lost.items(), key=lambda t: int(t[0])))
                        + " failed in every round they were sampled in, to the end of the run")
     if summary.get("diverged"):
-        reasons.append(f"the loss diverged (final loss {summary['final_loss']!r} in round {summary['final_loss_round']})")
+        reasons.append(f"the loss diverged: {summary.get('divergence') or 'final loss ' + repr(summary['final_loss'])}")
     return "degraded: " + "; ".join(reasons) if reasons else "ok"
 
 

@@ -6,11 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.adapters.recorder import NoProgressError
 from flwr_strategies.setup import SettingError
 
 from .backends import RayRunError, RunOutcome, run_backend
 from .experiment import ExperimentConfig, _preserved_rng, get_experiment
-from .results import package_versions, run_status, summarize, write_json
+from .results import chance_loss, package_versions, run_status, summarize, write_json
 
 
 class _Progress:
@@ -62,7 +63,7 @@ def check_faults_can_fire(exp) -> None:
     core's own seeded draw (the same on every backend), replayed on a scratch core."""
     cfg = exp.cfg
     faults = cfg.failures()
-    if not faults or exp.spec.build_core is None:
+    if not faults:
         return
     with _preserved_rng():
         core = exp.spec.build_core(exp.server_setup(), dict(exp.params))
@@ -76,6 +77,11 @@ def check_faults_can_fire(exp) -> None:
                                                  f"{cfg.rounds} rounds")
 
 
+def task_chance_loss(task: Any) -> float | None:
+    """The chance-level loss of ``task`` when it is a classifier (``ln(num_classes)``), else None."""
+    return chance_loss(getattr(getattr(task, "bundle", None), "num_classes", None))
+
+
 def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: float | None = None, verbose: bool = False) -> dict[str, Any]:
     """Run ``cfg`` on its backend and return (and write to ``cfg.out``) the results dict.
 
@@ -85,8 +91,11 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     rejects fails here). Each raises naming the setting or file and the value.
 
     ``results["status"]`` is ``"ok"``, ``"degraded: ..."`` (the run finished, but see
-    :func:`~.results.run_status`) or ``"failed: ..."`` (no client update aggregated in any round,
-    or the ray backend's run failed or did not return; the rounds it recorded are kept);
+    :func:`~.results.run_status`: a diverged loss names the rule it broke) or ``"failed: ..."``
+    (no client update aggregated in any round, or the ray backend's run failed or did not return;
+    the rounds it recorded are kept); a run that trained nothing in two consecutive rounds writes
+    ``"failed: NoProgressError: ..."`` and then raises the
+    :class:`~flwr_strategies.adapters.recorder.NoProgressError`;
     ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
     atomically.
     """
@@ -97,17 +106,20 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     exp.preflight()
     check_faults_can_fire(exp)
     progress = _Progress(cfg, label)
-    error = None
+    error = stopped = None
     try:
         strategy, timing = run_backend(cfg, on_round_end=progress, verbose=verbose)
     except RayRunError as err:  # Flower's run failed or did not return: keep what it recorded
         error = str(err).split("\n", 1)[0]
         strategy = RunOutcome(err.results.get("rounds", []), err.results.get("failure_log", []))
         timing = {}
+    except NoProgressError as err:  # the run trained nothing: keep its records, write them, then raise
+        error, stopped = f"{type(err).__name__}: {err}", err
+        strategy, timing = RunOutcome(err.rounds, err.failure_log), {}
     finally:
         progress.close()
     rounds = strategy.rounds
-    summary = summarize(rounds, target)
+    summary = summarize(rounds, target, chance=task_chance_loss(exp.task))
     results = {
         "method": cfg.method,
         "label": label or cfg.method,
@@ -126,4 +138,6 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     }
     if out is not None:
         write_json(out / "results.json", results)
+    if stopped is not None:
+        raise stopped
     return results

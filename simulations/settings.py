@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr_strategies.registry import PROVENANCES, MethodSpec, get_method, parse_value
-from flwr_strategies.setup import SettingError, TrainConfig
+from flwr_strategies.setup import AUTO_LR, SettingError, TrainConfig
 
 BACKENDS = ("inprocess", "ray")
 
@@ -88,7 +88,7 @@ PROJECT_SOURCES: dict[str, str] = {
     "momentum": "project: plain SGD unless a method asks for momentum",
     "lr_decay": "project: a constant learning rate unless a method decays it",
     "grad_clip": "project: no clipping unless a method clips",
-    "model": "project: the dataset's default model (simulations.models.DEFAULT_MODEL)",
+    "model": "project: the dataset's default model (simulations.models.default_model)",
     "synthetic_alpha": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
     "synthetic_beta": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
 }
@@ -260,6 +260,7 @@ class ExperimentConfig:
     client_seed: int | None = None
     client_timeout: float | str | None = "auto"
     synthetic_mean_samples: float = 4.0
+    download: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
     out: str | None = None
@@ -412,7 +413,7 @@ class ExperimentConfig:
     def key(self) -> str:
         """Identity of what gets built (resolved; output, provenance and execution settings excluded)."""
         d = asdict(self.resolve())
-        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "provenance"):
+        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "download", "provenance"):
             d.pop(k)
         return json.dumps(d, sort_keys=True, default=str)
 
@@ -504,13 +505,24 @@ def _integer(name: str, value: Any, minimum: int) -> None:
 
 
 def _check(cfg: ExperimentConfig) -> None:
+    from .datasets import DOWNLOADABLE, HF_PARTITIONERS, HF_PREFIX
     from .tasks import task_choices
 
     spec = get_method(cfg.method)
     choices = task_choices(spec.task)
-    if choices.get("datasets") and cfg.dataset not in choices["datasets"]:
-        raise SettingError("dataset", cfg.dataset, f"one of {', '.join(choices['datasets'])} "
+    hf = str(cfg.dataset).startswith(HF_PREFIX)
+    if choices.get("datasets") and cfg.dataset not in choices["datasets"] and not (hf and spec.task == "classification"):
+        also = f", or {HF_PREFIX}NAME (Flower Datasets)" if spec.task == "classification" else ""
+        raise SettingError("dataset", cfg.dataset, f"one of {', '.join(choices['datasets'])}{also} "
                                                    f"(method '{spec.name}' runs the task '{spec.task}')")
+    if hf and cfg.partition is not None and cfg.partition not in HF_PARTITIONERS:
+        raise SettingError("partition", cfg.partition, f"one of {', '.join(HF_PARTITIONERS)} for a Flower Datasets "
+                                                       "(hf:) dataset: Flower's partitioners")
+    if cfg.download and cfg.dataset not in DOWNLOADABLE:
+        raise SettingError("download", True, f"used only with {', '.join(DOWNLOADABLE)} (torchvision fetches those), "
+                                             f"not with --dataset {cfg.dataset}")
+    if cfg.download and cfg.data_dir is None:
+        raise SettingError("data_dir", None, "the folder --download fetches the files into")
     _integer("num_clients", cfg.num_clients, 1)
     _integer("rounds", cfg.rounds, 1)
     _integer("seed", cfg.seed, 0)
@@ -527,10 +539,13 @@ def _check(cfg: ExperimentConfig) -> None:
         value = getattr(cfg, name)                                 # message names the setting first
         if value is not None:
             _integer(name, value, 1)
+    if cfg.lr == AUTO_LR and not spec.extra.get("auto_lr"):
+        raise SettingError("lr", cfg.lr, f"a finite number > 0 (method '{spec.name}' has no rule that derives its "
+                                         "step size: 'auto' is for the DO-ADP family)")
     cfg.train_config()  # lr, momentum, weight decay, lr decay, clipping
     if cfg.model is not None and choices.get("models") and cfg.model not in choices["models"]:
         raise SettingError("model", cfg.model, f"one of {', '.join(choices['models'])}")
-    if cfg.data_dir is not None and not Path(cfg.data_dir).exists():
+    if cfg.data_dir is not None and not Path(cfg.data_dir).exists() and not (cfg.download or hf):
         raise SettingError("data_dir", cfg.data_dir, "an existing folder (or data file)")
     if cfg.backend not in BACKENDS:
         raise SettingError("backend", cfg.backend, f"one of {', '.join(BACKENDS)}")
@@ -638,7 +653,7 @@ def _typed(name: str, raw: Any, key: str) -> Any:
                 return int(raw)
             return int(str(raw).strip())
         if name in FLOAT_SETTINGS:
-            if name == "client_timeout" and str(raw).strip().lower() == "auto":
+            if name in ("client_timeout", "lr") and str(raw).strip().lower() == "auto":
                 return "auto"
             if isinstance(raw, bool):
                 raise ValueError

@@ -15,7 +15,7 @@ import torch
 from flwr_strategies.clients.training import TensorData, evaluate_model
 
 from .datasets import DATASETS, load_dataset
-from .models import DEFAULT_MODEL, MODELS, build_model
+from .models import MODELS, build_model, default_model
 from .partition import PARTITIONS, make_partition
 
 
@@ -77,20 +77,27 @@ class ClassificationTask:
             synthetic_alpha=cfg.synthetic_alpha,
             synthetic_beta=cfg.synthetic_beta,
             synthetic_mean_samples=getattr(cfg, "synthetic_mean_samples", 4.0),
+            partition=cfg.partition,
+            alpha=cfg.alpha,
+            classes_per_client=cfg.classes_per_client,
+            download=getattr(cfg, "download", False),
         )
         kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
         self.partition_kind = kind
         labels = self.bundle.train.y.cpu().numpy()
-        self.parts = make_partition(
-            kind,
-            labels,
-            cfg.num_clients,
-            data_seed,
-            alpha=cfg.alpha,
-            classes_per_client=cfg.classes_per_client,
-            groups=self.bundle.groups,
-        )
-        self.model_name = cfg.model or DEFAULT_MODEL[self.bundle.name]
+        if self.bundle.partitions is not None:  # partitioned by the loader (Flower Datasets' partitioners)
+            self.parts = self.bundle.partitions
+        else:
+            self.parts = make_partition(
+                kind,
+                labels,
+                cfg.num_clients,
+                data_seed,
+                alpha=cfg.alpha,
+                classes_per_client=cfg.classes_per_client,
+                groups=self.bundle.groups,
+            )
+        self.model_name = cfg.model or default_model(self.bundle.name, self.bundle.input_shape)
         self.device = torch.device(cfg.device)
         self.test = self.bundle.test.to(self.device)
         self.train = self.bundle.train.to(self.device)

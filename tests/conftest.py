@@ -1,8 +1,12 @@
-"""Shared test settings: no telemetry, one torch thread, paths to the shared data; the tests run
+"""Shared test settings: no telemetry, one torch thread, the MNIST files (official or a stand-in); the tests run
 against this checkout's own install (``pip install -e .``)."""
 
+import atexit
+import gzip
 import importlib.util
 import os
+import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -31,18 +35,92 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
 
+MNIST_ENV = "FLWR_STRATEGIES_MNIST_DIR"
+_MNIST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def _official_mnist() -> Path | None:
+    """The official MNIST test set: ``$FLWR_STRATEGIES_MNIST_DIR``, else ``../shared/data/mnist`` beside
+    the repository (CI has it); None where neither holds it, or where the variable is set empty (a bare
+    clone's run: ``tests/test_repository_hygiene.py`` runs the MNIST tests that way)."""
+    if os.environ.get(MNIST_ENV) == "":
+        return None
+    path = Path(os.environ.get(MNIST_ENV, ROOT.parent / "shared" / "data" / "mnist"))
+    if all((path / name).exists() for name in _MNIST_FILES):
+        return path
+    if MNIST_ENV in os.environ:
+        raise FileNotFoundError(f"{MNIST_ENV}={path}: MNIST test files {_MNIST_FILES} not found there")
+    return None
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    head = bytes([0, 0, 0x08, array.ndim]) + b"".join(struct.pack(">I", n) for n in array.shape)
+    with gzip.open(path, "wb") as fh:
+        fh.write(head + array.astype(np.uint8).tobytes())
+
+
+def write_mnist_standin(folder: Path, num_images: int = 10_000, seed: int = 0) -> Path:
+    """An MNIST-format stand-in for the official test set, written as idx files: scikit-learn's bundled
+    8x8 digits (BSD-3-Clause, UCI optical recognition of handwritten digits), scaled 3x to 24x24,
+    centred in a 28x28 canvas with a little pixel noise, ``num_images`` of them with their labels. Same file names, header, dtype and size as MNIST's t10k files, so every loader path runs."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(digits.target), size=num_images)
+    small = digits.images[pick] * (255.0 / 16.0)
+    big = np.kron(small, np.ones((1, 3, 3)))
+    images = np.zeros((num_images, 28, 28))
+    images[:, 2:26, 2:26] = big
+    images = np.clip(images + rng.normal(0.0, 4.0, images.shape), 0, 255)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_idx(folder / _MNIST_FILES[0], images.round())
+    _write_idx(folder / _MNIST_FILES[1], digits.target[pick])
+    return folder
+
+
+_STANDIN: Path | None = None
+
+
 def mnist_dir() -> Path:
-    """The official MNIST test set shipped beside the repository (../shared/data/mnist)."""
-    path = Path(os.environ.get("FLWR_STRATEGIES_MNIST_DIR", ROOT.parent / "shared" / "data" / "mnist"))
-    if not (path / "t10k-images-idx3-ubyte.gz").exists():
-        raise FileNotFoundError(f"MNIST test files not found in {path}; set FLWR_STRATEGIES_MNIST_DIR")
-    return path
+    """The MNIST test-set folder the tests read: the official files where they exist (CI:
+    ``../shared/data/mnist``, or ``$FLWR_STRATEGIES_MNIST_DIR``), else a stand-in written once per session
+    (:func:`write_mnist_standin`). ``pytest``'s header says which ran."""
+    global _STANDIN
+    official = _official_mnist()
+    if official is not None:
+        return official
+    if _STANDIN is None:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="mnist-standin-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _STANDIN = write_mnist_standin(folder)
+    return _STANDIN
+
+
+def _mnist_line() -> str:
+    official = _official_mnist()
+    if official is not None:
+        return f"MNIST: the official test set in {official}"
+    return (f"MNIST: no official files beside the repository ({MNIST_ENV} unset): MNIST tests run on a stand-in "
+            "written from scikit-learn's digits in MNIST's idx format")
+
+
+def pytest_report_header(config) -> str:
+    return _mnist_line()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say at the end of every run (``-q`` included) which MNIST files the MNIST tests read."""
+    terminalreporter.write_line(_mnist_line())
 
 
 @pytest.fixture

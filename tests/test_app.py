@@ -1,6 +1,6 @@
 """The project's Flower app (``simulations/app.py``), run in this process on an in-process Grid:
-it learns the federation's size from the nodes, gives the in-process backend's numbers (core
-methods on the Message API, legacy-only methods through Flower's compatibility layer), writes
+it learns the federation's size from the nodes, gives the in-process backend's numbers (every
+method on its Message-API strategy), writes
 results.json as it goes and fails loudly."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 
 from flwr_strategies.simulations import app as project_app
-from flwr_strategies.simulations.backends import run_driver, run_flower_server
+from flwr_strategies.simulations.backends import run_driver
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
@@ -41,28 +41,6 @@ def test_core_method_gives_the_inprocess_numbers(tmp_path):
     with np.load(tmp_path / "final.npz") as npz:
         for i, a in enumerate(driver.final_arrays):
             np.testing.assert_array_equal(npz[f"arr_{i}"], a)
-
-
-def test_legacy_only_method_runs_through_flower_compat(tmp_path, monkeypatch):
-    """A method registered with only a legacy ``build_strategy`` (no core) still runs, on the
-    legacy API through Flower's compatibility layer, with the same numbers."""
-    from flwr_strategies import registry
-
-    fedavg = registry.get_method("fedavg")
-    legacy_only = registry.MethodSpec(
-        name="fedavg-legacy-only", summary="test", paper=fedavg.paper, client=fedavg.client,
-        build_strategy=lambda setup, params: fedavg.legacy_strategy(setup, params),
-    )
-    monkeypatch.setitem(registry._REGISTRY, legacy_only.name, legacy_only)
-    cfg = ExperimentConfig(method=legacy_only.name, num_clients=3, rounds=2, seed=5, progress=False)
-    rc = {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(tmp_path)}
-    report = _serve(rc, 3)
-    assert report.path == "legacy strategy (Flower compat)"
-    saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["status"] == "completed"
-    reference = run_driver(ExperimentConfig(**{**cfg.to_dict(), "method": "fedavg"}))
-    assert [r[:3] for r in _rows(saved["rounds"])] == [r[:3] for r in _rows(reference.rounds)]
-    assert run_flower_server(cfg).rounds[-1]["accuracy"] == reference.rounds[-1]["accuracy"]
 
 
 def test_num_clients_zero_means_one_client_per_node(tmp_path):
@@ -104,19 +82,11 @@ def test_dead_actor_stops_the_run(tmp_path):
     assert [r["round"] for r in saved["rounds"]] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedavg-legacy-path"])
-def test_registration_order_gives_the_query_numbers_and_a_wrong_order_stops_the_run(tmp_path, monkeypatch, method):
+def test_registration_order_gives_the_query_numbers_and_a_wrong_order_stops_the_run(tmp_path):
     """``node-order = registration`` (what the ray backend uses in Flower's simulation runtime)
     maps partitions from the nodes' registration order without querying them; every reply's
     partition-id confirms it, and a wrong order stops the run."""
-    if method == "fedavg-legacy-path":
-        from flwr_strategies import registry
-
-        fedavg = registry.get_method("fedavg")
-        monkeypatch.setitem(registry._REGISTRY, method, registry.MethodSpec(
-            name=method, summary="test", paper=fedavg.paper, client=fedavg.client,
-            build_strategy=lambda setup, params: fedavg.legacy_strategy(setup, params)))
-    cfg = ExperimentConfig(method=method, num_clients=4, rounds=2, fraction_fit=0.5, seed=3, progress=False)
+    cfg = ExperimentConfig(method="fedavg", num_clients=4, rounds=2, fraction_fit=0.5, seed=3, progress=False)
     base = {"experiment": json.dumps(cfg.to_dict())}
     _serve({**base, "out-dir": str(tmp_path / "query")}, 4)
     _serve({**base, "out-dir": str(tmp_path / "reg"), "node-order": "registration"}, 4)

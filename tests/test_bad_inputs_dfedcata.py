@@ -233,14 +233,12 @@ def test_legacy_adapter_rejects_a_reply_claiming_another_partition():
     s = DFedAvg(initial_parameters=[np.zeros(s, np.float32) for s in SHAPES], neighbours=3,
                 partition_resolver=lambda cm: proxies, min_available_clients=1)
 
-    class CM:
-        def wait_for(self, n, timeout):
-            return True
+    from flwr.server.client_manager import SimpleClientManager
 
-        def num_available(self):
-            return M
-
-    ins = s.configure_fit(1, s.initialize_parameters(CM()), CM())
+    cm = SimpleClientManager()
+    for proxy in proxies.values():
+        cm.register(proxy)
+    ins = s.configure_fit(1, s.initialize_parameters(cm), cm)
     before = _state(s.core)
     arrays = [np.full(sh, 9.0, np.float32) for sh in SHAPES]
     res = [(proxies[0], FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1, {"partition-id": 3}))]

@@ -215,7 +215,7 @@ def test_tampered_reply_drop_leaves_tables(what):
     core = _doadp()
     before = copy.deepcopy(core.state_dict()["method"])
     out = core.train_round(1, [_tamper(core, what)], sampled=range(N), on_bad_reply="drop")
-    assert out["rejected"] == 1 and out["active"] == 0
+    assert out["rejected"] == 1 and out.get("active", 0) == 0  # an all-rejected round aggregates nothing
     assert _same(before, core.state_dict()["method"])
 
 

@@ -168,11 +168,13 @@ def test_noise_has_configured_std(small):  # oracle 8
     nxt, res = agent_round(st, cons, params, agent_generator(None, 0), zero_grad, q=10)
     z = (nxt.x - cons) / -alpha  # = m_{t+1} = theta since g = 0, m_t = 0
     assert np.allclose(z, res.noise)
-    # chi-square 99.9% interval for the sample variance, and a normality check
-    lo, hi = stats.chi2.ppf([0.0005, 0.9995], d)
+    # the noise comes from OS entropy (as a client's does), so each check may fail by chance: at these
+    # levels (chi-square 99.999% interval for the sample variance, 5 standard errors for the mean, a
+    # normality test at p 1e-5) about 3 runs in 100,000 do; a sigma 6% off fails the variance check
+    lo, hi = stats.chi2.ppf([0.000005, 0.999995], d)
     assert lo / d < np.var(z, ddof=0) / sigma**2 < hi / d
-    assert abs(np.mean(z)) < 4 * sigma / np.sqrt(d)
-    assert stats.kstest(z / sigma, "norm").pvalue > 1e-3
+    assert abs(np.mean(z)) < 5 * sigma / np.sqrt(d)
+    assert stats.kstest(z / sigma, "norm").pvalue > 1e-5
     # inactive agents get no noise
     nxt2, res2 = agent_round(st, cons, DOADPParams(alpha=alpha, p=1e-12, k=10, sigma=sigma, clip=1.0),
                              agent_generator(None, 0), zero_grad, q=10)

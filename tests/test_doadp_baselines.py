@@ -60,7 +60,7 @@ def test_dpdo_core_certifies_its_budget():
 
 def test_dpdda_sigma_is_doadp_chain_with_ps_and_kd():
     core = DPDDAServer(_arrays(), num_partitions=4, num_rounds=20, dataset_size=30, batch_size=1,
-                       config=DPDDAConfig(epsilon=0.5, delta0=1e-6, p_s=0.24))
+                       config=DPDDAConfig(epsilon=0.5, delta0=1e-6, p_s=0.24, calibration="theorem1"))
     assert core.sigma == doadp_sigma(0.5, 1e-6, 20, 0.24, 8, 8, 30, 1.0, allow_low_p=True)
     assert core.planned_epsilon <= 0.5
 

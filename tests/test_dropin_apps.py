@@ -4,7 +4,7 @@
 API) are Flower's own ``examples/quickstart-pytorch`` with only the data loading swapped for local
 data (``tests/test_flower_quickstart_dropin.py`` checks that, and runs every diff in process under
 Flower's optimizer settings). ``switch/<method>.diff`` is the exact change that moves the app to a
-method of this library (the README shows the same diffs). Each test here copies the app, applies the
+method of this library (the documentation pages include the same files). Each test here copies the app, applies the
 diff with ``patch -p1`` and runs it with ``flwr run`` in Flower's simulation runtime (a private local
 SuperLink), then reads the accuracies Flower prints at the end of the run.
 """
@@ -85,14 +85,14 @@ def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_p
         assert acc[ROUNDS] >= first + 0.25, detail
 
 
-def test_diffs_are_small_and_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
+def test_diffs_are_small_and_included_in_the_docs():
+    """Every diff is included, from its file, in a documentation page (``pymdownx.snippets``: the page
+    shows the file itself, never a pasted copy); tests/test_docs.py builds the pages."""
+    pages = {page: page.read_text() for page in (ROOT / "docs").rglob("*.md")}
     for api, app in APPS.items():
         for diff in sorted((app / "switch").glob("*.diff")):
             text = diff.read_text()
             added = [line for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
             assert len(added) <= 16, f"{diff}: {len(added)} added lines"
-            assert f"{app.name}/switch/{diff.name}" in readme, f"{diff} is not named in README.md"
-            # every added line is shown in the README (a diff in full, or its distinctive lines)
-            missing = [line[1:].strip() for line in added if line[1:].strip() and line[1:].strip() not in readme]
-            assert not missing, f"{diff}: lines not shown in README.md: {missing}"
+            include = re.compile(r'^```diff\n--8<-- "' + re.escape(f"simulations/{app.name}/switch/{diff.name}") + r'"\n```$', re.M)
+            assert any(include.search(page) for page in pages.values()), f"{diff} is not included in a docs page"

@@ -338,3 +338,23 @@ def test_scaffold_server_eta_and_validation():
 def test_aggregate_delta_sign():
     d = aggregate_delta([np.array([1.0])], [np.array([0.25])])
     assert d[0][0] == 0.75
+
+
+def test_scaffold_control_step_streams_bit_identically_to_the_stacked_mean():
+    """The streaming control step adds the updates in client order into a float64 accumulator: the
+    same numbers as ``c + (S/N) np.mean(np.stack(dc), axis=0)`` and the weighted ``c + sum_i (n_i/n) dc_i``."""
+    rng = np.random.default_rng(3)
+    shapes = [(16, 3, 3, 3), (16,), (10, 50)]
+    g = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    c = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    models = [[rng.standard_normal(sh).astype(np.float32) for sh in shapes] for _ in range(7)]
+    dcs = [[rng.standard_normal(sh).astype(np.float32) for sh in shapes] for _ in range(7)]
+    counts = [int(n) for n in rng.integers(1, 50, size=7)]
+    _, uniform = scaffold_server_update(g, c, models, dcs, num_clients=20)
+    _, weighted = scaffold_server_update(g, c, models, dcs, 20, num_examples=counts, total_examples=sum(counts) + 9)
+    for j, cj in enumerate(c):
+        stacked = np.mean(np.stack([np.asarray(dc[j], np.float64) for dc in dcs]), axis=0)
+        expect = (cj.astype(np.float64) + (7 / 20.0) * stacked).astype(np.float32)
+        assert uniform[j].dtype == np.float32 and np.array_equal(uniform[j], expect)
+        terms = sum((n / float(sum(counts) + 9)) * np.asarray(dc[j], np.float64) for n, dc in zip(counts, dcs))
+        assert np.array_equal(weighted[j], (cj.astype(np.float64) + terms).astype(np.float32))

@@ -74,7 +74,7 @@ def test_switched_app_under_sgd_momentum(method, lr, tmp_path, caplog):
         except RuntimeError as err:  # a run that stops (every reply failed) says why
             record, errors = {}, [str(err)]
     detail = f"{method} at lr {lr}: {record} {errors[:2]}"
-    print(f"\nmatrix {detail}")  # the README's table of working ranges quotes these lines (pytest -s)
+    print(f"\nmatrix {detail}")  # docs/switch.md's table of working ranges quotes these lines (pytest -s)
     if (method, lr) in REFUSED:  # refused at the first optimizer step of every client
         setting, working = REFUSED[method, lr]
         assert errors and all(setting in e for e in errors) and working in errors[0], detail

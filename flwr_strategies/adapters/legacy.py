@@ -8,6 +8,10 @@ the Flower side once for all of them:
 - client identity: each connected client's ``partition-id`` (asked once with ``get_properties``,
   cached), so the core samples and addresses clients by partition, never by Flower's random ids;
   the number of clients is learned from the clients that connect;
+- sampling through the ``ClientManager`` Flower hands the strategy, with the user's ``criterion``:
+  every round asks ``client_manager.sample(num_clients, min_num_clients, criterion)`` for the
+  clients the criterion admits (as Flower's ``FedAvg`` samples), and the method's core chooses the
+  partitions that train among the clients that sample returned (see :meth:`LegacyStrategy.candidates`);
 - the model Flower passes to ``configure_fit`` is the global model: the core is built from it in
   round 1 and continues from it when a wrapper changed it;
 - ``FitRes`` replies decoded in one place, as read-only views of their bytes (no copies,
@@ -38,6 +42,7 @@ from flwr.common import (
 )
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
+from flwr.server.criterion import Criterion
 from flwr.server.strategy import Strategy
 
 from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
@@ -141,6 +146,10 @@ class LegacyStrategy(MethodAdapter, Strategy):
     partition_resolver : callable | None (default: None)
         ``client_manager -> {partition_id: ClientProxy}``. Default: ask each client's
         ``get_properties()["partition-id"]`` once.
+    criterion : flwr.server.criterion.Criterion | None (default: None)
+        Passed to ``client_manager.sample`` every round: only the clients it admits (and the
+        client manager returns) can be chosen for training and evaluation. None admits every
+        client, as Flower's ``FedAvg``.
     on_round_end : callable | None (default: None)
         Called with every finished round record.
     core_factory : callable | None (default: None)
@@ -167,6 +176,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         on_bad_reply: str = "drop",
         wait_timeout: float = 600.0,
         partition_resolver: Callable[[ClientManager], dict[int, ClientProxy]] | None = None,
+        criterion: Criterion | None = None,
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
         core_factory: CoreFactory | None = None,
         **hyperparameters: Any,
@@ -211,6 +221,10 @@ class LegacyStrategy(MethodAdapter, Strategy):
                 self._install_core(self.build_core(arrays, 0))
                 self._returned = self.initial_parameters
         self._resolver = partition_resolver or resolve_partitions
+        if criterion is not None and not callable(getattr(criterion, "select", None)):
+            raise ValueError(f"{name}: criterion must be a flwr.server.criterion.Criterion (with a select(client) "
+                             f"method), got {type(criterion).__name__}")
+        self.criterion = criterion
         self._pid_of_cid: dict[str, int] = {}
 
     def __repr__(self) -> str:
@@ -250,6 +264,30 @@ class LegacyStrategy(MethodAdapter, Strategy):
             proxies = {i: proxy for i, (_, proxy) in enumerate(sorted(client_manager.all().items()))}
         self._pid_of_cid = {proxy.cid: int(pid) for pid, proxy in proxies.items()}
         return proxies
+
+    def candidates(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
+        """The clients a round may choose from, by partition id: the connected clients (after
+        waiting for ``min_available_clients``) that ``client_manager.sample`` returns when asked,
+        with :attr:`criterion`, for every client the criterion admits.
+
+        The rule: the client manager and the criterion decide which clients are candidates, the
+        method decides which candidates train (its seeded choice of partitions, the same through
+        both APIs and every backend). With Flower's ``SimpleClientManager`` (or
+        :class:`~flwr_strategies.sampling.PartitionClientManager`) and no criterion that is every
+        connected client. ``fraction_fit`` and ``min_fit_clients`` apply to the candidates; a
+        client the criterion excludes is treated like one that is not connected (a peer of a
+        decentralized method then counts as gone, see its ``failure_policy``).
+        """
+        proxies = self._proxies(client_manager)
+        for _ in range(2):  # asked again once when a client left between the count and the sample
+            admitted = sum(1 for proxy in client_manager.all().values()
+                           if self.criterion is None or self.criterion.select(proxy))
+            sample = client_manager.sample(num_clients=admitted, min_num_clients=self.min_available_clients,
+                                           criterion=self.criterion)
+            if sample or not admitted:
+                break
+        chosen = {proxy.cid for proxy in sample}
+        return {pid: proxy for pid, proxy in proxies.items() if proxy.cid in chosen}
 
     def _learn_partitions(self, client_manager: ClientManager) -> tuple[int, dict[int, ClientProxy]]:
         """The number of clients: those connected once ``min_available_clients`` are, when their
@@ -301,7 +339,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
         self._global(server_round, parameters, client_manager)
-        proxies = self._proxies(client_manager)
+        proxies = self.candidates(client_manager)
         rnd = self.method_round(server_round)
         rec = self.history.record(rnd)  # opened after waiting for the clients: the wait is not the round's
         sampled = self.core.select(rnd, proxies)
@@ -366,7 +404,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             metrics.update(user or {})
             for key, value in (user or {}).items():
                 rec[f"fit_{key}"] = value
-        self._returned = _parameters(self.core.global_arrays())
+        self._returned = _parameters(self.core.model_arrays())
         return self._returned, numeric_metrics(metrics)
 
     def configure_evaluate(
@@ -378,7 +416,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self._follow(parameters, rnd)
         if not self.core.should_evaluate(rnd):
             return []
-        proxies = self._proxies(client_manager)
+        proxies = self.candidates(client_manager)
         ids = sorted(proxies)
         k = min(len(ids), max(int(len(ids) * self.fraction_evaluate), self.min_evaluate_clients))
         rng = np.random.default_rng([self.seed, rnd, 0xE7A1])

@@ -18,6 +18,9 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
   a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
   core's state changes (``on_bad_reply``);
+- a node that a round found unreachable (no reply before the timeout, or the SuperLink's error
+  reply for it) is left out of later rounds, logged as a failure each round, and re-checked without
+  waiting until it answers again (:mod:`~flwr_strategies.adapters.liveness`);
 - per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
   ``start()``'s ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
 """
@@ -41,6 +44,7 @@ from ..core.aggregation import SKIP_KEYS, weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ConfigFn
 from ..core.validation import Rejection, ReplyError
+from .liveness import UnreachableNodes
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
@@ -118,8 +122,7 @@ class NodeDirectory:
         self.num_partitions: int | None = None
 
     def _ask(self, grid: Grid, node_ids: list[int], timeout: float) -> dict[int, tuple[int, int | None]]:
-        messages = [Message(RecordDict({self.configrecord_key: ConfigRecord({"query": "partition"})}),
-                            dst_node_id=int(n), message_type=PARTITION_QUERY) for n in node_ids]
+        messages = [self.query_message(n) for n in node_ids]
         answers: dict[int, tuple[int, int | None]] = {}
         for reply in grid.send_and_receive(messages, timeout=timeout):
             if reply.has_error():
@@ -129,6 +132,11 @@ class NodeDirectory:
                 total = metrics.get(NUM_PARTITIONS_KEY)
                 answers[int(reply.metadata.src_node_id)] = (int(metrics[PARTITION_KEY]), None if total is None else int(total))
         return answers
+
+    def query_message(self, node_id: int) -> Message:
+        """The ``query.partition`` message to ``node_id``."""
+        return Message(RecordDict({self.configrecord_key: ConfigRecord({"query": "partition"})}),
+                       dst_node_id=int(node_id), message_type=PARTITION_QUERY)
 
     def identify(self, grid: Grid, timeout: float | None = None) -> dict[int, int]:
         """Wait for the nodes and learn each node's partition id; returns ``{partition: node}``.
@@ -186,6 +194,19 @@ class NodeDirectory:
             self.node_of_partition[pid] = node
         self.num_partitions = len(nodes)
         return dict(self.node_of_partition)
+
+
+def _release_arrays(replies: list[Message]) -> None:
+    """Drop the arrays of replies a decentralized core has taken into its tables. Flower's
+    ``Strategy.start()`` keeps a round's replies bound until the next round's replies arrive, so
+    without this the last round's models (one table: every peer sends its model) stay in memory
+    while the next round's messages are in flight. The metrics stay; nothing reads the arrays again
+    (decentralized methods refuse strategy wrappers, which could)."""
+    for msg in replies:
+        if msg.has_content():
+            for record in msg.content.values():
+                if isinstance(record, ArrayRecord):
+                    record.clear()
 
 
 class MessageStrategy(MethodAdapter, Strategy):
@@ -292,6 +313,8 @@ class MessageStrategy(MethodAdapter, Strategy):
         self.nodes = NodeDirectory(self.min_available_nodes, self.wait_timeout, configrecord_key)
         self._returned: ArrayRecord | None = None
         self._sent: dict[int, list[tuple[Any, int]]] = {}  # round -> (pushed message's metadata, partition)
+        self.unreachable = UnreachableNodes(lambda node: self.nodes.query_message(node))
+        self._left_out: dict[int, list[int]] = {}  # round -> partitions left out as unreachable
         self._central = False
 
     # ------------------------------------------------------------------ MethodAdapter
@@ -344,8 +367,9 @@ class MessageStrategy(MethodAdapter, Strategy):
         return ArrayRecord({k: _array(np.asarray(a)) for k, a in zip(names, arrays)})
 
     def global_array_record(self) -> ArrayRecord:
-        """The core's global model, named like the initial arrays."""
-        return self._array_record(self.core.global_arrays(), True)
+        """The core's global model (:meth:`~flwr_strategies.core.server.ServerCore.model_arrays`),
+        named like the initial arrays."""
+        return self._array_record(self.core.model_arrays(), True)
 
     def _follow(self, arrays: ArrayRecord, rnd: int) -> None:
         """Continue from ``arrays`` when they are not the model this strategy gave Flower."""
@@ -372,7 +396,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         if self.fraction_train == 0.0:
             return []
         core = self.core
-        connected = {int(n) for n in grid.get_node_ids()}
+        connected = self._reachable_nodes(grid, rnd, training=True)
         available = [pid for pid, node in self.node_of_partition.items() if node in connected]
         instructions = core.configure_train(rnd, core.select(rnd, available))
         self._sampled[rnd] = [ins.partition_id for ins in instructions]
@@ -395,6 +419,30 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._sent[rnd] = [(msg.metadata, self.partition_of_node[msg.metadata.dst_node_id]) for msg in messages]
         rec["clients"] = len(messages)
         return messages
+
+    def _reachable_nodes(self, grid: Grid, rnd: int, training: bool) -> set[int]:
+        """Flower's connected nodes less those a round found unreachable, after re-checking them
+        (:class:`~flwr_strategies.adapters.liveness.UnreachableNodes`). In training each partition
+        left out is logged as a failure of round ``rnd``; when the core could not sample its
+        ``min_train_nodes`` without them, the nodes Flower still lists are kept (the round waits for
+        them, as before they were found unreachable)."""
+        listed = {int(n) for n in grid.get_node_ids()}
+        reachable = self.unreachable.reachable(grid, listed, rnd)
+        if not training:
+            return reachable
+        core = self.core
+        known = [sum(1 for n in nodes if n in self.partition_of_node) for nodes in (reachable, listed)]
+        left_out = self.unreachable.left_out()
+        if (reachable != listed and not core.full_participation and core.num_to_sample(known[0]) > known[0]
+                and core.num_to_sample(known[1]) <= known[1]):
+            log(WARNING, "Round %s: min_train_nodes=%s needs the nodes found unreachable (partitions %s); the round "
+                         "sends to them and waits", rnd, core.min_train, sorted(left_out))
+            return listed
+        for pid, u in sorted(left_out.items()):
+            self.history.log_failure(rnd, "fit", f"partition {pid}: left out, its node has been unreachable since "
+                                                  f"round {u.since} ({u.reason}); it rejoins when it answers again")
+        self._left_out[rnd] = sorted(left_out)
+        return reachable
 
     def _decode(self, server_round: int, msg: Message) -> Reply | Rejection | int:
         """One reply as a :class:`Reply`, a :class:`Rejection` or a failed partition id: the only
@@ -443,6 +491,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         rejected: list[Rejection] = []
         failed: list[int] = []
         accepted: dict[int, RecordDict] = {}
+        replies = list(replies)
         for msg in replies:
             item = self._decode(rnd, msg)
             if isinstance(item, Reply):
@@ -455,10 +504,11 @@ class MessageStrategy(MethodAdapter, Strategy):
                 failed.append(item)
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
+        self.unreachable.note(rnd, self._sent.get(rnd, []), replies)
         self._sent.pop(rnd, None)
         result = self.core.train_round(rnd, valid, sampled=self._sampled.pop(rnd, []), failed=failed,
                                        on_bad_reply=self.on_bad_reply)
-        metrics = self.history.training(rnd, result, rejected, len(valid), logged=failed)
+        metrics = self.history.training(rnd, result, rejected, len(valid), logged=[*failed, *self._left_out.pop(rnd, [])])
         if self.train_metrics_aggr_fn is not None:
             for r in result.rejections:
                 accepted.pop(r.partition_id, None)
@@ -467,6 +517,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             metrics.update(user)
             for key, value in user.items():
                 rec[f"fit_{key}"] = value
+        if self.core.full_participation:
+            _release_arrays(replies)
         self._returned = self.global_array_record()
         return self._returned, MetricRecord(numeric_metrics(metrics))
 
@@ -478,7 +530,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._follow(arrays, rnd)
         if not self.core.should_evaluate(rnd):
             return []
-        connected = {int(n) for n in grid.get_node_ids()}
+        connected = self._reachable_nodes(grid, rnd, training=False)
         ids = sorted(pid for pid, node in self.node_of_partition.items() if node in connected)
         k = min(len(ids), max(int(len(ids) * self.fraction_evaluate), self.min_evaluate_nodes))
         rng = np.random.default_rng([self.seed, rnd, 0xE7A1])

@@ -12,6 +12,15 @@ four class attributes and a docstring:
   ``{argument: core keyword}`` where the two differ;
 - ``federated_evaluation``: None, or why the method refuses federated evaluation.
 
+Every such class gets its full constructor signature (:func:`method_signature`, set as
+``__signature__`` when the class is defined): Flower's arguments for its API with Flower's names and
+defaults, then every hyperparameter and argument as a keyword-only parameter with the method's
+default, so ``inspect.signature``, ``help()`` and IDEs show them; the constructor accepts exactly
+those (an unknown keyword is a ``TypeError`` naming the valid ones). A nested config field (FedLi's
+``armijo``) also takes a dict of its fields: ``FedLiLS(armijo={"armijo_c": 0.5})``. A checkpoint
+(:meth:`MethodAdapter.state_dict`) carries the method's name and hyperparameters, and loading it
+under other values is refused naming them (:meth:`MethodAdapter.load_state_dict`).
+
 :class:`MethodAdapter` turns those into the core (:meth:`MethodAdapter.build_core`, built when the
 first round starts: the initial model is the one Flower passes in, the number of clients the
 number that connected), checks Flower's arguments against the method, and keeps the global model
@@ -24,16 +33,20 @@ continues from the changed model, and a method that cannot take it raises
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import typing
 from collections.abc import Callable, Mapping
+from logging import WARNING
 from typing import Any, ClassVar
 
 import numpy as np
+from flwr.common import log
 
 from ..core.server import ExternalModelError, ServerCore
 from ..core.validation import check_policy
 from .recorder import RoundRecorder
 
-__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory"]
+__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory", "method_signature"]
 
 #: Default of a required keyword argument in ``arguments``.
 REQUIRED: Any = object()
@@ -49,10 +62,98 @@ def _fields(config: Any) -> list[str]:
     return [f.name for f in dataclasses.fields(config)]
 
 
+def _default(config: Any, name: str) -> Any:
+    """The method's default of field ``name`` of ``config`` (a dataclass, or an instance holding the
+    method's own defaults); ``inspect.Parameter.empty`` for a field without one."""
+    if not isinstance(config, type):
+        return getattr(config, name)
+    field = next(f for f in dataclasses.fields(config) if f.name == name)
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return inspect.Parameter.empty
+
+
+def _owners(cls: type) -> dict[str, str]:
+    """``{hyperparameter: core keyword of its config}``; a field declared by two configs is refused."""
+    owner: dict[str, str] = {}
+    for key, config in cls.hyperparameters.items():
+        for field in _fields(config):
+            if field in owner:
+                raise TypeError(f"{cls.__name__} declares '{field}' in two configs ({owner[field]}, {key})")
+            owner[field] = key
+    return owner
+
+
+def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
+    """``function``'s parameters without ``self`` and ``*args``/``**kwargs``, annotations evaluated."""
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except (NameError, TypeError):
+        signature = inspect.signature(function)
+    return [p for p in list(signature.parameters.values())[1:]
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+
+
+def method_signature(cls: type) -> inspect.Signature | None:
+    """The constructor signature of a method's strategy class: the adapter's arguments (Flower's
+    FedAvg arguments for its API and the adapter's own, with the defaults a subclass's
+    ``__init__`` sets), then every hyperparameter (the fields of the ``hyperparameters`` configs,
+    annotated from the dataclasses, with the method's defaults) and every ``arguments`` entry, as
+    keyword-only parameters. No ``**kwargs``: the constructor accepts exactly these. None for a
+    subclass whose own ``__init__`` adds arguments of its own (its ``__init__`` is then its signature)."""
+    adapter = next(k for k in cls.__mro__ if MethodAdapter in k.__bases__)
+    overrides: dict[str, Any] = {}
+    for klass in cls.__mro__[:cls.__mro__.index(adapter)]:
+        if "__init__" in klass.__dict__:
+            for p in _parameters(klass.__dict__["__init__"]):
+                overrides.setdefault(p.name, p.default)
+    params = [p.replace(default=overrides.pop(p.name)) if p.name in overrides else p
+              for p in _parameters(adapter.__dict__["__init__"])]
+    if overrides:  # a subclass whose own __init__ adds arguments: Python reads its signature from that __init__
+        return None
+    taken = {p.name for p in params}
+    for key, config in cls.hyperparameters.items():
+        dataclass = config if isinstance(config, type) else type(config)
+        try:
+            hints = typing.get_type_hints(dataclass)
+        except (NameError, TypeError):
+            hints = {}
+        for field in dataclasses.fields(dataclass):
+            default, annotation = _default(config, field.name), hints.get(field.name, field.type)
+            if dataclasses.is_dataclass(default) and not isinstance(annotation, str):  # also a dict of its fields
+                annotation = annotation | Mapping[str, Any]
+            params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=annotation))
+    for name, default in cls.arguments.items():
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                        default=inspect.Parameter.empty if default is REQUIRED else default))
+    clash = sorted(taken & {p.name for p in params[len(taken):]})
+    if clash:
+        raise TypeError(f"{cls.__name__}: hyperparameters {clash} clash with the adapter's arguments")
+    _owners(cls)
+    return inspect.Signature(params)
+
+
 def _build(config: Any, values: dict[str, Any]) -> Any:
     """``config(**values)`` for a dataclass, ``dataclasses.replace(config, **values)`` for an instance
     (a method whose defaults differ from its dataclass's, e.g. FedLMT's FedMUDConfig)."""
     return dataclasses.replace(config, **values) if not isinstance(config, type) else config(**values)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a checkpoint stores it (and gives it back): dataclasses as dicts, tuples as
+    lists, NumPy scalars as Python numbers."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def _prefix(err: Exception, name: str) -> None:
@@ -76,6 +177,12 @@ class MethodAdapter:
     #: Why the method refuses federated evaluation (``fraction_evaluate > 0``); None: it allows it.
     federated_evaluation: ClassVar[str | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give every strategy class its full signature (:func:`method_signature`), for
+        ``inspect.signature``, ``help()`` and IDEs."""
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = method_signature(cls)
+
     # ------------------------------------------------------------------ construction
     def _init_method(self, *, hyperparameters: dict[str, Any], seed: int, on_bad_reply: str,
                      core_factory: CoreFactory | None, on_round_end: Callable[[dict[str, Any]], None] | None,
@@ -83,7 +190,7 @@ class MethodAdapter:
         name = type(self).__name__
         if core_factory is None and self.core_cls is None:
             raise TypeError(f"{name} is not a method: subclass it with a core_cls, or pass core_factory")
-        if core_factory is not None and hyperparameters:
+        if core_factory is not None and hyperparameters and self.core_cls is not None:
             raise TypeError(f"{name}() got unexpected keyword arguments {sorted(hyperparameters)} "
                             "(a strategy over core_factory has no hyperparameters of its own)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -99,18 +206,16 @@ class MethodAdapter:
         self.core: ServerCore | None = None
         self.round_offset = 0
         self._pending_state: dict[str, Any] | None = None
+        #: Hyperparameters a resume permitted to differ from the checkpoint (:meth:`load_state_dict`).
+        self.changed_on_resume: list[dict[str, Any]] = []
         self._names: list[str] | None = None
         self._sampled: dict[int, list[int]] = {}
 
     def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``."""
+        """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``
+        (the keywords of :attr:`__signature__` beyond the adapter's own)."""
         name = type(self).__name__
-        owner: dict[str, str] = {}
-        for key, config in self.hyperparameters.items():
-            for field in _fields(config):
-                if field in owner:
-                    raise TypeError(f"{name} declares '{field}' in two configs ({owner[field]}, {key})")
-                owner[field] = key
+        owner = _owners(type(self))
         unknown = sorted(k for k in given if k not in owner and k not in self.arguments)
         if unknown:
             valid = sorted(owner) + sorted(self.arguments)
@@ -126,7 +231,18 @@ class MethodAdapter:
             raise TypeError(f"{name}() missing required keyword arguments {missing}")
         configs: dict[str, Any] = {}
         for key, cls in self.hyperparameters.items():
-            values = {f: given[f] for f in _fields(cls) if f in given}
+            values = {}
+            for field in _fields(cls):
+                if field not in given:
+                    continue
+                value, default = given[field], _default(cls, field)
+                if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
+                    try:  # a nested config given as a dict: the method's default with those fields changed
+                        value = dataclasses.replace(default, **value)
+                    except (TypeError, ValueError) as err:
+                        _prefix(err, f"{name}: {field}")
+                        raise
+                values[field] = value
             try:
                 configs[key] = _build(cls, values)
             except (TypeError, ValueError) as err:
@@ -212,23 +328,82 @@ class MethodAdapter:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ checkpoints
+    def method_name(self) -> str | None:
+        """The method a checkpoint of this strategy belongs to: the class name (the same on both
+        APIs); None for a strategy over a ``core_factory`` (its core's class is checked instead)."""
+        return type(self).__name__ if self.core_cls is not None else None
+
+    def hyperparameter_values(self) -> dict[str, Any]:
+        """Every hyperparameter (the fields of the method's configs) with its value, as a
+        checkpoint stores it: nested configs as dicts, tuples as lists, NumPy scalars as numbers."""
+        return {f: _plain(getattr(cfg, f)) for cfg in self.configs.values() for f in _fields(cfg)}
+
     def state_dict(self) -> dict[str, Any]:
         """The core's :meth:`~flwr_strategies.core.server.ServerCore.state_dict` after the last
-        completed round."""
+        completed round, with the method (``"strategy"``: :meth:`method_name`) and its
+        hyperparameters (``"hyperparameters"``: :meth:`hyperparameter_values`), and the changes
+        earlier resumes permitted (``"changed_on_resume"``)."""
         if self.core is None:
             raise RuntimeError(f"{type(self).__name__} has not started: nothing to checkpoint yet")
-        return self.core.state_dict()
+        return {**self.core.state_dict(), "strategy": self.method_name(),
+                "hyperparameters": self.hyperparameter_values(), "changed_on_resume": list(self.changed_on_resume)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
         """Resume from a :meth:`state_dict`. Call it before the run: the core, built when the first
         round starts, then continues from the checkpoint (its model replaces the initial one), and
         Flower's rounds ``1, 2, ...`` are the method's rounds ``k + 1, k + 2, ...`` after a
-        checkpoint taken at round ``k`` (see :attr:`round_offset`)."""
+        checkpoint taken at round ``k`` (see :attr:`round_offset`).
+
+        The checkpoint must be of this method (the same class name, on either API) and carry the
+        same hyperparameters: a differing value raises ``ValueError`` naming every one (the
+        checkpoint's value and this strategy's), with nothing changed. ``allow_changed`` names
+        hyperparameters that may differ (e.g. ``allow_changed=("lr",)``); the run continues with
+        this strategy's values, and each permitted change is kept in :attr:`changed_on_resume`
+        (``{"setting", "checkpoint", "now", "round"}``), logged, and carried by later checkpoints.
+        The core then checks its own part (:meth:`~flwr_strategies.core.server.ServerCore.load_state_dict`).
+        """
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise ValueError(f"{name}: a checkpoint is a dict from state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("strategy", "hyperparameters") if k not in state]
+        if missing:
+            raise ValueError(f"{name}: checkpoint lacks {', '.join(repr(k) for k in missing)} (not a "
+                             f"{name}.state_dict(): a strategy's checkpoint carries its method and hyperparameters)")
+        if state["strategy"] != self.method_name():
+            raise ValueError(f"{name}: checkpoint is from {state['strategy'] or 'a strategy over core_factory'}, "
+                             f"not {self.method_name() or 'a strategy over core_factory'}")
+        own, saved = self.hyperparameter_values(), state["hyperparameters"]
+        if not isinstance(saved, dict):
+            raise ValueError(f"{name}: checkpoint 'hyperparameters' must be a dict, got {type(saved).__name__}")
+        allowed = tuple(allow_changed)
+        unknown = sorted(set(allowed) - set(own))
+        if unknown:
+            raise ValueError(f"{name}: allow_changed names {unknown}, which are not its hyperparameters "
+                             f"({sorted(own)})")
+        keys = sorted(set(own) | set(saved))
+        differ = [k for k in keys if k not in saved or k not in own or _plain(saved[k]) != own[k]]
+        refused = [k for k in differ if k not in allowed]
+        if refused:
+            shown = "; ".join(f"{k}: checkpoint {saved.get(k, '(absent)')!r}, this strategy {own.get(k, '(absent)')!r}"
+                              for k in refused)
+            raise ValueError(f"{name}: the checkpoint was taken under other hyperparameters ({shown}). Build the "
+                             "strategy with the checkpoint's values, or name the ones meant to change in "
+                             "load_state_dict(..., allow_changed=(...)).")
+        history = state.get("changed_on_resume", [])
+        if not isinstance(history, list):
+            raise ValueError(f"{name}: checkpoint 'changed_on_resume' must be a list, got {type(history).__name__}")
+        core_state = {k: v for k, v in state.items() if k not in ("strategy", "hyperparameters", "changed_on_resume")}
         if self.core is not None:
-            self.core.load_state_dict(state)
+            self.core.load_state_dict(core_state)
             self.round_offset = int(self.core.server_round)
         else:
-            self._pending_state = state
+            self._pending_state = core_state
+        changes = [{"setting": k, "checkpoint": saved[k], "now": own[k], "round": state.get("server_round")}
+                   for k in differ]
+        for change in changes:
+            log(WARNING, "%s: resuming from round %s with %s = %r (the checkpoint has %r; allow_changed)", name,
+                change["round"], change["setting"], change["now"], change["checkpoint"])
+        self.changed_on_resume = list(history) + changes
 
     def method_round(self, server_round: int) -> int:
         """The method's round of Flower's ``server_round`` (they differ after a resume)."""
@@ -253,3 +428,4 @@ class MethodAdapter:
         except ValueError as err:
             _prefix(err, f"{type(self).__name__}, round {server_round}")
             raise
+        core.updated = True  # the adopted model is the global model from now on (ServerCore.model_arrays)

@@ -8,8 +8,11 @@ federated evaluation prefixed ``federated_`` and central evaluation's metrics un
 are the array payloads actually sent and received (``nbytes``, no serialisation headers) plus
 ``bytes``-valued config and metric entries.
 
-A run that cannot learn stops: when every reply of two consecutive rounds is rejected,
-:meth:`RoundRecorder.training` raises :class:`NoProgressError` naming the cause and the likely fix.
+A run that cannot learn stops: when no client update is aggregated in two consecutive rounds
+(every sampled client failed or its reply was rejected, in any mix), :meth:`RoundRecorder.training`
+raises :class:`NoProgressError` naming the cause (the clients' own error, the rejection) and the
+likely fix. Raised inside Flower's ``strategy.start()``, it ends the ServerApp, so Flower reports
+the run as failed.
 """
 
 from __future__ import annotations
@@ -27,12 +30,21 @@ from ..core.validation import Rejection
 
 __all__ = ["RoundRecorder", "NoProgressError", "arrays_nbytes", "bytes_entries"]
 
-#: Consecutive rounds with every reply rejected after which a run stops.
+#: Consecutive rounds without any aggregated client update after which a run stops.
 STALLED_ROUNDS = 2
 
 
 class NoProgressError(RuntimeError):
-    """Every reply of consecutive rounds was rejected: the model cannot change, the run stops."""
+    """No client update was aggregated in :data:`STALLED_ROUNDS` consecutive rounds (every sampled
+    client failed or was rejected): the model cannot change, the run stops. The message names the
+    rounds, the first cause (a client's own error or the rejection) and the likely fix; ``rounds``
+    and ``failure_log`` are the run's records up to the stop (as :class:`RoundRecorder` keeps them)."""
+
+    def __init__(self, message: str, rounds: list[dict[str, Any]] | None = None,
+                 failure_log: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.rounds = list(rounds or [])
+        self.failure_log = list(failure_log or [])
 
 
 def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
@@ -49,19 +61,46 @@ def _nonfinite(rejection: Rejection) -> bool:
     return "NaN or infinite" in rejection.reason or "non-finite" in rejection.reason
 
 
-def diagnose(rejections: list[Rejection]) -> str:
-    """The likely cause and fix of ``rejections`` (every reply of a round rejected)."""
-    reasons = [r.reason for r in rejections]
+def _no_reply(error: str) -> bool:
+    return any(m in error for m in ("no reply", "did not return within", "unreachable", "timed out", "Timeout"))
+
+
+def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
+    """The likely cause and fix of a round in which no client update was aggregated:
+    ``rejections`` are its rejected replies, ``failures`` the errors of its failed clients (as in
+    :attr:`RoundRecorder.failure_log`)."""
+    failures = list(failures)
     if any(_nonfinite(r) for r in rejections):
         return ("The clients returned NaN or infinite values: local training diverged. Lower the learning rate "
                 "(or clip gradients) in the clients' training.")
-    missing = sorted({m.group(1) for m in (re.search(r"metric '([^']+)' is missing", s) for s in reasons) if m})
+    diverged = [r for r in rejections if r.reason.startswith("diverged")]
+    if diverged:
+        return (f"The clients' own training loss ran away ({diverged[0]}): local training diverged. Lower the "
+                "learning rate (or clip gradients) in the clients' training.")
+    reasons = [r.reason for r in rejections]
+    missing = sorted({m.group(1) for m in (re.search(r"metric '([^']+)'(?: \([^)]*\))? is missing", s)
+                                            for s in reasons) if m})
     if missing:
         key = missing[0]
         return (f"The replies lack the metric '{key}' that weights the average: return it from the client, e.g. "
                 f"MetricRecord({{'{key}': len(trainloader.dataset), ...}}) (or set weighted_by_key to the metric "
                 "your clients send).")
-    return f"First rejection: {rejections[0]}."
+    raised = [f for f in failures if not _no_reply(f)]
+    blown = [f for f in raised if any(m in f for m in ("FloatingPointError", "NaN", "non-finite", "not finite"))]
+    if blown:
+        return (f"The clients' local training diverged and raised; the first: {blown[0]}. Lower the learning rate "
+                "(or clip gradients) in the clients' training.")
+    if raised:
+        return (f"The clients' training raised an error instead of replying; the first: {raised[0]}. Change what "
+                "it names (the clients' settings in the run config or the ClientApp's training code) and run again.")
+    if failures:
+        return (f"The sampled clients did not reply ({failures[0]}): check that the SuperNodes are running and "
+                "connected, and that the round's timeout leaves time for local training.")
+    if rejections:
+        return (f"First rejection: {rejections[0]}. The replies do not fit what the strategy sent: the ClientApp "
+                "must return the arrays it received, trained (same count, shapes and dtypes), with the metrics the "
+                "method needs; check that the clients run this strategy's method.")
+    return "No client was sampled or replied: check that the SuperNodes are connected."
 
 
 class RoundRecorder:
@@ -128,8 +167,8 @@ class RoundRecorder:
         ``anonymous`` the failures it logged without a partition (Flower's legacy exceptions).
         Every other partition the core counts as failed (``failed_partitions``: a node that never
         answered, a peer that was not connected) is logged here, unless anonymous failures make
-        the attribution ambiguous. Raises :class:`NoProgressError` when every reply of this round
-        and the round before was rejected.
+        the attribution ambiguous. Raises :class:`NoProgressError` when no client update was
+        aggregated in this round and the round before (failed or rejected, any mix).
         """
         core_rejections = list(getattr(result, "rejections", []))
         rejections = list(rejected) + core_rejections
@@ -152,14 +191,25 @@ class RoundRecorder:
         rec["nonfinite"] = sum(1 for r in rejections if _nonfinite(r))
         for key, value in metrics.items():
             rec[f"fit_{key}"] = value
-        accepted = num_replies - len(core_rejections)
-        if rejections and accepted <= 0:
+        sampled = set(metrics.get("sampled_partitions") or ())
+        aggregated = len(sampled - set(metrics.get("failed_partitions") or ())) if sampled else \
+            num_replies - len(core_rejections)
+        if aggregated <= 0 and (sampled or rejections or metrics["failures"]):
+            failures = [e["error"] for e in self.failure_log if e["round"] == int(server_round) and e["phase"] == "fit"]
             self._stalled.append(int(server_round))
             if len(self._stalled) >= STALLED_ROUNDS:
                 first = self._stalled[-STALLED_ROUNDS]
+                if rejections and not failures:
+                    what = "every client reply was rejected"
+                elif failures and not rejections:
+                    what = "every sampled client failed"
+                else:
+                    what = "every sampled client failed or its reply was rejected"
                 raise NoProgressError(
-                    f"rounds {first} to {server_round}: every client reply was rejected, so the model has not "
-                    f"changed since round {first - 1}; stopping the run. {diagnose(rejections)}"
+                    f"rounds {first} to {server_round}: {what} ({len(failures)} failed, {len(rejections)} rejected in "
+                    f"round {server_round}), so no client update was aggregated and the model has not changed since "
+                    f"round {first - 1}; stopping the run. {diagnose(rejections, failures)}",
+                    self.snapshot(), self.failure_log,
                 )
         else:
             self._stalled.clear()

@@ -131,6 +131,8 @@ class ServerCore(ABC):
         self.on_train_config = on_train_config
         self.model_spec = tuple(ArraySpec.like(a) for a in self.initial_arrays)
         self.server_round = 0  # last completed training round
+        #: whether a round has aggregated a client update since the start (or the checkpoint)
+        self.updated = False
         self._rng = np.random.default_rng(self.seed)
         self._state_layout: Any = None  # extra_state()'s layout, taken when a checkpoint is first loaded
 
@@ -200,6 +202,16 @@ class ServerCore(ABC):
     def global_arrays(self) -> list[np.ndarray]:
         """The current global model in the layout of ``initial_arrays``."""
 
+    def model_arrays(self) -> list[np.ndarray]:
+        """The global model a run reports (evaluates, returns to Flower): ``initial_arrays`` until a
+        round has aggregated a client update, :meth:`global_arrays` from then on.
+
+        A method whose starting state is not the model it was given (FedLMT's factors ``W = U V``,
+        FedMUD's redrawn ``W_base``) thereby never replaces the user's model in a round in which no
+        client succeeded: a round without a successful client never changes the global model.
+        """
+        return [np.array(a, copy=True) for a in self.initial_arrays] if not self.updated else self.global_arrays()
+
     def adopt_global_arrays(self, arrays: list[np.ndarray]) -> None:
         """Make ``arrays`` (in the layout of :meth:`global_arrays`) the global model of the next round.
 
@@ -223,8 +235,8 @@ class ServerCore(ABC):
         return True
 
     def evaluate(self, server_round: int, evaluate_fn: EvalFn) -> tuple[float, dict[str, Any]] | None:
-        """Central evaluation of the global model (subclasses add per-client metrics)."""
-        return evaluate_fn(server_round, self.global_arrays())
+        """Central evaluation of the global model (:meth:`model_arrays`; subclasses add per-client metrics)."""
+        return evaluate_fn(server_round, self.model_arrays())
 
     # ------------------------------------------------------------------ one round, checked
     def train_round(
@@ -240,6 +252,8 @@ class ServerCore(ABC):
 
         A rejected reply counts as a failed client (policy ``"drop"``) or raises
         :class:`~flwr_strategies.core.validation.ReplyError` with nothing changed (``"raise"``).
+        A round with no valid reply (every sampled client failed or was rejected) does not call
+        :meth:`aggregate_train`: the state, and so the global model, stays as it was.
 
         A core checks what it computed before it commits it
         (:func:`~flwr_strategies.core.validation.require_finite`). When the aggregate of valid
@@ -263,6 +277,9 @@ class ServerCore(ABC):
         while True:
             ok = {r.partition_id for _, r in valid}
             failed_ids = sorted(set(int(p) for p in failed) | (set(sampled) - ok))
+            if not valid:  # no client succeeded: nothing to fold in, the state stays as it was
+                metrics = {}
+                break
             try:
                 # deferred: a reply's NaN may pass through the aggregate first (it is then found and
                 # rejected below), so NumPy's warnings about it would only be noise
@@ -293,6 +310,7 @@ class ServerCore(ABC):
             break
         rejected = [r for _, r in rejected]
         self.server_round = int(server_round)
+        self.updated = self.updated or bool(valid and not round_rejected)
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
         metrics["round_rejected"] = round_rejected
@@ -369,12 +387,13 @@ class ServerCore(ABC):
                 sampler) != set(own_sampler):
             raise ValueError(f"checkpoint sampler state is not a {own_sampler['bit_generator']} state: {sampler!r:.200}")
         check_state_layout(state["method"], self._layout(), where="method")
-        before = self.state_dict()
+        before, was_updated = self.state_dict(), self.updated
         state = copy.deepcopy(state)
         try:
             self.load_extra_state(state["method"])
             self._rng.bit_generator.state = state["sampler"]
             self.server_round = int(rnd)
+            self.updated = self.server_round > 0
             problem = next((j for j, a in enumerate(self.global_arrays()) if not all_finite(a)), None)
             if problem is not None:
                 raise ValueError(f"its global model array {problem} is not finite")
@@ -382,6 +401,7 @@ class ServerCore(ABC):
             self.load_extra_state(copy.deepcopy(before["method"]))
             self._rng.bit_generator.state = before["sampler"]
             self.server_round = before["server_round"]
+            self.updated = was_updated
             what = f"missing entry {err}" if isinstance(err, KeyError) else str(err)
             raise ValueError(f"checkpoint does not fit this {name}: {what}") from None
 

@@ -5,8 +5,10 @@ rejected when its partition id is not an integer in range, was not sampled this 
 twice; when its arrays do not match the core's :class:`~flwr_strategies.core.messages.ReplySpec`
 (count, shapes, and the exact dtype of what the server sent: a ``float16`` or ``complex64`` reply to
 a ``float32`` model is rejected, never cast); when a floating array or a required metric is NaN or
-infinite; when ``num_examples`` is not a non-negative integer; or when the core's own
-``check_reply`` objects.
+infinite; when ``num_examples`` is not a non-negative integer; when the core's own
+``check_reply`` objects; or when the reply's own ``train_loss`` says its local training diverged
+(:func:`diverged_replies`: NaN or infinite, or more than :data:`DIVERGED_LOSS_RATIO` times the
+median of the other replies' train losses).
 
 Valid replies can still add up to something that is not finite (one reply of ``3e38`` values is
 finite in ``float32``; a sum or a product of such values is not). A core therefore checks what it
@@ -38,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "check_policy", "check_reply",
-    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen",
+    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "diverged_replies",
 ]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
@@ -267,9 +269,51 @@ def screen(
             continue
         seen[int(pid)] = len(valid)
         valid.append((pos, reply))
-    out = sorted((item for item in valid if item is not None), key=lambda item: item[1].partition_id)
+    kept = [item for item in valid if item is not None]
+    for pos, rejection in diverged_replies(kept):
+        fail(pos, rejection)
+        kept = [item for item in kept if item[0] != pos]
+    out = sorted(kept, key=lambda item: item[1].partition_id)
     rejected.sort(key=lambda item: item[0])
     return out, rejected
+
+
+#: the metric in which a client reports its own training loss (Flower's quickstart and this library's clients)
+TRAIN_LOSS_KEY = "train_loss"
+#: a reply whose train loss is more than this many times the median of the other replies' has diverged
+DIVERGED_LOSS_RATIO = 1e4
+
+
+def _train_loss(reply: Reply) -> float | None:
+    value = reply.metrics.get(TRAIN_LOSS_KEY) if isinstance(reply.metrics, dict) else None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return float(value)
+
+
+def diverged_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejection]]:
+    """``(position, rejection)`` for each reply whose own reported ``train_loss`` says its local
+    training diverged: the loss is NaN or infinite, or it is more than :data:`DIVERGED_LOSS_RATIO`
+    (four orders of magnitude) times the median of the other replies' finite train losses (a reply
+    whose train loss is 5.9e16 among others near 1 is not averaged into the model). Replies
+    without a numeric ``train_loss`` are not judged."""
+    losses = [(pos, reply, _train_loss(reply)) for pos, reply in valid]
+    out = []
+    for pos, reply, loss in losses:
+        if loss is None:
+            continue
+        if not math.isfinite(loss):
+            why = f"diverged: its reported {TRAIN_LOSS_KEY} is {loss!r} (non-finite)"
+            out.append((pos, Rejection(int(reply.partition_id), why)))
+            continue
+        others = [v for p, _, v in losses if p != pos and v is not None and math.isfinite(v)]
+        if others:
+            median = float(np.median(others))
+            if median > 0 and loss > DIVERGED_LOSS_RATIO * median:
+                out.append((pos, Rejection(int(reply.partition_id), (
+                    f"diverged: its reported {TRAIN_LOSS_KEY} {loss:.4g} is more than {DIVERGED_LOSS_RATIO:g} times the "
+                    f"median of the other replies' ({median:.4g})"))))
+    return sorted(out, key=lambda item: item[0])
 
 
 def nonfinite_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejection]]:

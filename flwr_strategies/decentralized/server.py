@@ -248,6 +248,8 @@ class DecentralizedCore(ServerCore):
             result = super().train_round(server_round, replies, sampled=sampled | set(absent), failed=failed,
                                          on_bad_reply=on_bad_reply)
         result["absent"] = len(absent)
+        if "links" not in result:  # no valid reply, no mixing applied (0 links); the round's graph is still reported
+            result.update(self.graph_metrics(server_round, sp.identity(self.num_partitions, format="csr")))
         return result
 
 

@@ -88,6 +88,8 @@ class MoreauEnvelope:
         Penalty, >= 0 (paper: 0.05; 0 makes every method of this class a no-op). Keep
         ``lr * lam < 1`` (the local contraction factor ``1 - lr lam`` must stay positive).
 
+    Notes
+    -----
     Use it either as a context manager around an unchanged training loop (gradient hooks add
     ``lam (x - x_0)`` to each ``p.grad`` after every ``backward()``; any optimizer), or add
     :meth:`penalty` to the loss. With gradient clipping inside the loop, the clip then bounds the

@@ -22,7 +22,7 @@ from ..decentralized.mixing import mix
 from ..privacy.accountant import calibrate_sigma
 from ..privacy.doadp_accountant import doadp_sigma
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
-from .config import CPGTConfig, DPDDAConfig, DPDOConfig, resolve_k
+from .config import CPGTConfig, DPDDAConfig, DPDOConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 from .server import check_topk_message
 
@@ -86,6 +86,28 @@ class _LaplaceServer(_BaselineServer):
     def target_epsilon(self) -> float:
         return float(self.config.epsilon)
 
+    def _laplace_b0(self) -> float:
+        """The Laplace scale b0 that spends the target epsilon at the current step size."""
+        raise NotImplementedError
+
+    def _resolve_step(self) -> None:
+        """Set b0; with the step size ``"auto"`` first choose it: b0 is proportional to the step, so the
+        step is the one whose first release's noise norm ``sqrt(2) b0 sqrt(d)`` is ``step_noise_norm``."""
+        self.alpha_rule = "given"
+        if self.alpha is None:
+            self.alpha = 1.0
+            unit = math.sqrt(2.0 * self.d) * self._laplace_b0()
+            self.alpha = auto_step(unit, self.config.step_noise_norm)
+            self.alpha_rule = (f"auto: step_noise_norm {self.config.step_noise_norm:g} / (sqrt(2 d) b0 of a unit "
+                               f"step, {unit:.6g})")
+        self.b0 = self._laplace_b0()
+
+    def noise_metrics(self, server_round: int) -> dict[str, float]:
+        """The round's Laplace scale, the norm of the noise it adds (``sqrt(2 d)`` times it) and the step."""
+        scale = self.b0 * self.config.rn ** (server_round - 1)
+        return {"laplace_scale": scale, "step_noise_norm": math.sqrt(2.0 * self.d) * scale,
+                "alpha": self.alpha * self.config.rs ** (server_round - 1)}
+
     def calibration(self) -> dict[str, float]:
         """What the pure-DP accounting of earlier rounds depends on (checked when resuming)."""
         c = self.config
@@ -118,8 +140,9 @@ class DPDOServer(_LaplaceServer):
     ----------
     initial_arrays, num_partitions, num_rounds, dataset_size, batch_size
         As :class:`~flwr_strategies.doadp.server.DOADPServer`.
-    alpha : float (default: 0.01)
-        c, the initial step size (decays by ``rs`` per round).
+    alpha : float | str (default: 0.01)
+        c, the initial step size (decays by ``rs`` per round); ``"auto"``: the c whose first
+        broadcast's noise norm ``sqrt(2 d) b0`` is ``config.step_noise_norm`` (b0 grows with c).
     config : DPDOConfig
         epsilon, clip, rs, rn, eval_every, evaluate_private.
     """
@@ -129,16 +152,19 @@ class DPDOServer(_LaplaceServer):
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
+        self._resolve_step()
+        self.Y = np.tile(self.x0, (self.n, 1))
+
+    def _laplace_b0(self) -> float:
         c = self.config
         T = self.num_rounds
         t = np.arange(1, T, dtype=np.float64)
         self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs ** (t - 1) / self.batch_size
         self._decay = c.rn**t
         if T > 1:
-            self.b0 = calibrate_laplace_b0(c.epsilon, self._sens, self._decay, self.rate)
-        else:  # no release depends on data; use the unbounded-horizon closed form (more noise)
-            self.b0 = 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
-        self.Y = np.tile(self.x0, (self.n, 1))
+            return calibrate_laplace_b0(c.epsilon, self._sens, self._decay, self.rate)
+        # no release depends on data; use the unbounded-horizon closed form (more noise)
+        return 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
 
     def epsilon_at(self, rounds: int, q: int | None = None) -> float:
         r = max(0, int(rounds) - 1)  # round t releases the broadcast of t - 1 data-dependent steps
@@ -166,7 +192,7 @@ class DPDOServer(_LaplaceServer):
         self.q_ran = q
         self.commit_reports(server_round, replies, self.message_arrays)
         metrics: dict[str, Any] = {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
-                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1),
+                                   **self.noise_metrics(server_round),
                                    **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
             metrics.update(dp_epsilon=self.spent(server_round), dp_delta=0.0, dp_dataset_size=int(self.q_ran))
@@ -177,6 +203,7 @@ class DPDOServer(_LaplaceServer):
 
     def privacy_report(self) -> dict[str, Any]:
         return {"method": "dpdo", "target_epsilon": self.config.epsilon, "target_delta": 0.0, "b0": self.b0,
+                "alpha": self.alpha, "alpha_rule": self.alpha_rule,
                 "q": self.q, "q_ran": self.q_ran, "certified_epsilon_planned": self.spent(self.num_rounds),
                 "accounting": "pure DP: Laplace mechanism per release, amplified by the uniform batch draw "
                               "(replace-one), basic composition"}
@@ -205,8 +232,8 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
     Parameters
     ----------
     initial_arrays, num_partitions, num_rounds, dataset_size, batch_size
-        As :class:`~flwr_strategies.doadp.server.DOADPServer` (alpha is unused: the step is
-        set by ``beta0`` and ``reg``).
+        As :class:`~flwr_strategies.doadp.server.DOADPServer` (alpha is unused, ``"auto"``
+        included: the step is set by ``beta0``, from the noise rule when None, and ``reg``).
     config : DPDDAConfig
         epsilon, delta, p_s, beta0, reg, sampling, calibration, delta0, sigma, clip, eval_every,
         evaluate_private.
@@ -235,6 +262,12 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
                 f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g} (the Theorem 1 chain "
                 f"credits p_s^2 with p_s={c.p_s:g}, which is not certifiable); use calibration='accountant'"
             )
+        if c.beta0 is None:
+            self.beta0 = self.sigma * math.sqrt(self.d) / c.step_noise_norm
+            self.beta0_rule = (f"auto: sigma {self.sigma:.6g} * sqrt(d {self.d}) / step_noise_norm "
+                               f"{c.step_noise_norm:g}")
+        else:
+            self.beta0, self.beta0_rule = float(c.beta0), "given"
         self.reg = 1.0 / self.q if c.reg is None else float(c.reg)
         self.Z = np.zeros((self.n, self.d))
         self.sampled_steps = np.zeros(self.n, dtype=np.int64)
@@ -247,7 +280,7 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         M = mix(self.mixing_of(server_round, partition_ids), self.Z)
         c = self.config
         cfg = {**self.round_config(server_round), **self.batch_config(), "dpdda_p_s": c.p_s,
-               "dpdda_sigma": self.sigma, "dpdda_reg": self.reg, "dpdda_beta0": c.beta0}
+               "dpdda_sigma": self.sigma, "dpdda_reg": self.reg, "dpdda_beta0": self.beta0}
         return [Instruction(pid, [M[pid]] + self.start_arrays(pid), {**cfg, "bl_init": int(not self.started[pid])},
                             model_layout=False) for pid in partition_ids]
 
@@ -260,7 +293,8 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         self.sampled_steps[sampled] += 1
         self.q_ran = q
         self.commit_reports(server_round, replies, self.message_arrays)
-        metrics: dict[str, Any] = {"sampled": len(sampled), "sigma": self.sigma,
+        metrics: dict[str, Any] = {"sampled": len(sampled), "sigma": self.sigma, "beta0": self.beta0,
+                                   "step_noise_norm": self.sigma * math.sqrt(self.d) / self.beta0,
                                    "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
                                    **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
@@ -270,11 +304,12 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
 
     def public_model(self) -> np.ndarray:
         r = self.server_round
-        return -self.Z.mean(axis=0) / (r * self.reg + self.config.beta0 * math.sqrt(r))
+        return -self.Z.mean(axis=0) / (r * self.reg + self.beta0 * math.sqrt(r))
 
     def privacy_report(self) -> dict[str, Any]:
         c = self.config
         return {"method": "dp-dda", "target_epsilon": c.epsilon, "target_delta": c.delta, "sigma": self.sigma,
+                "beta0": self.beta0, "beta0_rule": self.beta0_rule,
                 "calibration": "given sigma" if c.sigma is not None else c.calibration, "q": self.q,
                 "q_ran": self.q_ran, "certified_epsilon_planned": self.planned_epsilon,
                 "accountant": self.mechanism().accountant, "resumed_segments": len(self.past),
@@ -310,8 +345,8 @@ class CPGTServer(_LaplaceServer):
     ----------
     initial_arrays, num_partitions, num_rounds, dataset_size, batch_size
         As :class:`~flwr_strategies.doadp.server.DOADPServer`.
-    alpha : float (default: 0.01)
-        Initial step size lr (decays by ``rs`` per round).
+    alpha : float | str (default: 0.01)
+        Initial step size lr (decays by ``rs`` per round); ``"auto"`` as for DPDO.
     config : CPGTConfig
         epsilon, k_frac, a, g_cons, rs, rn, clip, eval_every, evaluate_private.
     """
@@ -322,14 +357,17 @@ class CPGTServer(_LaplaceServer):
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
+        self.k = resolve_k(self.config.k_frac, self.d)
+        self._resolve_step()
+        self.H = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
+        self.completion: list[np.ndarray] | None = None  # hat_x, hatw_x, hat_y, hatw_y of the last round
+
+    def _laplace_b0(self) -> float:
         c = self.config
-        self.k = resolve_k(c.k_frac, self.d)
         t = np.arange(self.num_rounds, dtype=np.float64)
         self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs**t / self.batch_size
         self._decay = c.rn**t
-        self.b0 = calibrate_laplace_b0(c.epsilon / 2.0, self._sens, self._decay, self.rate)
-        self.H = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
-        self.completion: list[np.ndarray] | None = None  # hat_x, hatw_x, hat_y, hatw_y of the last round
+        return calibrate_laplace_b0(c.epsilon / 2.0, self._sens, self._decay, self.rate)
 
     def epsilon_at(self, rounds: int, q: int | None = None) -> float:
         r = int(rounds)
@@ -378,7 +416,7 @@ class CPGTServer(_LaplaceServer):
         metrics: dict[str, Any] = {"broadcasts": len(replies),
                                    "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies])
                                    * 2 * self.k * 16,
-                                   "laplace_scale": self.b0 * self.config.rn ** (server_round - 1),
+                                   **self.noise_metrics(server_round),
                                    **self.graph_metrics(server_round, self.mixing_of(server_round))}
         if self.should_evaluate(server_round):
             metrics.update(epsilon_heuristic=self.epsilon_at(server_round), dp_certified=0,
@@ -406,6 +444,7 @@ class CPGTServer(_LaplaceServer):
 
     def privacy_report(self) -> dict[str, Any]:
         return {"method": "cpgt", "nominal_epsilon": self.config.epsilon, "b0": self.b0, "certified": False,
+                "alpha": self.alpha, "alpha_rule": self.alpha_rule,
                 "q": self.q, "q_ran": self.q_ran,
                 "note": "a heuristic Laplace calibration; the tracker's sensitivity is not bounded per step"}
 

@@ -26,9 +26,15 @@ __all__ = [
     "DPDDAConfig",
     "CPGTConfig",
     "resolve_k",
+    "STEP_NOISE_BOUND",
+    "auto_step",
 ]
 
 CALIBRATIONS = ("theorem1", "accountant")
+#: The noise norm one step may add to a model: on Flower's quickstart CNN on MNIST, steps whose noise
+#: norm exceeded about 2 diverged (``python -m simulations bench doadp_stepsize``). A step size of
+#: ``"auto"`` keeps every method's per-step noise norm at ``step_noise_norm`` (a config field), below it.
+STEP_NOISE_BOUND = 2.0
 PUBLIC_COPIES = ("zero", "x0")
 MSG_DTYPES = ("float32", "float64")
 
@@ -89,6 +95,23 @@ def _choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {name}={value!r}")
     return value
+
+
+def auto_step(noise_norm_per_unit_step: float, step_noise_norm: float) -> float:
+    """The step size whose per-step noise norm is ``step_noise_norm``, for a method whose noise norm
+    grows linearly with its step (``alpha * sigma * sqrt(d)`` for DO-ADP; ``sqrt(2) b0(alpha) sqrt(d)``
+    for the Laplace baselines, whose scale b0 is proportional to their step)."""
+    if not (math.isfinite(noise_norm_per_unit_step) and noise_norm_per_unit_step > 0):
+        raise ValueError(f"the noise norm of a unit step must be positive and finite, got {noise_norm_per_unit_step!r}")
+    return float(step_noise_norm) / float(noise_norm_per_unit_step)
+
+
+def _step_noise(value) -> float:
+    v = _positive(value, "step_noise_norm")
+    if v >= STEP_NOISE_BOUND:
+        raise ValueError(f"step_noise_norm must lie below the divergence bound {STEP_NOISE_BOUND:g} "
+                         f"(python -m simulations bench doadp_stepsize), got step_noise_norm={value!r}")
+    return v
 
 
 def resolve_k(k_frac: float, d: int) -> int:
@@ -158,6 +181,10 @@ class DOADPConfig:
         dtype of the transmitted values; both ends apply the same rounded values.
     allow_low_p : bool (default: False)
         Accept 0 < p < 1/2.
+    step_noise_norm : float (default: 1.5, [project])
+        With the step size ``"auto"`` (``lr="auto"``), alpha is ``step_noise_norm / (sigma sqrt(d))``
+        once sigma is calibrated: the norm of the noise one step adds to a model. In (0,
+        :data:`STEP_NOISE_BOUND`). Unused when a step size is given.
     """
 
     epsilon: float = 1.0
@@ -177,9 +204,11 @@ class DOADPConfig:
     evaluate_private: bool = False
     msg_dtype: str = "float32"
     allow_low_p: bool = False
+    step_noise_norm: float = 1.5
 
     def __post_init__(self) -> None:
         eps = _positive(self.epsilon, "epsilon")
+        _step_noise(self.step_noise_norm)
         _open01(self.delta, "delta")
         p = _half_open01(self.p, "p")
         if p < 0.5 and not self.allow_low_p:
@@ -249,9 +278,11 @@ class _BaselinePrivacy:
     clip: float = 1.0
     eval_every: int = 1
     evaluate_private: bool = False
+    step_noise_norm: float = 1.5
 
     def _check_common(self) -> None:
         _positive(self.epsilon, "epsilon")
+        _step_noise(self.step_noise_norm)
         _positive(self.clip, "clip")
         _int(self.eval_every, "eval_every")
         if not isinstance(self.evaluate_private, bool):
@@ -279,6 +310,10 @@ class DPDOConfig(_BaselinePrivacy):
         Noise decay, ``rs < rn <= 1``.
     eval_every, evaluate_private
         As :class:`DOADPConfig`.
+    step_noise_norm : float (default: 1.5, [project])
+        With the step size ``"auto"``, c is chosen so that the first broadcast's Laplace noise has
+        norm ``sqrt(2) b0 sqrt(d) = step_noise_norm`` (b0 is proportional to c). In (0,
+        :data:`STEP_NOISE_BOUND`).
     """
 
     rs: float = 0.99
@@ -304,28 +339,33 @@ class DPDDAConfig(_BaselinePrivacy):
         non-sampled node adds exactly 0, which an observer of consecutive z's sees).
     p_s : float (default: 0.24, the paper's Fig. 3)
         Node sampling probability, in (0, 1].
-    beta0 : float (default: 100.0, [project] 1/alpha)
-        Proximal coefficient scale beta_t = beta0 sqrt(t+1), > 0.
+    beta0 : float | None (default: None = from ``step_noise_norm``)
+        Proximal coefficient scale beta_t = beta0 sqrt(t+1), > 0 (1/beta0 is the step size). None:
+        ``beta0 = sigma sqrt(d) / step_noise_norm``, so the noise that reaches x (``z`` carries
+        ``sqrt(t)`` steps of noise, divided by ``beta0 sqrt(t+1)``) has norm below ``step_noise_norm``.
     reg : float | None (default: None = 1/q)
         Coefficient of the shared regulariser h(x) = reg ||x||^2/2 (>= 0).
     sampling : str (default: "uniform")
         As :class:`DOADPConfig`.
-    calibration : str (default: "theorem1")
-        ``"theorem1"``: DO-ADP's Theorem 1 chain (Huo et al.) with p = p_s and k = d
-        (credits p_s^2; refused when a standard accountant certifies less than (epsilon, delta));
-        ``"accountant"``: the smallest sigma a standard accountant certifies.
+    calibration : str (default: "accountant")
+        ``"accountant"``: the smallest sigma a standard accountant certifies (node sampling is not
+        credited, as in the reported epsilon); ``"theorem1"``: DO-ADP's Theorem 1 chain (Huo et al.)
+        with p = p_s and k = d, which credits p_s^2 and is refused when a standard accountant
+        certifies less than (epsilon, delta) (at p_s = 0.24 it always is at epsilon <= 1).
     delta0 : float (default: 1e-5)
         Per-step delta of the Theorem 1 chain, in (0, 1).
     sigma : float | None (default: None)
         Noise std given directly (> 0) instead of calibrating at (epsilon, delta).
+    step_noise_norm : float (default: 1.5, [project])
+        Sets beta0 when it is None (above). In (0, :data:`STEP_NOISE_BOUND`).
     """
 
     delta: float = 1e-5
     p_s: float = 0.24
-    beta0: float = 100.0
+    beta0: float | None = None
     reg: float | None = None
     sampling: str = "uniform"
-    calibration: str = "theorem1"
+    calibration: str = "accountant"
     delta0: float = 1e-5
     sigma: float | None = None
 
@@ -333,7 +373,8 @@ class DPDDAConfig(_BaselinePrivacy):
         self._check_common()
         _open01(self.delta, "delta")
         _half_open01(self.p_s, "p_s")
-        _positive(self.beta0, "beta0")
+        if self.beta0 is not None:
+            _positive(self.beta0, "beta0")
         if self.reg is not None:
             _nonneg(self.reg, "reg")
         _choice(self.sampling, "sampling", SAMPLINGS)
@@ -367,6 +408,8 @@ class CPGTConfig(_BaselinePrivacy):
         Step-size decay, ``0 < rs < rn``.
     rn : float (default: 0.9995, [project])
         Noise decay, ``rs < rn <= 1``.
+    step_noise_norm : float (default: 1.5, [project])
+        As :class:`DPDOConfig` (b0 is proportional to lr).
     """
 
     k_frac: float = 0.12

@@ -78,8 +78,9 @@ class PublicTableCore(DecentralizedCore):
     dataset_size : int
         q, the smallest local dataset of an agent (records), >= batch_size. Checked against the
         ``num_examples`` the agents report (see the module docstring).
-    alpha : float (default: 0.01)
-        Step size, > 0 and finite.
+    alpha : float | str (default: 0.01)
+        Step size, > 0 and finite; ``"auto"``: the method derives it from its noise once calibrated
+        (:func:`flwr_strategies.doadp.config.auto_step`).
     batch_size : int (default: 32)
         Records per step, in [1, q].
     eval_every : int (default: 1)
@@ -120,13 +121,14 @@ class PublicTableCore(DecentralizedCore):
             )
         self.num_rounds = _check_int(num_rounds, "num_rounds")
         self.eval_every = _check_int(eval_every, "eval_every")
-        if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"alpha must be positive and finite, got alpha={alpha!r}")
+        if alpha != "auto" and not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+                                    and math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be positive and finite or 'auto', got alpha={alpha!r}")
         self.batch_size = _check_int(batch_size, "batch_size")
         self.q = _check_int(dataset_size, "dataset_size")
         if self.batch_size > self.q:
             raise ValueError(f"batch_size={self.batch_size} exceeds the local dataset size q={self.q}")
-        self.alpha = float(alpha)
+        self.alpha = None if alpha == "auto" else float(alpha)  # "auto": the subclass's rule sets it
         self.evaluate_private = bool(evaluate_private)
         self._check_graph()
         self.n = int(self.num_partitions)
@@ -273,7 +275,7 @@ class PublicTableCore(DecentralizedCore):
         return self.unflatten(self.x0 if self.server_round == 0 else self.public_model())
 
     def evaluate(self, server_round: int, evaluate_fn: EvalFn):
-        res = evaluate_fn(server_round, self.global_arrays())
+        res = evaluate_fn(server_round, self.model_arrays())  # x0 until a round aggregated an update
         if res is None or not self.report_round(server_round) or not self.reported.any():
             return res
         loss, metrics = res

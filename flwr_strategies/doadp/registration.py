@@ -3,7 +3,10 @@
 Method hyperparameters (``--set key=value``) are the fields of each config dataclass in
 :mod:`.config` plus the graph (``topology``, ``neighbours``, ``weights``, ``failure_policy``). From the
 experiment: the step size alpha is ``lr`` (with ``lr_decay`` for DO-ADP / D-mSGD), the batch size b is ``batch_size``, T is the number of
-rounds (one round = one iteration), q is the smallest local dataset. Training settings a peer method
+rounds (one round = one iteration), q is the smallest local dataset. ``lr="auto"`` (the private methods'
+default on digits) lets each core derive its step once its noise is calibrated, so that one step's noise
+norm is ``step_noise_norm`` (:func:`.config.auto_step`; DP-DDA's step 1/beta0 follows the same rule
+through ``beta0=None``). Training settings a peer method
 does not have are rejected before training: ``weight_decay`` (none in Algorithm 1), ``momentum`` (use
 ``--set beta=``), ``grad_clip`` (use ``--set clip=``), more than one local step or epoch per round,
 and ``fraction_fit`` below 1 (every agent takes part every round).
@@ -38,29 +41,48 @@ _LR_ROW = ("the logistic-regression row (Sec. VI-A: eps 0.01, k/d 0.3, b 1, alph
 #: digits) the model is the paper's first workload, logistic regression (Sec. VI-A), with that row's
 #: k/d; its epsilon, batch and step size do not fit 72 records per agent and 20 iterations (see each
 #: source). The CNN row (Sec. VI-B, Table II) applies to every other model.
+#: The step size of the private methods on digits: derived from the noise rule once sigma is known.
+_AUTO_LR = ("auto: alpha such that one step's noise norm (DO-ADP: alpha sigma sqrt(d); DPDO, CPGT: sqrt(2 d) "
+            "b0(alpha); DP-DDA: sigma sqrt(d) / beta0) is step_noise_norm, below the bound of about 2 "
+            "(bench doadp_stepsize); the paper's alpha = 0.001 (Sec. VI-A) does not move the model in 20 "
+            "iterations")
 TRAIN_DEFAULTS = {
     "num_clients": (20, "paper: Sec. VI (n = 20 agents)"),
     "model": ({"digits": "logreg"}, "paper: Sec. VI-A (logistic regression, the paper's workload that fits digits; "
                                     "the CNN of Sec. VI-B is for MNIST)"),
-    "lr": ({"digits": (1.0, "project: one round is one iteration; at the paper's alpha = 0.001 (Sec. VI-A) the 20 "
-                            "iterations of a default run do not move the model"),
-            "*": (0.01, f"{_VIB}: alpha = 0.01")}, _VIB),
+    "lr": ({"digits": ("auto", f"project: {_AUTO_LR}"), "*": (0.01, f"{_VIB}: the paper's alpha = 0.01")}, _VIB),
     "batch_size": ({"digits": (32, f"project: {_LR_ROW}; 32 as for the CNN"),
                     "*": (32, "project: Sec. VI-B gives no batch size; 32 records per activated agent")}, _VIB),
     "local_steps": (1, "paper: Alg. 1 (one iteration per round: one local step)"),
     "fraction_fit": (1.0, "paper: Alg. 1 (every agent takes part, activated with probability p)"),
 }
+#: D-mSGD adds no noise, so no noise rule sets its step.
+DMSGD_TRAIN_DEFAULTS = {
+    **TRAIN_DEFAULTS,
+    "lr": ({"digits": (1.0, "project: no noise, so no noise rule; one round is one iteration and at the paper's "
+                            "alpha = 0.001 (Sec. VI-A) the 20 iterations of a default run do not move the model"),
+            "*": (0.01, f"{_VIB}: the paper's alpha = 0.01")}, _VIB),
+}
 
 #: Hyperparameters whose default follows the model: the logistic-regression row (Sec. VI-A) or the
 #: CNN row (Sec. VI-B, Table II).
+#: Why the default run on digits uses epsilon 4: measured with the step-noise rule (lr auto), 20 agents, 20 rounds.
+_EPS_DIGITS = ("project: digits gives about 72 records per agent (the CNN row's eps 1 is for 3,000); with the step "
+               "from the noise rule, eps 1 moves the model too little in 20 iterations and eps 4 learns "
+               "(python -m simulations.regen --print doadp-defaults)")
 MODEL_DEFAULTS = {
     "epsilon": ("model", {
-        "logreg": (1.0, f"project: {_LR_ROW}; eps 1 as the CNN row (Table II)"),
+        "logreg": (4.0, f"{_EPS_DIGITS}; {_LR_ROW}"),
         "*": (1.0, f"{_VIB}: eps = 1 (Fig. 4, Table II)"),
     }),
     "k_frac": ("model", {
         "logreg": (0.3, f"{_VIA}: k/d = 0.3 with p = 0.8"),
         "*": (0.4, f"{_VIB}: k/d = 0.4 (Table II)"),
+    }),
+    "calibration": ("model", {
+        "logreg": ("accountant", "project: Theorem 1 (Sec. IV) assumes epsilon <= 1; the accountant's sigma is the "
+                                 "smallest a standard accountant certifies at the default epsilon 4"),
+        "*": ("theorem1", "paper: Theorem 1 (Sec. IV)"),
     }),
     "delta0": ("model", {
         "logreg": (1e-8, "project: the paper gives none (Sec. VI-A); 1e-8 keeps Theorem 1's delta below 1e-2 at the "
@@ -71,8 +93,8 @@ MODEL_DEFAULTS = {
 }
 #: The baselines' epsilon: the paper compares them at eps 0.01 on the logistic regression (Fig. 3).
 BASELINE_EPSILON = ("model", {
-    "logreg": (1.0, f"project: Fig. 3 compares at eps = 0.01 on the logistic regression; {_LR_ROW}; eps 1 as "
-                    "DO-ADP's default"),
+    "logreg": (4.0, "project: Fig. 3 compares at eps = 0.01 on the logistic regression; eps 4 as DO-ADP's "
+                    f"default on it ({_EPS_DIGITS})"),
     "*": (1.0, f"project: the paper runs the baselines only on the logistic regression (Fig. 3); eps 1 as DO-ADP's "
                "CNN row (Table II)"),
 })
@@ -85,7 +107,10 @@ _GRAPH_PROVENANCE = {
     "weights": "project: the paper gives no mixing weights (Sec. VI); auto = 1/(d_max + 1) on the regular circulant "
                "graph, Metropolis-Hastings otherwise, both doubly stochastic",
 }
+_STEP_NOISE = ("project: the noise norm one step adds, below the bound of about 2 above which steps diverged "
+               "(bench doadp_stepsize); sets the step size when lr is auto")
 _PRIVACY_PROVENANCE = {
+    "step_noise_norm": _STEP_NOISE,
     "clip": "project: the paper gives no G (Assumption 2); G = 1",
     "eval_every": "project: evaluate every 10 rounds and after the last",
     "evaluate_private": "project: evaluate the average of the public copies, inside the privacy guarantee",
@@ -122,10 +147,12 @@ PARAM_PROVENANCE: dict[str, dict[str, str]] = {
         **_PRIVACY_PROVENANCE, **_GRAPH_PROVENANCE,
         "delta": "project: the paper states no delta; 1e-5",
         "p_s": f"{_VIA}: DP-DDA's node sampling ratio 24%, matching DO-ADP's resource use (Fig. 3)",
-        "beta0": "project: beta_t = beta0 sqrt(t+1) with beta0 = 1/alpha of Sec. VI-B",
+        "beta0": "project: none = sigma sqrt(d) / step_noise_norm (1/beta0 is the step: the noise norm rule); "
+                 "beta_t = beta0 sqrt(t+1)",
         "reg": "paper: Sec. VI-A (the shared regulariser ||x||^2/(2q)); none = 1/q",
         "sampling": "paper: Sec. VI-A (each agent samples its data points uniformly)",
-        "calibration": "paper: Theorem 1 (Sec. IV), with p = p_s and k = d",
+        "calibration": "project: a standard accountant (node sampling not credited, as in the reported epsilon); "
+                       "DO-ADP's Theorem 1 chain with p = p_s credits p_s^2 and is refused at these settings",
         "delta0": "project: the paper gives none; 1e-5",
         "sigma": "project: none = calibrate sigma from epsilon",
     },
@@ -168,11 +195,20 @@ def check_train_settings(setup: ServerSetup, method: str) -> None:
         raise ValueError(f"{method} needs the clients' dataset sizes (ServerSetup.num_examples) to calibrate its noise")
 
 
+def _without_lr(fit_config):
+    """The experiment's round config without ``lr``: the step size travels as the method's own key
+    (``doadp_alpha``, ``dpdo_c``, ``cpgt_lr``), so an instruction carries one."""
+    def config(server_round: int) -> dict[str, Any]:
+        return {k: v for k, v in fit_config(server_round).items() if k != "lr"}
+
+    return config
+
+
 def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str, Any]:
     check_train_settings(setup, method)
     return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
                 dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
-                batch_size=setup.train.batch_size, seed=setup.seed, on_train_config=setup.fit_config,
+                batch_size=setup.train.batch_size, seed=setup.seed, on_train_config=_without_lr(setup.fit_config),
                 **PublicTableCore.graph_arguments({k: params[k] for k in GRAPH_DEFAULTS}))
 
 
@@ -207,13 +243,13 @@ register_method(MethodSpec(
             "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
     paper=PAPER, defaults=_defaults(DOADPConfig), build_core=_doadp,
     client="flwr_strategies.clients.doadp:build_doadp_client", train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["doadp"], "param_defaults": MODEL_DEFAULTS},
+    extra={"param_provenance": PARAM_PROVENANCE["doadp"], "param_defaults": MODEL_DEFAULTS, "auto_lr": True},
 ))
 register_method(MethodSpec(
     name="dmsgd",
     summary="Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
     paper=PAPER, defaults=_defaults(DMSGDConfig), build_core=_dmsgd,
-    client="flwr_strategies.clients.doadp:build_dmsgd_client", train_defaults=TRAIN_DEFAULTS, decentralized=True,
+    client="flwr_strategies.clients.doadp:build_dmsgd_client", train_defaults=DMSGD_TRAIN_DEFAULTS, decentralized=True,
     extra={"param_provenance": PARAM_PROVENANCE["dmsgd"]},
 ))
 register_method(MethodSpec(
@@ -223,7 +259,8 @@ register_method(MethodSpec(
     paper="Huang, Mitra, Vaidya, ICDCN 2015 (baseline of " + PAPER + ")", defaults=_defaults(DPDOConfig),
     build_core=_dpdo, client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["dpdo"], "param_defaults": {"epsilon": BASELINE_EPSILON}},
+    extra={"param_provenance": PARAM_PROVENANCE["dpdo"], "param_defaults": {"epsilon": BASELINE_EPSILON},
+           "auto_lr": True},
 ))
 register_method(MethodSpec(
     name="dp-dda",
@@ -231,7 +268,8 @@ register_method(MethodSpec(
     paper="Liu, Johansson, Shi, Automatica 2024 (baseline of " + PAPER + ")", defaults=_defaults(DPDDAConfig),
     build_core=_dpdda, client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["dp-dda"], "param_defaults": {"epsilon": BASELINE_EPSILON}},
+    extra={"param_provenance": PARAM_PROVENANCE["dp-dda"], "param_defaults": {"epsilon": BASELINE_EPSILON},
+           "auto_lr": True},
 ))
 register_method(MethodSpec(
     name="cpgt",
@@ -240,5 +278,6 @@ register_method(MethodSpec(
     paper="Xie, Yi, Wang, Cao, Ren, IFAC 2023 (baseline of " + PAPER + ")", defaults=_defaults(CPGTConfig),
     build_core=_cpgt, client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["cpgt"], "param_defaults": {"epsilon": BASELINE_EPSILON}},
+    extra={"param_provenance": PARAM_PROVENANCE["cpgt"], "param_defaults": {"epsilon": BASELINE_EPSILON},
+           "auto_lr": True},
 ))

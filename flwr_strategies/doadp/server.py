@@ -43,8 +43,9 @@ from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.accountant import calibrate_sigma
+from ..privacy.flower_accountant import AmplifiedAccountant, check_budget, doadp_event, privacy_config_for
 from ..privacy.doadp_accountant import doadp_privacy, doadp_sigma
-from .config import DMSGDConfig, DOADPConfig, resolve_k
+from .config import DMSGDConfig, DOADPConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 
 __all__ = ["DOADPServer", "DMSGDServer", "check_topk_message"]
@@ -83,12 +84,14 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     dataset_size : int
         q: the smallest local dataset (records) of an agent; the sampling rate is b/q. Checked
         against the agents' ``num_examples`` (see :class:`~flwr_strategies.doadp.peer.PublicTableCore`).
-    alpha : float (default: 0.01, paper CNN)
-        Step size, > 0. Each step adds Gaussian noise of norm about ``alpha * sigma * sqrt(d)`` to an
-        agent's model (reported as ``step_noise_norm``). Measured on Flower's quickstart CNN on
-        MNIST (44k parameters, 200 rounds, ``python -m simulations bench doadp_stepsize``): the
-        training loss stayed bounded up to a noise norm of 2.5 and diverged from 4.5 on, so keep
-        ``alpha <= 2.5 / (sigma sqrt(d))``.
+    alpha : float | str (default: 0.01, paper CNN)
+        Step size, > 0, or ``"auto"``. Each step adds Gaussian noise of norm about
+        ``alpha * sigma * sqrt(d)`` to an agent's model (reported as ``step_noise_norm``). Measured on
+        Flower's quickstart CNN on MNIST (44k parameters, 200 rounds, ``python -m simulations bench
+        doadp_stepsize``): the training loss stayed bounded up to a noise norm of 2.5 and diverged
+        from 4.5 on (:data:`~flwr_strategies.doadp.config.STEP_NOISE_BOUND`). ``"auto"``: once sigma
+        is calibrated, ``alpha = config.step_noise_norm / (sigma sqrt(d))`` (reported as
+        ``alpha`` every round).
     lr_decay : float (default: 1.0, paper: constant)
         Per-round decay of the step size (round r uses ``alpha * lr_decay**(r-1)``), in (0, 1].
     batch_size : int (default: 32; the paper uses 1)
@@ -102,7 +105,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config: DOADPConfig | None = None, lr_decay: float = 1.0,
-                 **kwargs: Any) -> None:
+                 accountant: Any = None, **kwargs: Any) -> None:
         config = config if config is not None else DOADPConfig()
         self.config = config
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
@@ -114,6 +117,11 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.init_ledger()
         self.k = resolve_k(self.config.k_frac, self.d)
         self.sigma = self._calibrate()
+        self.alpha_rule = "given"
+        if self.alpha is None:
+            self._auto_alpha()
+        self.accountant = self._accountant(accountant) if self.private else None
+        self._composed_through = 0  # rounds composed into the accountant
         self.XHAT = np.zeros((self.n, self.d)) if self.config.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
         self.accepted = np.zeros(self.n, dtype=np.int64)
         self.active_steps = np.zeros(self.n, dtype=np.int64)
@@ -155,6 +163,12 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             )
         self.planned_epsilon = certified
         return float(sigma)
+
+    def _auto_alpha(self) -> None:
+        """``alpha = step_noise_norm / (sigma sqrt(d))``: the step whose noise norm is the target."""
+        self.alpha = auto_step(self.sigma * math.sqrt(self.d), self.config.step_noise_norm)
+        self.alpha_rule = (f"auto: step_noise_norm {self.config.step_noise_norm:g} / (sigma {self.sigma:.6g} * "
+                           f"sqrt(d {self.d}))")
 
     def alpha_at(self, server_round: int) -> float:
         """Step size of ``server_round``: ``alpha * lr_decay**(server_round - 1)``."""
@@ -199,7 +213,8 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "method": "doadp",
             "target_epsilon": c.epsilon, "target_delta": c.delta,
             "calibration": "given sigma" if c.sigma is not None else c.calibration,
-            "sigma": self.sigma, "step_noise_norm": self.step_noise_norm(1), "k": self.k, "d": self.d, "q": self.q,
+            "sigma": self.sigma, "alpha": self.alpha, "alpha_rule": self.alpha_rule,
+            "step_noise_norm": self.step_noise_norm(1), "k": self.k, "d": self.d, "q": self.q,
             "q_ran": self.q_ran,
             "batch_size": self.batch_size, "rounds": self.num_rounds, "sampling": c.sampling,
             "accountant": mech.accountant, "adjacency": "replace-one", "noise_multiplier": mech.noise_multiplier,
@@ -222,6 +237,9 @@ class DOADPServer(GaussianLedger, PublicTableCore):
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
+        if self.private:  # stop before the round whose release would pass the accountant's max_epsilon
+            check_budget(self.accountant, doadp_event(self.mechanism()), f"{type(self).__name__} round {server_round}",
+                         count=max(1, int(server_round) - self._composed_through))
         W = self.round_mixing(partition_ids)
         self._round_W = (int(server_round), W)
         C = self.consensus(W)
@@ -292,6 +310,8 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             self.XHAT[pid, idx] += val
             self.accepted[pid] += 1
             self.active_steps[pid] += 1
+        if self.private:
+            self._compose_round(server_round, q)
         self.q_ran = q
         self.commit_reports(server_round, replies, 2)
         self._parsed = {}
@@ -301,6 +321,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "inactive": len(replies) - n_act,
             "paper_rate": n_act * int(self.k) / (self.n * self.d),
             "p2p_bytes": p2p,
+            "alpha": self.alpha_at(server_round),
             **self.graph_metrics(server_round, W),
         }
         if self.private:
@@ -338,6 +359,85 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.active_steps = np.array(state["active_steps"], dtype=np.int64)
         if self.private:
             self.load_ledger(state["accountant"])
+            self._recompose(getattr(self, "_checkpoint_round", self.rounds_before), self.q_ran)
+
+    # ------------------------------------------------------------------ Flower's PrivacyAccountant
+    def _accountant(self, given: Any) -> Any:
+        """The accountant every round is composed into: ``given`` (a Flower ``PrivacyAccountant`` whose
+        configuration matches what runs: replace-one adjacency, this sampling, q records, the target delta)
+        or an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without ``max_epsilon`` (the target
+        already holds over the planned rounds, checked at construction; a run resumed from a checkpoint
+        that spent more keeps reporting what ran)."""
+        c = self.config
+        wanted = privacy_config_for(self.mechanism(), c.delta)
+        if given is None:
+            return AmplifiedAccountant(wanted, method="DO-ADP")
+        for name in ("compose", "would_exceed", "get_privacy_spent", "state_dict", "load_state_dict"):
+            if not callable(getattr(given, name, None)):
+                raise TypeError(f"accountant must be a flwr.serverapp.PrivacyAccountant (no {name}()), got "
+                                f"{type(given).__name__}")
+        have = given.config
+        for field in ("target_delta", "population_size", "neighboring_relation", "sampling_method"):
+            if getattr(have, field) != getattr(wanted, field):
+                raise ValueError(f"accountant.config.{field}={getattr(have, field)!r} does not match what DO-ADP "
+                                 f"runs ({field}={getattr(wanted, field)!r}: delta, local_dataset_size, replace-one "
+                                 f"adjacency, sampling={c.sampling!r})")
+        if given.num_releases:
+            raise ValueError(f"accountant has {given.num_releases} releases composed already; pass a fresh one "
+                             "(a resumed run recomposes what its checkpoint ran)")
+        return given
+
+    def _ran(self) -> dict[str, float]:
+        c = self.config
+        return {"p": c.p, "k_frac": self.k / self.d, "clip": c.clip, "sigma": float(self.sigma),
+                "batch_size": self.batch_size, "dataset_size": self.q_ran}
+
+    def _compose_round(self, server_round: int, q: int) -> None:
+        """Compose the rounds that ran up to ``server_round`` (this one, and any rejected one before it:
+        its instructions went out, so its agents may have released; every agent may have stepped, since
+        activation is not credited) on the ``q`` records they ran on; a smaller q than before
+        recomposes every round on it."""
+        if q != self.accountant.config.population_size:
+            self._recompose(self._composed_through, q)
+        n = int(server_round) - self._composed_through
+        if n <= 0:
+            return
+        event = doadp_event(self.mechanism(q))
+        if isinstance(self.accountant, AmplifiedAccountant):
+            self.accountant.compose(event, n, ran={**self._ran(), "dataset_size": q})
+        else:
+            self.accountant.compose(event, n)
+        self._composed_through = int(server_round)
+
+    def _recompose(self, rounds: int, q: int) -> None:
+        """Rebuild the accountant from the ledger: every segment that ran in ``rounds`` rounds, on ``q``
+        records (a resumed run, or agents that report fewer records than declared)."""
+        acc = self.accountant
+        config = acc.config
+        if config.population_size != q:
+            if not isinstance(acc, AmplifiedAccountant):
+                raise ValueError(f"{type(self).__name__}: the agents sample from {q} records, not the "
+                                 f"accountant's population_size={config.population_size}; declare "
+                                 f"local_dataset_size={q}")
+            from dataclasses import replace
+
+            config = replace(config, population_size=int(q))
+        fresh = type(acc)(config, method=acc.method) if isinstance(acc, AmplifiedAccountant) else type(acc)(config)
+        parts = [(self._mech(s, q), s["rounds"]) for s in self.past]
+        parts.append((self.mechanism(q), int(rounds) - self.rounds_before))
+        for mech, n in parts:
+            if n <= 0:
+                continue
+            if isinstance(fresh, AmplifiedAccountant):
+                fresh.compose(doadp_event(mech), int(n), ran={**self._ran(), "clip": mech.clip, "sigma": mech.sigma,
+                                                              "batch_size": mech.batch_size, "dataset_size": q})
+            else:
+                fresh.compose(doadp_event(mech), int(n))
+        if config is acc.config:
+            acc.load_state_dict(fresh.state_dict())
+        else:
+            self.accountant = fresh
+        self._composed_through = int(rounds)
 
 
 class DMSGDServer(DOADPServer):
@@ -368,6 +468,9 @@ class DMSGDServer(DOADPServer):
     def _calibrate(self) -> float:
         self.planned_epsilon = math.inf
         return 0.0
+
+    def _auto_alpha(self) -> None:
+        raise ValueError("D-mSGD adds no noise, so no noise rule sets its step size: give alpha (lr) a number")
 
     def params_config(self, server_round: int = 1) -> dict[str, Any]:
         cfg = super().params_config(server_round)

@@ -17,7 +17,7 @@ from ..adapters import MessageStrategy
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .server import DMSGDServer, DOADPServer
-from .strategy import AGENTS, GRAPH, NO_FEDERATED_EVALUATION, RENAMED
+from .strategy import AGENTS, DOADP_ARGUMENTS, GRAPH, NO_FEDERATED_EVALUATION, RENAMED, Accounted
 
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 
@@ -25,18 +25,19 @@ __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 class _Private(MessageStrategy):
     federated_evaluation = NO_FEDERATED_EVALUATION
 
-    def __init__(self, *args: Any, fraction_evaluate: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(*args, fraction_evaluate=fraction_evaluate, **kwargs)
+    def __init__(self, fraction_train: float = 1.0, fraction_evaluate: float = 0.0, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fraction_train, fraction_evaluate, *args, **kwargs)
 
 
-class DOADP(_Private):
+class DOADP(Accounted, _Private):
     """DO-ADP (Huo et al., arXiv 2506.07102) on the Message API; arguments as
     :class:`flwr_strategies.DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0, and
-    other values are refused: the clients would score the public model on their training data)."""
+    other values are refused: the clients would score the public model on their training data).
+    ``accountant`` / ``privacy_spent()`` as on Flower's DP wrappers."""
 
     core_cls = DOADPServer
     hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
-    arguments = AGENTS
+    arguments = DOADP_ARGUMENTS
     renamed = RENAMED
 
 

@@ -18,10 +18,13 @@ from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .server import DMSGDServer, DOADPServer
 
-__all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "AGENTS", "GRAPH", "RENAMED", "NO_FEDERATED_EVALUATION"]
+__all__ = ["DOADP_ARGUMENTS", "Accounted", "DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT", "AGENTS", "GRAPH", "RENAMED", "NO_FEDERATED_EVALUATION"]
 
 #: The arguments every method of this folder takes besides its config's fields (see :class:`DOADP`).
 AGENTS = {"num_rounds": REQUIRED, "local_dataset_size": REQUIRED, "lr": 0.01, "batch_size": 32, "lr_decay": 1.0}
+#: DO-ADP's arguments: AGENTS, plus Flower's ``accountant`` (a ``flwr.serverapp.PrivacyAccountant``; default
+#: None: an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without max_epsilon).
+DOADP_ARGUMENTS = {**AGENTS, "accountant": None}
 #: The peer graph: GraphConfig's fields, with the paper's circulant graph by default.
 GRAPH = GraphConfig(**DOADPServer.graph_defaults)
 #: Their names in the cores.
@@ -40,7 +43,21 @@ class _Private(LegacyStrategy):
         super().__init__(fraction_evaluate=fraction_evaluate, **kwargs)
 
 
-class DOADP(_Private):
+class Accounted:
+    """``accountant`` and ``privacy_spent()`` as on Flower's DP wrappers (the core's accountant once the
+    first round built it, else the one passed in)."""
+
+    @property
+    def accountant(self) -> Any:
+        core = getattr(self, "core", None)
+        return core.accountant if core is not None else self.method_arguments.get("accountant")
+
+    def privacy_spent(self) -> Any:
+        """Cumulative ``PrivacySpent`` (None before the first round with the default accountant)."""
+        return None if self.accountant is None else self.accountant.get_privacy_spent()
+
+
+class DOADP(Accounted, _Private):
     """DO-ADP (Huo, Liu, Ding, Johansson, Shi, "Decentralized Optimization with Amplified Privacy via
     Efficient Communication", arXiv 2506.07102): decentralized momentum SGD with Gaussian DP noise,
     random activation (p) and Top-k messages with error feedback (k/d). The reported epsilon is the
@@ -74,6 +91,16 @@ class DOADP(_Private):
         stops the run (``"stop"``).
     topology_p, ws_k, allow_row_stochastic, allow_disconnected, client_eval_every, client_eval_max
         The other :class:`~flwr_strategies.decentralized.config.GraphConfig` fields.
+    accountant : flwr.serverapp.PrivacyAccountant or None (default: None)
+        As Flower's DP wrappers: every round that ran is composed into it (one subsampled Gaussian
+        release of b of the q records per agent and round; activation and Top-k are recorded, not
+        credited), and the run stops with Flower's ``PrivacyBudgetExhausted`` before a round that would
+        pass its ``config.max_epsilon``. Its configuration must match what runs (``target_delta=delta``,
+        ``population_size=local_dataset_size``, replace-one, ``"without-replacement"`` for
+        ``sampling="uniform"``; :func:`~flwr_strategies.privacy.privacy_config_for` builds it). Default:
+        an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without ``max_epsilon`` (the target
+        epsilon is already checked over ``num_rounds`` at construction), read after a run as
+        ``strategy.accountant.get_privacy_spent()``.
     epsilon, delta, p, k_frac, gamma, beta, clip, clip_mode, sampling, calibration, delta0, sigma, \
 public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
         The method's hyperparameters, see :class:`~flwr_strategies.doadp.config.DOADPConfig`.
@@ -81,7 +108,7 @@ public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
 
     core_cls = DOADPServer
     hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
-    arguments = AGENTS
+    arguments = DOADP_ARGUMENTS
     renamed = RENAMED
 
 

@@ -54,6 +54,8 @@ class ArmijoSGD(torch.optim.Optimizer):
     **overrides
         Any :class:`ArmijoConfig` field, replacing ``config``'s value (e.g. ``armijo_c=0.2``).
 
+    Notes
+    -----
     The step size restarts at ``eta_max`` at the first step of a local run (a new optimizer, or after
     :meth:`reset`): FedLi keeps no client state across rounds. No weight decay, momentum or gradient
     clipping: they would break the sufficient-decrease test.

@@ -64,6 +64,8 @@ class ScaffoldCorrection:
     c_local : sequence of arrays or tensors | None (default: None, i.e. zeros)
         This client's control ``c_i`` (kept across rounds by the client, e.g. in ``context.state``).
 
+    Notes
+    -----
     Frozen parameters (``requires_grad=False``) are not corrected. Where you clip gradients decides
     the scope: :meth:`apply` after ``clip_grad_norm_`` clips ``g`` alone (this library's default);
     before it clips ``g - c_i + c`` (the FedExP/FedSLS code, ``correction_in_clip``).
@@ -320,11 +322,30 @@ def scaffold_server_update(
                 new_w.append((w64 + eta_g * (np.asarray(a, np.float64) - w64)).astype(np.asarray(w).dtype))
             else:
                 new_w.append(np.array(a, copy=True))
-    new_c = []
+    return new_w, _control_step(c_global, client_dcs, s / float(num_clients), counts if num_examples is not None
+                                else None, total_examples)
+
+
+def _control_step(c_global: Sequence[np.ndarray], client_dcs: Sequence[Sequence[np.ndarray]], share: float,
+                  counts: Sequence[int] | None, total_examples: int | None) -> list[np.ndarray]:
+    """``c + (S/N) mean_i(dc_i)`` (``counts`` None) or ``c + sum_i (n_i / total_examples) dc_i``, one array
+    at a time in float64, streaming: the control updates are added into one float64 accumulator in
+    client order (the sum ``np.mean(np.stack(...), axis=0)`` forms, without the stack of S copies), so
+    the step holds the accumulator and one product, not a float64 copy of every reply."""
+    s = len(client_dcs)
+    out = []
     for j, c in enumerate(c_global):
-        if num_examples is None:
-            step = (s / float(num_clients)) * np.mean([np.asarray(dc[j], np.float64) for dc in client_dcs], axis=0)
-        else:
-            step = sum((n / float(total_examples)) * np.asarray(dc[j], np.float64) for n, dc in zip(counts, client_dcs))
-        new_c.append((np.asarray(c, np.float64) + step).astype(np.asarray(c).dtype))
-    return new_w, new_c
+        acc = np.zeros(np.shape(c), np.float64)
+        scratch = np.empty_like(acc) if counts is not None else None
+        for i, dc in enumerate(client_dcs):
+            if counts is None:
+                np.add(acc, dc[j], out=acc, dtype=np.float64)
+            else:
+                np.multiply(dc[j], counts[i] / float(total_examples), out=scratch, dtype=np.float64)
+                np.add(acc, scratch, out=acc)
+        if counts is None:
+            np.divide(acc, s, out=acc)
+            np.multiply(acc, share, out=acc)
+        np.add(acc, c, out=acc, dtype=np.float64)
+        out.append(acc.astype(np.asarray(c).dtype, copy=False))
+    return out

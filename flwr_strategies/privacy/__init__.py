@@ -8,6 +8,8 @@
   credits the activation probability (p^2) and Top-k (k/d); no standard accountant certifies either
   credit, so it is reported beside the certified number, labelled.
 * :func:`doadp_crosscheck` / :func:`subsampled_gaussian_epsilon`: side-by-side comparisons.
+* :class:`AmplifiedAccountant`: the same accounting as a Flower ``PrivacyAccountant`` (``flwr.serverapp``),
+  crediting the sampling amplification Flower's own accountant refuses; DO-ADP composes into it per round.
 * :func:`calibrate_laplace_b0`, :func:`pure_dp_epsilon`, :func:`geometric_laplace_scale`: pure
   epsilon-DP Laplace calibration (DPDO, CPGT baselines).
 """
@@ -22,6 +24,7 @@ from .accountant import (
     composed_certified_epsilon,
 )
 from .crosscheck import doadp_crosscheck, subsampled_gaussian_epsilon
+from .flower_accountant import AmplifiedAccountant, AmplifiedPrivacyConfig, check_budget, doadp_event, privacy_config_for
 from .doadp_accountant import (
     PrivacyReport,
     comm_rate,
@@ -34,6 +37,8 @@ from .doadp_accountant import (
 from .laplace import calibrate_laplace_b0, geometric_laplace_epsilon, geometric_laplace_scale, pure_dp_epsilon
 
 __all__ = [
+    "AmplifiedAccountant",
+    "AmplifiedPrivacyConfig",
     "GaussianSteps",
     "PrivacyReport",
     "RDP_ORDERS",
@@ -41,16 +46,19 @@ __all__ = [
     "accountant_for",
     "calibrate_laplace_b0",
     "calibrate_sigma",
+    "check_budget",
     "certified_epsilon",
     "comm_rate",
     "composed_certified_epsilon",
     "doadp_crosscheck",
+    "doadp_event",
     "doadp_privacy",
     "doadp_sigma",
     "doadp_sigma_components",
     "geometric_laplace_epsilon",
     "geometric_laplace_scale",
     "noise_variance_ratio",
+    "privacy_config_for",
     "pure_dp_epsilon",
     "spent_epsilon",
     "subsampled_gaussian_epsilon",

@@ -30,20 +30,23 @@ accountant certifies it for this mechanism:
   (Theorem 1 credits k/d).
 
 Both accountants are run so that the epsilon is within 1% of the smallest one that accountant certifies
-for the event (at most 0.5% above it on the paper's settings and small ones, against a dense order grid
-and finer discretizations: ``tests/test_privacy_doadp_accountant.py``). Every value is dp_accounting's own
+for the event (against a dense order grid and finer discretizations, on the paper's settings, small ones
+and 30 settings drawn at random: ``tests/test_privacy_doadp_accountant.py``). Every value is dp_accounting's own
 bound, never below what it certifies:
 
 * RDP: the bound of every order is valid, so a set of orders only decides how tight the epsilon is.
   Small epsilons have their best order far above dp_accounting's default orders (up to 1,024): at the
   paper's logistic-regression setting (Sec. V-A: q = 20,000, one record per step, T = 120,000, Theorem
   1's noise for epsilon 0.01) the best order is about 760 and the certified epsilon at delta 1e-5 is
-  0.0082, where orders up to 128 give 0.0446. :data:`RDP_ORDERS` is searched first; while the best
-  order is the largest one, the set grows geometrically (up to :data:`RDP_MAX_ORDER`); the best order
-  is then refined between its neighbours. dp_accounting's bound for sampling without replacement is
-  loose at large orders (above 256 it keeps a noise-independent term), so at that setting it certifies
-  about 0.008 whatever the noise; Poisson sampling under the PLD accountant certifies 0.00056 for the
-  same noise.
+  0.0082, where orders up to 128 give 0.0446. dp_accounting's bound for sampling without replacement
+  changes form above order 256 (Theorem 27 of Wang, Balle and Kasiviswanathan up to 256, a looser closed
+  form above, which keeps a noise-independent term: at that setting it certifies about 0.008 whatever
+  the noise, where Poisson sampling under the PLD accountant certifies 0.00056 for the same noise), and
+  each side has its own optimum, often at 256 itself (0.0264 at order 256, 10.7 at 257 for sigma 21.15,
+  b = 8, q = 1,000, T = 1,500; a search that jumped from 128 to 362 reported 0.0294). So each side is
+  searched on its own: :data:`RDP_ORDERS` (ratio 2^(1/4), 256 included), the upper side extended
+  geometrically while its best order is the largest (up to :data:`RDP_MAX_ORDER`), then the best order
+  of each side refined between its neighbours down to integer orders.
 * PLD: the pessimistic PLD rounds every privacy-loss value up to its grid, which inflates a small
   epsilon by far more than its own size (0.0275 instead of 0.00056 at the setting above with a grid
   of 1e-3). The grid is refined until it is at most :data:`PLD_RELATIVE_GRID` times the epsilon.
@@ -80,15 +83,22 @@ PLD_MIN_DISCRETIZATION = 1e-8
 #: needs gigabytes); a target that would allow less noise gets this much (still certified).
 MIN_NOISE_MULTIPLIER = 0.25
 #: First RDP orders tried: fractional below 12 (the best orders of large epsilons), integers above, then a
-#: geometric grid of ratio sqrt(2) up to 4,096. Orders 129-361 are only tried when the best order is next
-#: to them: dp_accounting's bound for sampling without replacement costs O(order^2) up to 256 (50 ms at
-#: 256) and O(order) above.
+#: geometric grid of ratio 2^(1/4) up to 4,096 that holds 256. dp_accounting's bound for sampling without
+#: replacement changes form above order 256 (exact Theorem 27 of Wang, Balle and Kasiviswanathan up to 256, a
+#: much looser closed form above, e.g. epsilon 0.0264 at order 256 and 10.7 at 257), so 256 itself is always
+#: tried and the search refines each side of it separately (:data:`RDP_EXACT_MAX_ORDER`).
 RDP_ORDERS = (1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56,
-              64, 80, 96, 128, 362, 512, 724, 1024, 1448, 2048, 2896, 4096)
+              64, 76, 90, 108, 128, 152, 181, 215, 256, 304, 362, 431, 512, 609, 724, 861, 1024, 1218, 1448,
+              1722, 2048, 2435, 2896, 3444, 4096)
+#: Largest order of dp_accounting's exact bound for sampling without replacement (its ``max_alpha``).
+RDP_EXACT_MAX_ORDER = 256
 #: Largest RDP order the search extends to (epsilons far below 1e-4 at small deltas).
 RDP_MAX_ORDER = 2**20
-_ORDER_RATIO = 2**0.5
+_ORDER_RATIO = 2**0.25
 _REFINE_POINTS = 7
+#: Refinement stops at this order spacing below order 16 (fractional orders) and at integers above.
+_FRACTIONAL_STEP = 0.01
+
 
 def accountant_for(sampling: str) -> str:
     """The dp_accounting accountant that covers ``sampling`` under replace-one adjacency:
@@ -167,67 +177,129 @@ class GaussianSteps:
         return {**asdict(self), "accountant": self.accountant, "noise_multiplier": self.noise_multiplier}
 
 
-def _rdp_at(event, delta: float, orders) -> tuple[float, float]:
-    """(epsilon, best order) of dp_accounting's RDP accountant over ``orders``."""
-    from dp_accounting import NeighboringRelation, rdp
+def _rdp_at(event, delta: float, orders, relation=None) -> tuple[float, float]:
+    """(epsilon, best order) of dp_accounting's RDP accountant over ``orders`` (replace-one by default).
 
-    acc = rdp.RdpAccountant(orders=list(orders), neighboring_relation=NeighboringRelation.REPLACE_ONE)
-    acc.compose(event)
-    eps, order = acc.get_epsilon_and_optimal_order(delta)
+    The same numbers as composing ``event`` into ``rdp.RdpAccountant(orders)``: the RDP of each elementary
+    event at each order is dp_accounting's (:func:`_step_rdp`, computed once per event and order, since the
+    bound of sampling without replacement costs O(order^2) up to order 256), summed over the composition as
+    the accountant does, and turned into epsilon by its ``compute_epsilon``.
+    """
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    rel = relation or NeighboringRelation.REPLACE_ONE
+    leaves = _leaves(event, 1)
+    vec = [sum(n * _step_rdp(leaf, float(o), rel) for leaf, n in leaves) for o in orders]
+    eps, order = compute_epsilon([float(o) for o in orders], vec, delta)
     return float(eps), float(order)
 
 
-def _rdp_epsilon(event, delta: float) -> float:
-    """The smallest epsilon of the RDP accountant over an order set searched around its optimum.
+def _leaves(event, count: int) -> list:
+    """``[(elementary event, times composed)]`` of a composition of dp_accounting events."""
+    import dp_accounting
+
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return _leaves(event.event, count * int(event.count))
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return [leaf for e in event.events for leaf in _leaves(e, count)]
+    return [(event, count)]
+
+
+@lru_cache(maxsize=1 << 16)
+def _step_rdp(event, order: float, relation) -> float:
+    """dp_accounting's RDP of one elementary ``event`` at ``order``."""
+    from dp_accounting import rdp
+
+    acc = rdp.RdpAccountant(orders=[order], neighboring_relation=relation)
+    acc.compose(event)
+    return float(acc.rdp[0])
+
+
+def _rdp_epsilon(event, delta: float, relation=None) -> tuple[float, float]:
+    """(epsilon, order): the smallest epsilon of the RDP accountant over an order set searched around its
+    optimum, and the order that gives it.
 
     Every order gives a valid bound, so the minimum over all orders tried is certified: it is the
-    accountant's epsilon on the union of the orders.
+    accountant's epsilon on the union of the orders. dp_accounting's bound for sampling without
+    replacement changes form above :data:`RDP_EXACT_MAX_ORDER`, and each side has its own optimum (the
+    looser form can still win, e.g. near order 540 with a cliff at 600), so each side is searched on its
+    own: the orders of :data:`RDP_ORDERS` on that side (the upper side extended geometrically while its
+    best order is the largest one), then the interval between the best order's neighbours is cut into
+    :data:`_REFINE_POINTS` + 1 pieces around the best point, repeatedly, down to integer orders (0.01 below
+    order 16).
     """
-    orders = sorted(float(o) for o in RDP_ORDERS)
-    best, opt = _rdp_at(event, delta, orders)
-    top = orders[-1]
-    while opt >= orders[-1] and top < RDP_MAX_ORDER:  # the best order is the largest tried: go higher
+    low = [float(o) for o in RDP_ORDERS if o <= RDP_EXACT_MAX_ORDER]
+    high = [float(o) for o in RDP_ORDERS if o > RDP_EXACT_MAX_ORDER]
+    best, opt = _rdp_at(event, delta, low, relation)
+    best, opt = _refine_order(event, delta, relation, low, best, opt, 1.0, float(RDP_EXACT_MAX_ORDER))
+    up, up_opt = _rdp_at(event, delta, high, relation)
+    top = high[-1]
+    while up_opt >= high[-1] and top < RDP_MAX_ORDER:  # the best order is the largest tried: go higher
         new = []
         while len(new) < 4 and top < RDP_MAX_ORDER:
             top = min(float(round(top * _ORDER_RATIO)), float(RDP_MAX_ORDER))
             new.append(top)
-        eps, order = _rdp_at(event, delta, new)
-        orders.extend(new)
-        if not eps < best:
+        eps, order = _rdp_at(event, delta, new, relation)
+        high.extend(new)
+        if not eps < up:
             break
-        best, opt = eps, order
+        up, up_opt = eps, order
+    up, up_opt = _refine_order(event, delta, relation, high, up, up_opt, RDP_EXACT_MAX_ORDER + 1.0,
+                               up_opt * _ORDER_RATIO)
+    return (best, opt) if best <= up else (up, up_opt)
+
+
+def _refine_order(event, delta, relation, orders, best, opt, lo_bound, hi_bound) -> tuple[float, float]:
+    """Refine the best order ``opt`` of ``orders`` (epsilon ``best``) between its neighbours, within
+    [``lo_bound``, ``hi_bound``]."""
+    orders = sorted(orders)
     i = orders.index(opt)
-    lo = orders[i - 1] if i > 0 else 1.0
-    hi = orders[i + 1] if i + 1 < len(orders) else opt * _ORDER_RATIO
-    n = _REFINE_POINTS + 1
-    if hi <= 16:  # fractional orders matter here
-        fine = [lo + (hi - lo) * j / n for j in range(1, n)]
-    else:  # integer orders (dp_accounting interpolates between integers above 1 anyway)
-        fine = sorted({float(round(lo * (hi / lo) ** (j / n))) for j in range(1, n)} - set(orders))
-    fine = [o for o in fine if o > 1.0 and o != opt]
-    if fine:
-        best = min(best, _rdp_at(event, delta, fine)[0])
-    return best
+    lo = orders[i - 1] if i > 0 else lo_bound
+    hi = orders[i + 1] if i + 1 < len(orders) else hi_bound
+    tried = set(orders)
+    while True:
+        n = _REFINE_POINTS + 1
+        if hi <= 16:  # fractional orders matter here
+            fine = [lo + (hi - lo) * j / n for j in range(1, n)]
+            step = _FRACTIONAL_STEP
+        else:  # integer orders (dp_accounting interpolates between integers above 1 anyway)
+            fine = [float(round(lo + (hi - lo) * j / n)) for j in range(1, n)]
+            step = 1.0
+        fine = sorted({o for o in fine if o > 1.0} - tried)
+        if not fine:
+            return best, opt
+        tried.update(fine)
+        eps, order = _rdp_at(event, delta, fine, relation)
+        if eps < best:
+            best, opt = eps, order
+        if hi - lo <= 2 * step:
+            return best, opt
+        grid = sorted(o for o in tried | {lo, hi} if lo <= o <= hi)
+        j = grid.index(opt)
+        lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, len(grid) - 1)]
 
 
-def _pld_at(event, delta: float, grid: float) -> float:
+def _pld_at(event, delta: float, grid: float, relation=None) -> float:
     from dp_accounting import NeighboringRelation, pld
 
-    acc = pld.PLDAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE, value_discretization_interval=grid)
+    acc = pld.PLDAccountant(neighboring_relation=relation or NeighboringRelation.REPLACE_ONE,
+                            value_discretization_interval=grid)
     acc.compose(event)
     return float(acc.get_epsilon(delta))
 
 
-def _pld_epsilon(event, delta: float) -> float:
-    """Pessimistic PLD epsilon on a grid refined to :data:`PLD_RELATIVE_GRID` times the epsilon."""
+def _pld_epsilon(event, delta: float, relation=None) -> float:
+    """Pessimistic PLD epsilon on a grid refined to :data:`PLD_RELATIVE_GRID` times the epsilon
+    (replace-one by default)."""
     grid = PLD_DISCRETIZATION
-    best = _pld_at(event, delta, grid)
+    best = _pld_at(event, delta, grid, relation)
     while True:
         wanted = max(best * PLD_RELATIVE_GRID, PLD_MIN_DISCRETIZATION)
         if grid <= 2.0 * wanted:
             return best
         grid = wanted
-        best = min(best, _pld_at(event, delta, grid))
+        best = min(best, _pld_at(event, delta, grid, relation))
 
 
 def certified_epsilon(mechanism: GaussianSteps, steps: int, delta: float) -> float:
@@ -246,7 +318,7 @@ def certified_epsilon(mechanism: GaussianSteps, steps: int, delta: float) -> flo
 def _certified(mechanism: GaussianSteps, steps: int, delta: float) -> float:
     event = mechanism.event(steps)
     if mechanism.accountant == "rdp":
-        return _rdp_epsilon(event, delta)
+        return _rdp_epsilon(event, delta)[0]
     return _pld_epsilon(event, delta)
 
 
@@ -279,7 +351,7 @@ def composed_certified_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta
     import dp_accounting
 
     event = dp_accounting.ComposedDpEvent([m.event(steps) for m, steps in merged])
-    return _rdp_epsilon(event, float(delta)) if kinds == {"rdp"} else _pld_epsilon(event, float(delta))
+    return _rdp_epsilon(event, float(delta))[0] if kinds == {"rdp"} else _pld_epsilon(event, float(delta))
 
 
 def calibrate_sigma(

@@ -15,7 +15,7 @@
     4 bytes), with ours / Flower's ratios. It also prints how far each result is from Flower's.
 
 ``python -m simulations bench aggregate dfedcata [--peers 50] [--params 2000000] [--rounds 2]
-[--api both|legacy|message] [--out FILE.json]``
+[--api all|legacy|message|start] [--out FILE.json]``
 
     DFedCata through each Flower adapter with every message of a round in flight, as Flower holds
     them: the legacy ``Server`` keeps every ``FitIns`` and ``FitRes`` of the round until
@@ -26,9 +26,20 @@
     (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). While the
     messages are in flight DFedCata holds 2 tables (mixed models, anchors: the spare that held the
     start points is released once they are serialized); the round's instructions and replies are
-    one table each.
+    one table each. ``start`` runs the Message-API strategy through Flower's own ``Strategy.start()``
+    on an in-process grid whose peers contract what they receive: ``start()`` also keeps the last
+    round's replies bound while the next round's messages are in flight.
 
-Both set ``OMP_NUM_THREADS=1`` when unset.
+``python -m simulations bench aggregate scaffold [--replies 100] [--params 1000000] [--arrays 10]
+[--repeats 5] [--out FILE.json]``
+
+    SCAFFOLD's server step (:func:`~flwr_strategies.fedli.scaffold.scaffold_server_update`, the
+    paper's uniform weighting: ``w <- mean_i w_i``, ``c <- c + (S/N) mean_i dc_i``) on ``--replies``
+    replies of a model and its control update, against a plain streaming NumPy step written here
+    (float64 accumulators, one reply added at a time): median wall and CPU seconds over
+    ``--repeats`` alternating runs, and each call's peak allocation (``tracemalloc``), with the ratios.
+
+All set ``OMP_NUM_THREADS=1`` when unset.
 """
 
 from __future__ import annotations
@@ -52,7 +63,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-__all__ = ["measure_fedavg", "measure_dfedcata", "main"]
+__all__ = ["measure_fedavg", "measure_dfedcata", "measure_scaffold", "main"]
 
 MB = 2**20
 
@@ -322,13 +333,33 @@ def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int):
     return arrays
 
 
+def _contracting_client_app(peers: int):
+    """A ClientApp whose peers answer the partition query and contract what they receive."""
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    from flwr_strategies.clients.app import partition_query
+
+    app = ClientApp()
+    app.query("partition")(partition_query)
+
+    @app.train()
+    def train(msg, context):
+        pid = int(context.node_config["partition-id"])
+        arrays = _contract(next(iter(msg.content.array_records.values())).to_numpy_ndarrays(), pid, peers)
+        return Message(RecordDict({"arrays": ArrayRecord(arrays),
+                                   "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})}), reply_to=msg)
+
+    return app
+
+
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
                      seed: int = 0) -> dict[str, Any]:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
     import torch  # noqa: F401 (the mixing step imports it on first use: not the strategy's memory)
 
-    if api not in ("legacy", "message"):
-        raise SystemExit(f"unknown --api {api!r}; use legacy or message")
+    if api not in ("legacy", "message", "start"):
+        raise SystemExit(f"unknown --api {api!r}; use legacy, message or start")
     with _quiet_flower():
         return _measure_dfedcata(api, peers, params, rounds, seed)
 
@@ -355,6 +386,13 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
             w0 = time.perf_counter()
             parameters = _dfedcata_legacy_round(strategy, manager, parameters, r, peers)
             walls.append(time.perf_counter() - w0)
+    elif api == "start":
+        grid = InProcessGrid(_contracting_client_app(peers), peers)
+        strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
+        w0 = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):
+            strategy.start(grid=grid, initial_arrays=ArrayRecord([x0]), num_rounds=rounds)
+        walls.append((time.perf_counter() - w0) / rounds)
     else:
         grid = InProcessGrid(_client_app({}), peers)
         initial = ArrayRecord([x0])
@@ -376,7 +414,7 @@ def _dfedcata_cmd(args: argparse.Namespace) -> dict[str, Any]:
         res = measure_dfedcata(args.api, args.peers, args.params, args.rounds)
         print(json.dumps(res))
         return res
-    apis = ("legacy", "message") if args.api == "both" else (args.api,)
+    apis = ("legacy", "message", "start") if args.api == "all" else (args.api,)
     out: dict[str, Any] = {}
     for api in apis:
         cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "aggregate", "dfedcata", "--child",
@@ -396,6 +434,70 @@ def _dfedcata_cmd(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------------ SCAFFOLD
+def _streaming_scaffold_step(models, dcs, c_global, num_clients: int):
+    """The reference: ``mean_i w_i`` and ``c + (S/N) mean_i dc_i`` with float64 accumulators, one
+    reply added at a time (the least a streaming server step can hold: the accumulators)."""
+    s = len(models)
+    new_w = [np.zeros(a.shape, np.float64) for a in models[0]]
+    new_c = [np.zeros(c.shape, np.float64) for c in c_global]
+    for model, dc in zip(models, dcs):
+        for acc, a in zip(new_w, model):
+            acc += a
+        for acc, d in zip(new_c, dc):
+            acc += d
+    w = [(acc / s).astype(np.float32) for acc in new_w]
+    c = [(acc * (1.0 / num_clients) + c0).astype(np.float32) for acc, c0 in zip(new_c, c_global)]
+    return w, c
+
+
+def measure_scaffold(replies: int = 100, params: int = 1_000_000, arrays: int = 10, repeats: int = 5,
+                     seed: int = 0) -> dict[str, Any]:
+    """Our SCAFFOLD server step against :func:`_streaming_scaffold_step` on the same replies."""
+    from flwr_strategies.fedli.scaffold import scaffold_server_update
+
+    rng = np.random.default_rng(seed)
+    sizes = _layout(params, arrays)
+    w0 = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
+    c0 = [np.zeros(n, np.float32) for n in sizes]
+    models = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
+    dcs = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
+    num_clients = 2 * replies
+    calls = {"ours": lambda: scaffold_server_update(w0, c0, models, dcs, num_clients),
+             "numpy": lambda: _streaming_scaffold_step(models, dcs, c0, num_clients)}
+    walls: dict[str, list[float]] = {k: [] for k in calls}
+    cpus: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(repeats):
+        for who, call in calls.items():
+            w, c = _timed(call)
+            walls[who].append(w)
+            cpus[who].append(c)
+    peaks = {who: _peak(call) for who, call in calls.items()}
+    (ow, oc), (rw, rc) = calls["ours"](), calls["numpy"]()
+    out: dict[str, Any] = {"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
+                           "max_abs_diff": max(_max_diff(ow, rw), _max_diff(oc, rc))}
+    for who in calls:
+        out[who] = {"wall_s": statistics.median(walls[who]), "cpu_s": statistics.median(cpus[who]),
+                    "wall_s_runs": walls[who], "peak_bytes": peaks[who]}
+    out["time_ratio"] = out["ours"]["wall_s"] / out["numpy"]["wall_s"]
+    out["cpu_ratio"] = out["ours"]["cpu_s"] / out["numpy"]["cpu_s"]
+    out["peak_ratio"] = peaks["ours"] / peaks["numpy"]
+    return out
+
+
+def print_scaffold(res: dict[str, Any]) -> None:
+    print(f"SCAFFOLD server step (uniform weighting), {res['replies']} replies x {res['params']:,} params "
+          f"(float32) + their control updates; one model = {res['model_bytes'] / MB:.1f} MB\n")
+    print("| step | wall s (median) | CPU s (median) | peak allocated MB (models) |")
+    print("|---|---:|---:|---:|")
+    for who, label in (("ours", "flwr_strategies scaffold_server_update"), ("numpy", "streaming NumPy step")):
+        r = res[who]
+        print(f"| {label} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['peak_bytes'] / MB:.1f} "
+              f"({r['peak_bytes'] / res['model_bytes']:.2f}) |")
+    print(f"\nours / NumPy: time {res['time_ratio']:.2f}x, CPU {res['cpu_ratio']:.2f}x, peak {res['peak_ratio']:.2f}x; "
+          f"largest difference {res['max_abs_diff']:.2e}")
+
+
 # ------------------------------------------------------------------------------ CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench aggregate", description=__doc__.splitlines()[0])
@@ -411,9 +513,16 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--peers", type=int, default=50)
     d.add_argument("--params", type=int, default=2_000_000)
     d.add_argument("--rounds", type=int, default=2)
-    d.add_argument("--api", default="both", choices=("both", "legacy", "message"))
+    d.add_argument("--api", default="all", choices=("all", "legacy", "message", "start"))
     d.add_argument("--out")
     d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    sc = sub.add_parser("scaffold", help="SCAFFOLD's server step against a streaming NumPy step")
+    sc.add_argument("--replies", type=int, default=100)
+    sc.add_argument("--params", type=int, default=1_000_000)
+    sc.add_argument("--arrays", type=int, default=10)
+    sc.add_argument("--repeats", type=int, default=5)
+    sc.add_argument("--seed", type=int, default=0)
+    sc.add_argument("--out")
     return p
 
 
@@ -424,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.what == "dfedcata":
         res = _dfedcata_cmd(args)
+    elif args.what == "scaffold":
+        res = measure_scaffold(args.replies, args.params, args.arrays, args.repeats, args.seed)
+        print_scaffold(res)
     else:
         res = measure_fedavg(args.replies, args.params, args.arrays, args.repeats, args.seed)
         print_fedavg(res)

@@ -209,14 +209,14 @@ def experiment_A(cfg, out: Path) -> dict:
     add("DPDO (100%)", hs, f"Laplace b0={dpdo.b0:.4g}", "pure DP, basic composition",
         {"eps": dpdo.spent(T), "delta": 0.0, "thm_eps": None, "thm_delta": None}, 1.0)
     try:
-        dda = DPDDAServer(_zeros(d), config=DPDDAConfig(epsilon=eps, delta=DELTA, delta0=cfg["delta0_A"],
-                                                        beta0=1.0 / alpha), **kw)
+        dda = DPDDAServer(_zeros(d), config=DPDDAConfig(epsilon=eps, delta=DELTA, calibration="theorem1",
+                                                        delta0=cfg["delta0_A"], beta0=1.0 / alpha), **kw)
         cal = "Theorem 1 chain (p_s, k = d)"
     except ValueError:
         dda = DPDDAServer(_zeros(d), config=DPDDAConfig(epsilon=eps, delta=DELTA, calibration="accountant",
                                                         beta0=1.0 / alpha), **kw)
         cal = "RDP (the chain's p_s^2 credit is not certified here)"
-    hs = [run_dpdda(_NoRidge(prob), W, x0, sigma=dda.sigma, T=T, p_s=dda.config.p_s, beta0=dda.config.beta0, reg=dda.reg,
+    hs = [run_dpdda(_NoRidge(prob), W, x0, sigma=dda.sigma, T=T, p_s=dda.config.p_s, beta0=dda.beta0, reg=dda.reg,
                     bg=bg, client_seeds=client_seeds(r), evaluate=ev, eval_every=every) for r in reps]
     add("DP-DDA p_s=0.24 (100%)", hs, f"sigma={dda.sigma:.4g}", cal,
         {"eps": dda.mechanism().epsilon(T, DELTA), "delta": DELTA, "thm_eps": None, "thm_delta": None}, 1.0)

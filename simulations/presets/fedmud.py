@@ -259,7 +259,7 @@ CODE_ENTRIES = [
     RunEntry("FedAvg (code)", "fedavg", {"lr": 0.03}),
     RunEntry("FedMUD+BKD+AAD (code)", "fedmud_bkd_aad", {"lr": 0.01, "params": dict(CODE_OPTIONS)}),
 ]
-CODE_COMMAND = "python -m simulations compare --preset fedmud-code --data-dir /work/shared/data/mnist"
+CODE_COMMAND = "python -m simulations compare --preset fedmud-code --data-dir $MNIST_DIR"
 
 
 def _run_code(ctx: PresetContext) -> list[dict]:
