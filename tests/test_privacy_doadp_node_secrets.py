@@ -42,12 +42,24 @@ from flwr_strategies.simulations import app as project_app
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 from flwr_strategies.simulations.runner import run_experiment
-from flwr_strategies.simulations.settings import SIMULATED_NODES_ENV, simulated_node_config, simulated_nodes_env
+from flwr_strategies.simulations.settings import (
+    SIMULATED_NODES_ENV,
+    experiment_budget,
+    simulated_node_config,
+    simulated_nodes_env,
+)
 
 N, ROUNDS = 3, 2
 RUN_CONFIG = {"method": "doadp", "num-clients": N, "num-server-rounds": ROUNDS, "dataset": "digits", "seed": 0}
-#: every node's own budget: the run's epsilon over its rounds
-BUDGET = {"doadp-epsilon": 1.0, "doadp-rounds": ROUNDS}
+
+
+def node_budget(method: str = "doadp") -> dict:
+    """Every node's own budget: the run's default epsilon (and delta, clip) over its rounds, as node config."""
+    params = ExperimentConfig(method=method, num_clients=N, rounds=ROUNDS, dataset="digits").validate().params
+    return simulated_node_config(None, False, 0, experiment_budget(params, ROUNDS))
+
+
+BUDGET = node_budget()
 
 
 def node_seed(pid: int) -> str:
@@ -127,7 +139,7 @@ def test_client_seed_switch_keeps_working_in_the_simulations(monkeypatch):
                   run_config={})
     project_app.adopt_node_settings(ctx)
     assert client_seed_of(ctx.state) == simulated_node_config(11, False, 2)["doadp-client-seed"]
-    assert client_budget_of(ctx.state) == ClientBudget(epsilon=1.0, rounds=ROUNDS, delta=1e-5, clip=1.0)
+    assert client_budget_of(ctx.state) == client_budget_of(None, BUDGET)  # the experiment's, on the client side
     # a SuperNode's own node config wins over it
     ctx.node_config.update({"doadp-client-seed": node_seed(9), "doadp-epsilon": 0.5, "doadp-rounds": 1})
     project_app.adopt_node_settings(ctx)
@@ -214,7 +226,7 @@ def test_baseline_and_doadp_clients_follow_the_consent(method, tmp_path):
 
     grid = Spy(project_app.client_app, N, run_config=rc)
     for ctx in grid.contexts.values():
-        ctx.node_config.update(BUDGET)
+        ctx.node_config.update(node_budget(method))
     grid.contexts[1001].node_config["doadp-allow-private-eval"] = True  # only partition 1 consents
     project_app.serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
     assert replies, "no reply reached the server"
@@ -232,7 +244,7 @@ def test_inprocess_simulation_consents_for_its_own_nodes():
     assert all(r["failures"] == 0 and "private_xbar_accuracy" in r for r in res["rounds"][1:])
     assert json.loads(simulated_nodes_env(cfg)[SIMULATED_NODES_ENV]) == {
         "client_seed": 2, "allow_private_eval": True,
-        "budget": {"epsilon": 1.0, "rounds": ROUNDS, "delta": 1e-5, "clip": 1.0}}
+        "budget": experiment_budget(cfg.validate().params, ROUNDS)}
 
 
 def test_agent_in_your_own_client_app_takes_the_nodes_settings():
