@@ -43,7 +43,7 @@ NODE_SEEDS = {0: "8f14e45fceea167a5a36dedd4bea2543", 1: "c9f0f895fb98ab9159f51fd
 #: each SuperNode's own privacy budget: epsilon 1 over the run's rounds
 NODE_BUDGET = "doadp-epsilon=1.0 doadp-rounds=2"
 RUN_CONFIG = {"method": "doadp", "num-clients": N, "num-server-rounds": ROUNDS, "dataset": "digits", "seed": 0,
-              "partition": "iid", "set": "p=0.7,eval_every=1"}
+              "partition": "iid", "set": "p=0.7,eval_every=1,epsilon=1"}  # the nodes' own budget: epsilon 1
 RUN_TIMEOUT_S = 420
 
 
