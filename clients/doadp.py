@@ -21,14 +21,35 @@ The ready-made :class:`DOADPClient` (a ``NumPyClient``) is :class:`DOADPAgent` o
 model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches such as a
 ``DataLoader``; iterables without random access are materialised once).
 
-Privacy: the coin, the batch and the noise come from :func:`private_generator`. The server sends
-no seed; nothing it sends or receives reproduces them, and a round whose config carries a seed is
-refused. For reproducible runs give the agent a client-side seed: ``client_seed=`` in Python, the
-node config key ``doadp-client-seed`` of its SuperNode (``flower-supernode --node-config
-"doadp-client-seed=..."``), or a per-node secret written into the node's ``context.state`` with
-:func:`set_client_seed`. Replies carry ``doadp_client_seeded`` (0/1), so results say which mode ran.
-A DO-ADP client refuses a round without noise or clipping (a server cannot switch its privacy off);
-only the ``dmsgd`` client trains without privacy.
+Privacy against a curious or malicious server (Huo et al., Sec. II: the server, like any observer of
+the network, must learn nothing of an agent's noise):
+
+- *Noise level from the client's own budget.* The server tells the agent the mechanism it proposes
+  (``doadp_sigma``, ``doadp_clip``, batch size and sampling); the agent checks it against its own
+  :class:`ClientBudget` (epsilon, delta, the rounds it agreed to, its largest clip) on its own record
+  count with the same accountant the server calibrates with
+  (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`, :func:`check_gaussian_noise`), and
+  refuses a round whose clip is larger than its own or whose sigma is below what its budget needs,
+  naming both values; it also refuses rounds beyond the ones it agreed to (counted in
+  ``context.state``). The budget comes from the client's side only: ``budget=`` in Python, the node
+  config keys ``doadp-epsilon``, ``doadp-rounds`` (required), ``doadp-delta`` (default 1e-5) and
+  ``doadp-clip`` (default 1.0) of its SuperNode, or :func:`set_client_budget` on its
+  ``context.state`` (the project's simulations write the experiment's budget there for the nodes
+  the experimenter runs). A private client without a budget refuses to train.
+- *Randomness.* The coin, the batch and the noise come from :func:`private_generator`. The server
+  sends no seed; nothing it sends or receives reproduces them, and a round whose config carries a
+  seed is refused. For reproducible runs give the agent a client-side seed. In a deployment that is
+  the node config key ``doadp-client-seed`` of its SuperNode, a secret of at least 128 bits written as
+  32 or more hex digits (``python -c "import secrets; print(secrets.token_hex(16))"``): an integer or
+  a shorter string is refused, since a small seed is found by trying every value. In a simulation
+  whose nodes the experimenter runs, ``client_seed=`` in Python or :func:`set_client_seed` on the
+  node's ``context.state`` take any integer >= 0 (reproducible). Replies say nothing about how the
+  noise was seeded.
+- A DO-ADP client refuses a round without noise or clipping (a server cannot switch its privacy
+  off); only the ``dmsgd`` client trains without privacy.
+- *Step size.* Each step adds noise of norm about ``alpha * sigma * sqrt(d)`` to the model; the agent
+  warns once (:class:`StepSizeWarning`, at the first step) when that exceeds
+  :data:`NOISE_NORM_BOUND` = 2, the norm above which the README's runs diverged.
 
 Private-model evaluation (``evaluate_private``: the server asks for the agent's private model x_i,
 ``report_model = 1``) releases x_i outside the privacy guarantee, so an agent sends it only with its
@@ -39,7 +60,12 @@ its message alone, and the server evaluates the models it received.
 
 from __future__ import annotations
 
+import math
+import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -59,14 +85,25 @@ from flwr_strategies.doadp.algorithm import (
 )
 from flwr_strategies.doadp.rng import agent_generator, check_client_seed, draw_batch
 from flwr_strategies.doadp.sparsify import top_k
+from flwr_strategies.privacy.accountant import GaussianSteps, calibrate_sigma
+from flwr_strategies.privacy.validation import check_clip, check_delta, check_epsilon, check_positive_int
 
 __all__ = [
     "SEED_KEY",
+    "BUDGET_KEYS",
     "PRIVATE_EVAL_KEY",
     "STATE_KEY",
+    "NODE_SEED_HEX_DIGITS",
+    "NOISE_NORM_BOUND",
+    "ClientBudget",
+    "StepSizeWarning",
     "private_generator",
     "set_client_seed",
     "client_seed_of",
+    "set_client_budget",
+    "client_budget_of",
+    "check_gaussian_noise",
+    "check_rounds_left",
     "allow_private_eval",
     "private_eval_allowed",
     "check_round_config",
@@ -92,6 +129,161 @@ PRIVATE_EVAL_KEY = "doadp-allow-private-eval"
 CONSENT_KEY = "doadp-consent"
 #: Config keys that would carry a seed from the server; a round that has one is refused.
 SERVER_SEED_KEYS = (SEED_KEY, "client-seed", "client_seed")
+#: A node-config seed has at least this many hex digits (128 bits), and a value of at least 2**64.
+NODE_SEED_HEX_DIGITS = 32
+#: Node config keys of the node's own privacy budget (:class:`ClientBudget` field -> key).
+BUDGET_KEYS = {"epsilon": "doadp-epsilon", "delta": "doadp-delta", "rounds": "doadp-rounds", "clip": "doadp-clip"}
+BUDGET_STATE_KEY = "doadp-budget"
+#: ``context.state`` record of what the client itself counted: rounds taken part in, step-size warning given
+LEDGER_KEY = "doadp-client"
+#: Noise norm per step (``alpha * sigma * sqrt(d)``) above which the README's runs diverged.
+NOISE_NORM_BOUND = 2.0
+
+
+class StepSizeWarning(UserWarning):
+    """The step size makes one step's noise norm ``alpha * sigma * sqrt(d)`` exceed :data:`NOISE_NORM_BOUND`."""
+
+
+# ---------------------------------------------------------------------------- the client's budget
+@dataclass(frozen=True)
+class ClientBudget:
+    """A client's own privacy budget: what it agreed to spend, whatever the server proposes.
+
+    Parameters
+    ----------
+    epsilon : float
+        Largest certified epsilon the client accepts over the whole run, > 0 and finite (the
+        project's default run: 1.0).
+    rounds : int
+        Rounds the client agreed to take part in (every one a possible private step), >= 1.
+    delta : float (default: 1e-5)
+        delta of the guarantee, in (0, 1).
+    clip : float (default: 1.0)
+        Largest per-sample clip bound G the client accepts (the L2 bound of one clipped gradient),
+        > 0 and finite.
+    """
+
+    epsilon: float
+    rounds: int
+    delta: float = 1e-5
+    clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        eps = check_epsilon(self.epsilon, upper=None)
+        if not math.isfinite(eps):
+            raise ValueError(f"the client's epsilon must be finite, got epsilon={self.epsilon!r}")
+        check_positive_int(self.rounds, "rounds")
+        check_delta(self.delta, name="delta")
+        check_clip(self.clip, name="clip")
+
+    def as_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def set_client_budget(state, budget: ClientBudget | None) -> None:
+    """Store the node's own budget in its ``context.state`` (call it on the client side; the server
+    never sees ``context.state``). None records that the node has no budget (its private clients
+    then refuse to train; nothing else fills one in)."""
+    if budget is None:
+        state[BUDGET_STATE_KEY] = ConfigRecord({})
+        return
+    if not isinstance(budget, ClientBudget):
+        raise TypeError(f"budget must be a ClientBudget or None, got {budget!r}")
+    state[BUDGET_STATE_KEY] = ConfigRecord({"epsilon": float(budget.epsilon), "rounds": int(budget.rounds),
+                                            "delta": float(budget.delta), "clip": float(budget.clip)})
+
+
+def client_budget_of(state=None, node_config=None) -> ClientBudget | None:
+    """The node's own budget: from ``node_config`` (``doadp-epsilon`` and ``doadp-rounds``, with
+    ``doadp-delta`` and ``doadp-clip`` optional) if it has any of those keys, else the budget stored in
+    ``state`` (:func:`set_client_budget`); None if neither."""
+    if node_config is not None and any(k in node_config for k in BUDGET_KEYS.values()):
+        missing = [BUDGET_KEYS[f] for f in ("epsilon", "rounds") if BUDGET_KEYS[f] not in node_config]
+        if missing:
+            raise ValueError(f"node config sets part of the DO-ADP budget but not {missing}: give "
+                             f"{BUDGET_KEYS['epsilon']} and {BUDGET_KEYS['rounds']} (delta and clip are optional)")
+        values: dict[str, Any] = {}
+        for field, key in BUDGET_KEYS.items():
+            if key not in node_config:
+                continue
+            value = node_config[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"node config '{key}' must be a number, got {value!r}")
+            values[field] = value
+        try:
+            return ClientBudget(**values)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"node config DO-ADP budget {values}: {err}") from None
+    if state is not None and BUDGET_STATE_KEY in state and len(state[BUDGET_STATE_KEY]):
+        rec = state[BUDGET_STATE_KEY]
+        return ClientBudget(float(rec["epsilon"]), int(rec["rounds"]), float(rec["delta"]), float(rec["clip"]))
+    return None
+
+
+def _no_budget_error(method: str) -> ValueError:
+    return ValueError(
+        f"{method} client has no privacy budget of its own, so it cannot check the noise the server asks for: give "
+        f"it budget=ClientBudget(epsilon=..., rounds=...) in Python, the node config keys {BUDGET_KEYS['epsilon']} "
+        f"and {BUDGET_KEYS['rounds']} (optional {BUDGET_KEYS['delta']}, {BUDGET_KEYS['clip']}) of its SuperNode, or "
+        "set_client_budget(context.state, ...)"
+    )
+
+
+@lru_cache(maxsize=256)
+def _certified(sigma: float, clip: float, batch_size: int, q: int, sampling: str, rounds: int, delta: float) -> float:
+    return GaussianSteps(sigma, clip, batch_size, q, sampling).epsilon(rounds, delta)
+
+
+def check_gaussian_noise(budget: ClientBudget, sigma: float, clip: float, batch_size: int, q: int,
+                         sampling: str = "uniform", method: str = "DO-ADP") -> None:
+    """Refuse (``ValueError`` naming both values) a Gaussian mechanism that gives the client less
+    noise than its own budget needs: a clip above ``budget.clip``, or a sigma whose certified epsilon
+    (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`, the accountant the server
+    calibrates with) over the client's ``budget.rounds`` steps on its own ``q`` records exceeds
+    ``budget.epsilon`` at ``budget.delta``. The message names the sigma the client's budget needs
+    (:func:`~flwr_strategies.privacy.accountant.calibrate_sigma` at the proposed clip)."""
+    sigma, clip = float(sigma), float(clip)
+    if not (clip > 0 and math.isfinite(clip)):
+        raise ValueError(f"{method} client refuses the round: the server's clip={clip!r} is not a positive bound")
+    if clip > budget.clip:
+        raise ValueError(
+            f"{method} client refuses the round: the server's clip={clip:g} is larger than the client's own "
+            f"clip={budget.clip:g} (a larger clip is less noise per unit of sensitivity)"
+        )
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"{method} client refuses the round: the server's sigma={sigma!r} is no noise")
+    eps = _certified(sigma, clip, int(batch_size), int(q), str(sampling), budget.rounds, budget.delta)
+    if eps > budget.epsilon * (1 + 1e-9):
+        own = calibrate_sigma(budget.epsilon, budget.delta, budget.rounds, clip, int(batch_size), int(q), str(sampling))
+        raise ValueError(
+            f"{method} client refuses the round: the server's sigma={sigma:.6g} (clip={clip:g}, batch_size="
+            f"{int(batch_size)}, sampling={sampling!r}) gives epsilon={eps:.4g} at delta={budget.delta:g} over the "
+            f"client's {budget.rounds} rounds on its {int(q)} records, above its own epsilon={budget.epsilon:g}; "
+            f"its own budget needs sigma >= {own:.6g}"
+        )
+
+
+def _ledger(state) -> dict[str, int]:
+    if state is not None and LEDGER_KEY in state:
+        rec = state[LEDGER_KEY]
+        return {"rounds": int(rec["rounds"]), "warned": int(rec["warned"])}
+    return {"rounds": 0, "warned": 0}
+
+
+def _save_ledger(state, ledger: dict[str, int]) -> None:
+    if state is not None:
+        state[LEDGER_KEY] = ConfigRecord({k: int(v) for k, v in ledger.items()})
+
+
+def check_rounds_left(budget: ClientBudget, t: int, taken: int, method: str = "DO-ADP") -> None:
+    """Refuse a round past the ones the client agreed to: iteration ``t`` (0-based, from the server)
+    or the ``taken``-th round the client itself counted (``context.state``) reaching ``budget.rounds``."""
+    if max(int(t), int(taken)) >= budget.rounds:
+        raise ValueError(
+            f"{method} client refuses the round: it agreed to {budget.rounds} rounds (its budget's noise covers "
+            f"those), and this would be round {max(int(t), int(taken)) + 1} (server iteration t={int(t)}, rounds the "
+            f"client took part in: {int(taken)})"
+        )
 
 
 # ---------------------------------------------------------------------------- randomness
@@ -101,21 +293,35 @@ def private_generator(client_seed: int | None = None, t: int = 0) -> np.random.G
     return agent_generator(client_seed, t)
 
 
-def set_client_seed(state, seed: int) -> None:
-    """Store a client-side seed as a per-node secret in ``context.state`` (simulation only).
+def set_client_seed(state, seed: int | str) -> None:
+    """Store a client-side seed as a per-node secret in ``context.state``: an integer >= 0 (a
+    simulation whose nodes the experimenter runs) or a node-config seed string (checked as
+    :func:`client_seed_of` checks it).
 
     Call it on the client side (the node's own ``Context``); the server never sees ``context.state``.
     """
-    state[SECRET_KEY] = ConfigRecord({SEED_KEY: int(check_client_seed(seed))})
+    value = _node_seed(seed) if isinstance(seed, str) else check_client_seed(seed)
+    state[SECRET_KEY] = ConfigRecord({SEED_KEY: str(value)})  # a string: 128-bit seeds exceed a record's int64
+
+
+def _node_seed(value: Any) -> int:
+    """A node-config seed: at least :data:`NODE_SEED_HEX_DIGITS` hex digits (128 bits), at least 2**64."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    digits = text[2:] if text.startswith("0x") else text
+    if not (len(digits) >= NODE_SEED_HEX_DIGITS and re.fullmatch(r"[0-9a-f]+", digits)) or int(digits, 16) < 2**64:
+        raise ValueError(
+            f"node config '{SEED_KEY}' must be a secret of at least 128 bits, written as {NODE_SEED_HEX_DIGITS} or "
+            f"more hex digits (python -c \"import secrets; print(secrets.token_hex(16))\"), got {value!r}: a smaller "
+            "seed is found by trying every value, and it would expose the node's noise"
+        )
+    return int(digits, 16)
 
 
 def client_seed_of(state=None, node_config=None) -> int | None:
-    """The client-side seed from ``node_config[SEED_KEY]`` or the secret in ``state``; None if neither."""
+    """The client-side seed from ``node_config[SEED_KEY]`` (at least 128 bits, see the module doc) or
+    the secret in ``state`` (:func:`set_client_seed`); None if neither."""
     if node_config is not None and SEED_KEY in node_config:
-        value = node_config[SEED_KEY]
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"node config '{SEED_KEY}' must be an integer >= 0, got {value!r}")
-        return check_client_seed(int(value))
+        return _node_seed(node_config[SEED_KEY])
     if state is not None and SECRET_KEY in state:
         return check_client_seed(int(state[SECRET_KEY][SEED_KEY]))
     return None
@@ -372,13 +578,21 @@ class DOADPAgent:
     state : RecordDict | None
         ``context.state`` (the agent's x, m, xhat persist under ``"doadp"``).
     node_config : Mapping | None (default: None)
-        ``context.node_config``: its ``doadp-client-seed`` and ``doadp-allow-private-eval`` are the
-        node's own settings (they win over ``state``).
+        ``context.node_config``: its ``doadp-client-seed``, ``doadp-allow-private-eval`` and budget
+        keys (``doadp-epsilon``, ``doadp-rounds``, ``doadp-delta``, ``doadp-clip``) are the node's
+        own settings (they win over ``state``).
     client_seed : int | None (default: None)
-        Client-side seed. None: ``node_config``'s ``doadp-client-seed`` or the per-node secret in
+        Client-side seed (any integer >= 0: for simulations whose nodes you run). None:
+        ``node_config``'s ``doadp-client-seed`` (at least 128 bits) or the per-node secret in
         ``state`` (:func:`set_client_seed`) if there is one, else OS entropy.
+    budget : ClientBudget | None (default: None)
+        The client's own privacy budget; the round is refused when the server's sigma or clip gives
+        less noise than it needs (:func:`check_gaussian_noise`) or the round is past its rounds.
+        None: ``node_config``'s budget keys or the budget in ``state`` (:func:`client_budget_of`); a
+        private agent without any refuses to train.
     require_private : bool (default: True)
-        Refuse rounds without noise or clipping (False only for the non-private D-mSGD).
+        Refuse rounds without noise or clipping (False only for the non-private D-mSGD, which needs
+        no budget).
     allow_private_eval : bool | None (default: None)
         Consent to send the private model when the server asks (``report_model = 1``). None: the
         node's consent (:func:`private_eval_allowed` of ``state`` and ``node_config``). Without
@@ -387,7 +601,8 @@ class DOADPAgent:
 
     def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
                  node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
-                 require_private: bool = True, allow_private_eval: bool | None = None) -> None:
+                 budget: ClientBudget | None = None, require_private: bool = True,
+                 allow_private_eval: bool | None = None) -> None:
         self.params = _params_from_config(config)
         private = bool(int(config.get("doadp_private", 1)))
         if require_private and not (private and self.params.private):
@@ -400,6 +615,13 @@ class DOADPAgent:
         if allow_private_eval is None:
             allow_private_eval = private_eval_allowed(state, node_config)
         self.report = check_round_config(config, allow_private_eval)
+        self.budget = None
+        self.ledger = _ledger(state)
+        if require_private:
+            self.budget = budget if budget is not None else client_budget_of(state, node_config)
+            if self.budget is None:
+                raise _no_budget_error("DO-ADP")
+            check_rounds_left(self.budget, int(config["t"]), self.ledger["rounds"])
         self.cons = np.asarray(arrays[0], dtype=np.float64).reshape(-1)
         self.t = int(config["t"])
         if client_seed is None:
@@ -427,6 +649,10 @@ class DOADPAgent:
         if d != self.state.x.size:
             raise ValueError(f"the model has {d} parameters, the server's model has {self.state.x.size}")
         data = data if isinstance(data, IndexedData) else IndexedData(data)
+        if self.budget is not None:
+            check_gaussian_noise(self.budget, self.params.sigma, self.params.clip, self.params.batch_size, len(data),
+                                 self.params.sampling)
+            self._check_step_size(d)
         losses: list[float] = []
 
         def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -440,25 +666,38 @@ class DOADPAgent:
 
         rng = private_generator(self.client_seed, self.t)
         self.next_state, self.result = agent_round(self.state, self.cons, self.params, rng, grad_fn, len(data))
+        index_dtype = index_dtype_for(self.state.x.size)
         if self.result.active:
-            idx = self.result.indices.astype(index_dtype_for(self.state.x.size))
-            arrays = [idx, self.result.values.astype(self.params.msg_dtype)]
-        else:
-            arrays = [np.empty(0, dtype=np.int64), np.empty(0, dtype=self.params.msg_dtype)]
+            arrays = [self.result.indices.astype(index_dtype), self.result.values.astype(self.params.msg_dtype)]
+        else:  # inactive: two empty arrays of the message's dtypes, and doadp_active = 0 says so
+            arrays = [np.empty(0, dtype=index_dtype), np.empty(0, dtype=self.params.msg_dtype)]
         if self.report:
             arrays.append(self.next_state.x.copy())
-        metrics: dict[str, Scalar] = {"doadp_client_seeded": int(self.client_seed is not None),
-                                      "doadp_active": int(self.result.active)}
+        metrics: dict[str, Scalar] = {"doadp_active": int(self.result.active)}
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
         return arrays, metrics
 
+    def _check_step_size(self, d: int) -> None:
+        """Warn once per node (:class:`StepSizeWarning`) when a step's noise norm exceeds the bound."""
+        alpha, sigma = self.params.alpha, self.params.sigma
+        norm = alpha * sigma * math.sqrt(d)
+        if norm > NOISE_NORM_BOUND and not self.ledger["warned"]:
+            warnings.warn(
+                f"DO-ADP step size lr={alpha:g} with sigma={sigma:.4g} on d={d} parameters adds noise of norm "
+                f"lr * sigma * sqrt(d) = {norm:.3g} per step, above {NOISE_NORM_BOUND:g} (steps above it diverged); "
+                f"choose lr below {NOISE_NORM_BOUND:g} / (sigma sqrt(d)) = {NOISE_NORM_BOUND / (sigma * math.sqrt(d)):.3g}",
+                StepSizeWarning, stacklevel=3)
+            self.ledger["warned"] = 1
+
     def save(self, state) -> None:
-        """Commit the agent's next state into ``context.state`` (call after the reply is built)."""
+        """Commit the agent's next state into ``context.state`` (call after the reply is built),
+        with the count of rounds this client took part in (checked against its budget's rounds)."""
         if self.next_state is None:
             raise RuntimeError("call train() before save()")
         if state is not None:
             state[STATE_KEY] = ArrayRecord(self.next_state.to_arrays())
+            _save_ledger(state, {**self.ledger, "rounds": self.ledger["rounds"] + 1})
 
 
 class DOADPClient(TorchClient):
@@ -475,6 +714,9 @@ class DOADPClient(TorchClient):
     client_seed : int | None (default: None)
         Client-side seed; None reads ``node_config``/``context.state`` (:func:`client_seed_of`),
         and falls back to OS entropy.
+    budget : ClientBudget | None (default: None)
+        The client's own privacy budget (see :class:`DOADPAgent`); None reads it from
+        ``node_config``/``context.state`` (:func:`client_budget_of`).
     require_private : bool (default: True)
         False only for the non-private D-mSGD client.
     loss_fn : callable (default: cross entropy)
@@ -484,7 +726,8 @@ class DOADPClient(TorchClient):
     """
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
-                 require_private: bool = True, loss_fn: Callable = torch.nn.functional.cross_entropy,
+                 budget: ClientBudget | None = None, require_private: bool = True,
+                 loss_fn: Callable = torch.nn.functional.cross_entropy,
                  allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
         self.require_private = require_private
@@ -493,6 +736,7 @@ class DOADPClient(TorchClient):
         if client_seed is None:
             client_seed = client_seed_of(setup.state, node_config)
         self.client_seed = check_client_seed(client_seed)
+        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
         if allow_private_eval is None:
             allow_private_eval = private_eval_allowed(setup.state, node_config)
         self.allow_private_eval = bool(allow_private_eval)
@@ -508,7 +752,7 @@ class DOADPClient(TorchClient):
         return self._data
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        agent = DOADPAgent(parameters, config, self.setup.state, client_seed=self.client_seed,
+        agent = DOADPAgent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
                            require_private=self.require_private, allow_private_eval=self.allow_private_eval)
         arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
         agent.save(self.setup.state)

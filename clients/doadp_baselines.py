@@ -6,6 +6,16 @@ from ``node_config``/``context.state``), keeps its private variables in ``contex
 them only once the reply exists. The server sends no seed (a round whose config carries one is
 refused), and an agent sends its private model (``evaluate_private``) only with its node's consent
 (``doadp-allow-private-eval``), as DO-ADP's (:mod:`flwr_strategies.clients.doadp`).
+
+Each agent checks the noise the server asks for against its own
+:class:`~flwr_strategies.clients.doadp.ClientBudget` (from ``budget=``, the node config or
+``context.state``, as DO-ADP's) before any work, and refuses a clip above its own or a round past
+its rounds: DP-DDA's Gaussian noise with the accountant the server calibrates with
+(:func:`~flwr_strategies.clients.doadp.check_gaussian_noise`); DPDO's and CPGT's Laplace schedule
+(``b0 rn^t`` against the sensitivity ``2 G sqrt(d) lr rs^t / b``) with the pure-DP sum the server
+calibrates with (:func:`~flwr_strategies.privacy.laplace.pure_dp_epsilon`, amplified by the batch draw
+b/q on the client's own q; CPGT's heuristic doubles it for its two variables), refusing a ``b0``
+below the one its budget needs, naming both.
 """
 
 from __future__ import annotations
@@ -20,8 +30,15 @@ from flwr.common import Scalar
 
 from flwr_strategies.clients.base import TorchClient
 from flwr_strategies.clients.doadp import (
+    ClientBudget,
     IndexedData,
+    _ledger,
+    _no_budget_error,
+    _save_ledger,
+    check_gaussian_noise,
+    check_rounds_left,
     check_round_config,
+    client_budget_of,
     client_seed_of,
     load_flat_parameters,
     per_sample_gradients,
@@ -30,6 +47,7 @@ from flwr_strategies.clients.doadp import (
 )
 from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, dpdo_round
 from flwr_strategies.doadp.rng import check_client_seed
+from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 
 __all__ = ["DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client"]
 
@@ -37,13 +55,18 @@ __all__ = ["DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "buil
 class _BaselineClient(TorchClient):
     key = "baseline"
 
+    #: the method's name in refusals
+    label = "baseline"
+
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
-                 loss_fn: Callable = torch.nn.functional.cross_entropy, allow_private_eval: bool | None = None) -> None:
+                 budget: ClientBudget | None = None, loss_fn: Callable = torch.nn.functional.cross_entropy,
+                 allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
         node_config = getattr(setup, "node_config", None)
         if client_seed is None:
             client_seed = client_seed_of(setup.state, node_config)
         self.client_seed = check_client_seed(client_seed)
+        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
         if allow_private_eval is None:
             allow_private_eval = private_eval_allowed(setup.state, node_config)
         self.allow_private_eval = bool(allow_private_eval)
@@ -86,14 +109,53 @@ class _BaselineClient(TorchClient):
             self.setup.state[self.key] = ArrayRecord([np.asarray(a) for a in arrays])
 
     def check(self, config: dict[str, Scalar]) -> None:
-        """Refuse a seed from the server and an unconsented private-model request (before any work)."""
+        """Refuse a seed from the server, an unconsented private-model request, a round past the
+        client's rounds and noise below its budget (before any work)."""
         check_round_config(config, self.allow_private_eval)
+        if self.budget is None:
+            raise _no_budget_error(self.label)
+        check_rounds_left(self.budget, int(config["t"]), _ledger(self.setup.state)["rounds"], self.label)
+        clip = float(config["bl_clip"])
+        if clip > self.budget.clip:
+            raise ValueError(f"{self.label} client refuses the round: the server's clip={clip:g} is larger than the "
+                             f"client's own clip={self.budget.clip:g}")
+        self.check_noise(config)
+
+    def check_noise(self, config: dict[str, Scalar]) -> None:
+        """Refuse noise below the client's budget (per method)."""
+        raise NotImplementedError
+
+    def check_laplace(self, config: dict[str, Scalar], b0: float, lr: float, rs: float, rn: float, t: np.ndarray,
+                      shift: int, halves: int) -> None:
+        """Refuse a Laplace schedule ``b0 rn^(t + shift)`` whose pure-DP epsilon (``halves`` variables,
+        each released with it) over the client's rounds exceeds its budget, naming both b0. ``t`` are
+        the exponents of the step decay ``rs^t`` of the releases the client's rounds make; the
+        sensitivity is the servers' ``2 G sqrt(d) lr rs^t / b``."""
+        b = int(config["bl_batch_size"])
+        d = sum(p.numel() for p in self.model.parameters())
+        sensitivities = 2.0 * float(config["bl_clip"]) * np.sqrt(d) * lr * rs**t / b
+        decays = rn ** (t + shift)
+        rate = min(1.0, b / self.num_train())
+        eps = halves * pure_dp_epsilon(sensitivities, b0 * decays, rate) if len(sensitivities) else 0.0
+        if eps > self.budget.epsilon * (1 + 1e-9):
+            own = calibrate_laplace_b0(self.budget.epsilon / halves, sensitivities, decays, rate)
+            raise ValueError(
+                f"{self.label} client refuses the round: the server's Laplace scale b0={b0:.6g} gives epsilon={eps:.4g} "
+                f"over the client's {self.budget.rounds} rounds on its {self.num_train()} records, above its own "
+                f"epsilon={self.budget.epsilon:g}; its own budget needs b0 >= {own:.6g}"
+            )
 
     def reply(self, arrays: list[np.ndarray], x: np.ndarray, config: dict[str, Scalar], metrics: dict | None = None):
         if check_round_config(config, self.allow_private_eval):
             arrays = arrays + [x.copy()]
-        out = {**self.base_metrics(), "doadp_client_seeded": int(self.client_seed is not None), **(metrics or {})}
-        return arrays, self.num_train(), out
+        return arrays, self.num_train(), {**self.base_metrics(), **(metrics or {})}
+
+    def commit(self, arrays: list[np.ndarray]) -> None:
+        """Save the agent's variables and count the round (once the reply exists)."""
+        self.save(arrays)
+        if self.setup.state is not None:
+            ledger = _ledger(self.setup.state)
+            _save_ledger(self.setup.state, {**ledger, "rounds": ledger["rounds"] + 1})
 
     def rng(self, config: dict[str, Scalar]) -> np.random.Generator:
         return private_generator(self.client_seed, int(config["t"]))
@@ -104,6 +166,12 @@ class DPDOClient(_BaselineClient):
     ``x + Laplace(b0 rn^t)``."""
 
     key = "dpdo"
+    label = "DPDO"
+
+    def check_noise(self, config: dict[str, Scalar]) -> None:
+        # round t releases the broadcast of t - 1 data-dependent steps: rs^(t-1) against rn^t, t = 1..rounds-1
+        self.check_laplace(config, float(config["dpdo_b0"]), float(config["dpdo_c"]), float(config["dpdo_rs"]),
+                           float(config["dpdo_rn"]), np.arange(self.budget.rounds - 1, dtype=np.float64), 1, 1)
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         self.check(config)
@@ -119,7 +187,7 @@ class DPDOClient(_BaselineClient):
                           b0=float(config["dpdo_b0"]), rn=float(config["dpdo_rn"]), rng=self.rng(config),
                           grad_fn=self.grad_fn(), q=self.num_train(), bg=self.batch(config))
         out = self.reply([y], x, config)
-        self.save([x])
+        self.commit([x])
         return out
 
 
@@ -128,6 +196,11 @@ class DPDDAClient(_BaselineClient):
     variable, broadcasts z and moves to ``x = -z / ((t+1) reg + beta0 sqrt(t+1))``."""
 
     key = "dpdda"
+    label = "DP-DDA"
+
+    def check_noise(self, config: dict[str, Scalar]) -> None:
+        check_gaussian_noise(self.budget, float(config["dpdda_sigma"]), float(config["bl_clip"]),
+                             int(config["bl_batch_size"]), self.num_train(), str(config["bl_sampling"]), self.label)
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         self.check(config)
@@ -147,7 +220,7 @@ class DPDDAClient(_BaselineClient):
                                         beta0=float(config["dpdda_beta0"]), rng=self.rng(config),
                                         grad_fn=self.grad_fn(), q=self.num_train(), bg=self.batch(config))
         out = self.reply([z], x_new, config, {"dpdda_sampled": int(sampled)})
-        self.save([x_new])
+        self.commit([x_new])
         return out
 
 
@@ -156,6 +229,11 @@ class CPGTClient(_BaselineClient):
     compressed, Laplace-perturbed differences of both to its references."""
 
     key = "cpgt"
+    label = "CPGT"
+
+    def check_noise(self, config: dict[str, Scalar]) -> None:
+        self.check_laplace(config, float(config["cpgt_b0"]), float(config["cpgt_lr"]), float(config["cpgt_rs"]),
+                           float(config["cpgt_rn"]), np.arange(self.budget.rounds, dtype=np.float64), 0, 2)
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         self.check(config)
@@ -178,7 +256,7 @@ class CPGTClient(_BaselineClient):
             rn=float(config["cpgt_rn"]), rng=self.rng(config), grad_fn=self.grad_fn(), q=self.num_train(),
             bg=self.batch(config), msg_dtype=msg_dtype)
         out = self.reply([ix, vx, iy, vy], x, config)
-        self.save([x, y])
+        self.commit([x, y])
         return out
 
 

@@ -30,11 +30,14 @@ it, and it overrides the other keys) and ``node-order`` (``query``, the default,
 
 **A client's secrets stay on its node.** The run config is the server's, so a client seed in it
 (``client-seed``, or ``client_seed`` inside ``experiment``) is refused on both sides. A SuperNode's
-own ``--node-config`` sets its DO-ADP seed (``doadp-client-seed``, for reproducible runs) and its
-consent to private-model evaluation (``doadp-allow-private-eval``); without them it draws from OS
-entropy and refuses to send its private model. The project's ``--backend ray`` gives its simulated
-SuperNodes those settings through :data:`~.settings.SIMULATED_NODES_ENV` (Flower's simulation runtime
-has no per-node config).
+own ``--node-config`` sets its DO-ADP seed (``doadp-client-seed``, a secret of at least 128 bits, for
+reproducible runs), its consent to private-model evaluation (``doadp-allow-private-eval``) and its
+privacy budget (``doadp-epsilon``, ``doadp-rounds``, optional ``doadp-delta`` and ``doadp-clip``); without
+them it draws from OS entropy, refuses to send its private model, and (a DO-ADP-family client) refuses to
+train, since it cannot check the noise the server asks for. The project's ``--backend ray`` gives its
+simulated SuperNodes those settings through :data:`~.settings.SIMULATED_NODES_ENV` (Flower's simulation
+runtime has no per-node config), the in-process backends through the experiment (the experimenter runs
+every simulated node).
 """
 
 from __future__ import annotations
@@ -56,7 +59,15 @@ from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
-from flwr_strategies.clients.doadp import allow_private_eval, client_seed_of, private_eval_allowed, set_client_seed
+from flwr_strategies.clients.doadp import (
+    SEED_KEY,
+    allow_private_eval,
+    client_budget_of,
+    client_seed_of,
+    private_eval_allowed,
+    set_client_budget,
+    set_client_seed,
+)
 from flwr_strategies.core.messages import numeric_metrics
 
 from .backends import round_timeout
@@ -328,19 +339,25 @@ def experiment_for(context: Context) -> Experiment:
 
 def adopt_node_settings(context: Context) -> None:
     """Write the node's own DO-ADP settings into its ``context.state``, where the project's clients
-    read them: ``doadp-client-seed`` and ``doadp-allow-private-eval`` from the SuperNode's node config,
+    read them: ``doadp-client-seed``, ``doadp-allow-private-eval`` and the privacy budget
+    (``doadp-epsilon``, ``doadp-rounds``, ``doadp-delta``, ``doadp-clip``) from the SuperNode's node config,
     or, in the project's ``--backend ray`` simulation, from :data:`~.settings.SIMULATED_NODES_ENV`
     (its own node config wins). The consent is always written, so no server setting stands in for it."""
     node_config = dict(context.node_config)
     simulated = os.environ.get(SIMULATED_NODES_ENV, "")
+    sim_node: dict = {}
     if simulated:
         sim = json.loads(simulated)
-        node_config = {**simulated_node_config(sim.get("client_seed"), bool(sim.get("allow_private_eval")),
-                                               int(node_config[PARTITION_KEY])), **node_config}
-    seed = client_seed_of(None, node_config)
+        sim_node = simulated_node_config(sim.get("client_seed"), bool(sim.get("allow_private_eval")),
+                                         int(node_config[PARTITION_KEY]), sim.get("budget"))
+    seed = client_seed_of(None, node_config)  # the SuperNode's own: a secret of at least 128 bits
+    if seed is None and SEED_KEY in sim_node:
+        seed = sim_node[SEED_KEY]  # the experimenter's simulated node: derived from --client-seed
     if seed is not None:
         set_client_seed(context.state, seed)
+    node_config = {**sim_node, **node_config}
     allow_private_eval(context.state, private_eval_allowed(None, node_config))
+    set_client_budget(context.state, client_budget_of(None, node_config))  # None: the node has none
 
 
 def _train(msg: Message, context: Context) -> Message:

@@ -35,7 +35,7 @@ from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
 from flwr_strategies.setup import AUTO_LR, ClientSetup, ServerSetup
 
-from .settings import BACKENDS, ExperimentConfig, config_from_run_config, simulated_node_config
+from .settings import BACKENDS, ExperimentConfig, config_from_run_config, experiment_budget, simulated_node_config
 from .tasks import Task, build_task
 
 __all__ = ["BACKENDS", "ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment",
@@ -167,7 +167,8 @@ class Experiment:
     def build_client(self, context: Context, model: torch.nn.Module) -> Any:
         """The method's ``NumPyClient`` for ``context``'s partition, using ``model``."""
         pid = int(context.node_config["partition-id"])
-        _simulated_node(context, self.cfg.client_seed, bool(self.params.get("evaluate_private", False)), pid)
+        _simulated_node(context, self.cfg.client_seed, bool(self.params.get("evaluate_private", False)), pid,
+                        experiment_budget(self.params, self.cfg.rounds))
         client = self.spec.build_client(self.client_setup(pid, context.state, model), dict(self.params))
         if any(p == pid for _, p in self._failures):
             _inject_failure(client, pid, self._failures)
@@ -213,19 +214,24 @@ class PooledClient(Client):
         return self._call("evaluate", ins)
 
 
-def _simulated_node(context: Context, client_seed: int | None, allow_private_eval: bool, pid: int) -> None:
+def _simulated_node(context: Context, client_seed: int | None, allow_private_eval: bool, pid: int,
+                    budget: dict[str, Any] | None) -> None:
     """Simulation only: the node-side settings the experimenter gives a simulated node
     (:func:`~.settings.simulated_node_config`: its secret seed from ``--client-seed``, its consent to
-    private-model evaluation), written into its ``context.state`` where the node has none of its own
-    (the project's app writes a SuperNode's own node config there first; the strategy never sees it)."""
+    private-model evaluation, its privacy budget), written into its ``context.state`` where the node
+    has none of its own (the project's app writes a SuperNode's own node config there first, and
+    records a node without a budget as such; the strategy never sees it)."""
     from flwr_strategies.clients.doadp import (
-        CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY, allow_private_eval as consent, set_client_seed)
+        BUDGET_STATE_KEY, CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY, allow_private_eval as consent,
+        client_budget_of, set_client_budget, set_client_seed)
 
-    node = simulated_node_config(client_seed, allow_private_eval, pid)
+    node = simulated_node_config(client_seed, allow_private_eval, pid, budget)
     if SEED_KEY in node and SECRET_KEY not in context.state:
         set_client_seed(context.state, node[SEED_KEY])
     if PRIVATE_EVAL_KEY in node and CONSENT_KEY not in context.state:
         consent(context.state, True)
+    if budget is not None and BUDGET_STATE_KEY not in context.state:
+        set_client_budget(context.state, client_budget_of(None, node))
 
 
 def _inject_failure(client: Any, pid: int, failures: set[tuple[int | None, int]]) -> None:

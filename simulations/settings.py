@@ -146,29 +146,48 @@ def seed_in_run_config_error(key: str, value: Any) -> SettingError:
     return SettingError(
         f"run config '{key}'", value,
         "absent: the server sets the run config, so a client seed there would let it regenerate the "
-        "clients' DP noise. Give each SuperNode its own seed with --node-config \"doadp-client-seed=N\" (or "
-        "in its context.state); --client-seed is for the project's simulation backends only")
+        "clients' DP noise. Give each SuperNode its own secret seed of at least 128 bits with --node-config "
+        "\"doadp-client-seed='<32 hex digits>'\" (or in its context.state); --client-seed is for the project's "
+        "simulation backends only")
+
+
+def experiment_budget(params: dict[str, Any], rounds: int) -> dict[str, Any] | None:
+    """The privacy budget the experimenter gives the simulated nodes of a DO-ADP-family experiment
+    (resolved ``params`` and its ``rounds``): its epsilon, delta (where the method has one) and clip
+    over its rounds; None for a method without an epsilon."""
+    if "epsilon" not in params:
+        return None
+    budget = {"epsilon": float(params["epsilon"]), "rounds": int(rounds)}
+    budget.update({k: float(params[k]) for k in ("delta", "clip") if params.get(k) is not None})
+    return budget
 
 
 def simulated_nodes_env(cfg: "ExperimentConfig") -> dict[str, str]:
-    """:data:`SIMULATED_NODES_ENV` for ``cfg``'s simulated SuperNodes under ``--backend ray``: the
-    ``--client-seed`` they derive their seeds from and whether they consent to private-model evaluation
-    (the experiment's ``evaluate_private``); empty when neither applies."""
+    """:data:`SIMULATED_NODES_ENV` for ``cfg``'s (resolved) simulated SuperNodes under ``--backend ray``:
+    the ``--client-seed`` they derive their seeds from, whether they consent to private-model
+    evaluation (the experiment's ``evaluate_private``) and their privacy budget
+    (:func:`experiment_budget`)."""
+    cfg = cfg.validate()
     raw = cfg.params.get("evaluate_private", False)
     allow = bool(parse_value(False, raw)) if isinstance(raw, str) else bool(raw)
-    if cfg.client_seed is None and not allow:
-        return {}
-    return {SIMULATED_NODES_ENV: json.dumps({"client_seed": cfg.client_seed, "allow_private_eval": allow})}
+    return {SIMULATED_NODES_ENV: json.dumps({"client_seed": cfg.client_seed, "allow_private_eval": allow,
+                                             "budget": experiment_budget(cfg.params, cfg.rounds)})}
 
 
-def simulated_node_config(client_seed: int | None, allow_private_eval: bool, partition_id: int) -> dict[str, Any]:
+def simulated_node_config(client_seed: int | None, allow_private_eval: bool, partition_id: int,
+                          budget: dict[str, Any] | None = None) -> dict[str, Any]:
     """The node config the project's own simulations give their SuperNode ``partition_id`` (the
-    experimenter runs every simulated node): ``doadp-client-seed``, derived from ``--client-seed`` and the
-    partition id, when ``client_seed`` is set; ``doadp-allow-private-eval`` when the experiment asks for
-    private-model evaluation (``evaluate_private``)."""
+    experimenter runs every simulated node): ``doadp-client-seed``, an integer derived from
+    ``--client-seed`` and the partition id, when ``client_seed`` is set (a simulation's seed: the
+    experimenter holds ``--client-seed``, so it is given to the node's ``context.state`` with
+    :func:`~flwr_strategies.clients.doadp.set_client_seed`, not checked as a deployment's node-config
+    seed of at least 128 bits);
+    ``doadp-allow-private-eval`` when the experiment asks for private-model evaluation
+    (``evaluate_private``); the budget keys (``doadp-epsilon``, ``doadp-rounds``, ...) of ``budget``
+    (:func:`experiment_budget`)."""
     import numpy as np
 
-    from flwr_strategies.clients.doadp import PRIVATE_EVAL_KEY, SEED_KEY
+    from flwr_strategies.clients.doadp import BUDGET_KEYS, PRIVATE_EVAL_KEY, SEED_KEY
 
     out: dict[str, Any] = {}
     if client_seed is not None:
@@ -176,6 +195,8 @@ def simulated_node_config(client_seed: int | None, allow_private_eval: bool, par
                             .generate_state(1, np.uint32)[0])
     if allow_private_eval:
         out[PRIVATE_EVAL_KEY] = True
+    for field, value in (budget or {}).items():
+        out[BUDGET_KEYS[field]] = value
     return out
 
 

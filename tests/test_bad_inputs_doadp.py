@@ -123,38 +123,72 @@ def _doadp():
 
 def _good(core, pid=0):
     k = core.k
-    return Reply(pid, [np.arange(k, dtype=np.uint16) * 2, np.full(k, 0.5, np.float32)], Q, {"doadp_client_seeded": 0})
+    return Reply(pid, [np.arange(k, dtype=np.uint16) * 2, np.full(k, 0.5, np.float32)], Q, {"doadp_active": 1})
 
 
 def _tamper(core, what):
     k, d = core.k, core.d
     idx = np.arange(k, dtype=np.int64)
     val = np.ones(k, np.float32)
+    A = {"doadp_active": 1}
+    none = [np.empty(0, np.uint16), np.empty(0, np.float32)]
     return {
-        "three arrays": Reply(1, [idx, val, val], Q, {}),
-        "one array": Reply(1, [idx], Q, {}),
-        "float indices": Reply(1, [idx.astype(np.float64), val], Q, {}),
-        "bool indices": Reply(1, [np.ones(k, bool), val], Q, {}),
-        "negative index": Reply(1, [np.r_[-1, idx[1:]], val], Q, {}),
-        "index out of range": Reply(1, [np.r_[idx[:-1], d], val], Q, {}),
-        "duplicate index": Reply(1, [np.r_[idx[:-1], 0], val], Q, {}),
-        "k-1 indices": Reply(1, [idx[:-1], val[:-1]], Q, {}),
-        "k+1 indices": Reply(1, [np.arange(k + 1), np.ones(k + 1)], Q, {}),
-        "2-D indices": Reply(1, [idx.reshape(1, -1), val.reshape(1, -1)], Q, {}),
-        "integer values": Reply(1, [idx, np.ones(k, np.int64)], Q, {}),
-        "NaN value": Reply(1, [idx, np.r_[np.nan, val[1:]]], Q, {}),
-        "inf value": Reply(1, [idx, np.r_[np.inf, val[1:]]], Q, {}),
-        "partition -1": Reply(-1, [idx, val], Q, {}),
-        "partition n": Reply(N, [idx, val], Q, {}),
-        "float partition": Reply(1.0, [idx, val], Q, {}),
-        "negative num_examples": Reply(1, [idx, val], -3, {}),
-        "seeded flag 5": Reply(1, [idx, val], Q, {"doadp_client_seeded": 5}),
+        "three arrays": Reply(1, [idx, val, val], Q, A),
+        "one array": Reply(1, [idx], Q, A),
+        "no arrays": Reply(1, [], Q, A),
+        "no arrays, inactive": Reply(1, [], Q, {"doadp_active": 0}),
+        "float indices": Reply(1, [idx.astype(np.float64), val], Q, A),
+        "bool indices": Reply(1, [np.ones(k, bool), val], Q, A),
+        "negative index": Reply(1, [np.r_[-1, idx[1:]], val], Q, A),
+        "index out of range": Reply(1, [np.r_[idx[:-1], d], val], Q, A),
+        "duplicate index": Reply(1, [np.r_[idx[:-1], 0], val], Q, A),
+        "k-1 indices": Reply(1, [idx[:-1], val[:-1]], Q, A),
+        "k+1 indices": Reply(1, [np.arange(k + 1), np.ones(k + 1, np.float32)], Q, A),
+        "2-D indices": Reply(1, [idx.reshape(1, -1), val.reshape(1, -1)], Q, A),
+        "integer values": Reply(1, [idx, np.ones(k, np.int64)], Q, A),
+        "float64 values": Reply(1, [idx, val.astype(np.float64)], Q, A),
+        "float16 values": Reply(1, [idx, val.astype(np.float16)], Q, A),
+        "NaN value": Reply(1, [idx, np.r_[np.nan, val[1:]].astype(np.float32)], Q, A),
+        "inf value": Reply(1, [idx, np.r_[np.inf, val[1:]].astype(np.float32)], Q, A),
+        "partition -1": Reply(-1, [idx, val], Q, A),
+        "partition n": Reply(N, [idx, val], Q, A),
+        "float partition": Reply(1.0, [idx, val], Q, A),
+        "negative num_examples": Reply(1, [idx, val], -3, A),
+        "no active flag": Reply(1, [idx, val], Q, {}),
+        "active flag 5": Reply(1, [idx, val], Q, {"doadp_active": 5}),
+        "empty arrays said active": Reply(1, none, Q, A),
+        "message said inactive": Reply(1, [idx, val], Q, {"doadp_active": 0}),
+        "inactive float64 values": Reply(1, [none[0], np.empty(0, np.float64)], Q, {"doadp_active": 0}),
     }[what]
 
 
-TAMPERED = ["three arrays", "one array", "float indices", "bool indices", "negative index", "index out of range",
-            "duplicate index", "k-1 indices", "k+1 indices", "2-D indices", "integer values", "NaN value",
-            "inf value", "partition -1", "partition n", "float partition", "negative num_examples", "seeded flag 5"]
+TAMPERED = ["three arrays", "one array", "no arrays", "no arrays, inactive", "float indices", "bool indices",
+            "negative index", "index out of range", "duplicate index", "k-1 indices", "k+1 indices", "2-D indices",
+            "integer values", "float64 values", "float16 values", "NaN value", "inf value", "partition -1",
+            "partition n", "float partition", "negative num_examples", "no active flag", "active flag 5",
+            "empty arrays said active", "message said inactive", "inactive float64 values"]
+
+
+def test_an_inactive_agent_says_so_and_is_not_a_failure():
+    # the explicit inactive reply (two empty arrays of the message's dtypes, doadp_active = 0) is accepted
+    core = _doadp()
+    inactive = Reply(1, [np.empty(0, np.uint16), np.empty(0, np.float32)], Q, {"doadp_active": 0})
+    out = core.train_round(1, [_good(core), inactive], sampled=range(N), on_bad_reply="raise")
+    assert out["active"] == 1 and out["inactive"] == 1 and out["rejected"] == 0
+
+
+@pytest.mark.parametrize("what", ["no arrays", "no arrays, inactive"])
+def test_a_reply_with_no_arrays_is_rejected_naming_it(what):
+    core = _doadp()
+    with pytest.raises(ReplyError, match="got 0 arrays"):
+        core.train_round(1, [_tamper(core, what)], sampled=range(N), on_bad_reply="raise")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_topk_values_need_the_exact_message_dtype(dtype):
+    core = _doadp()
+    with pytest.raises(ReplyError, match=f"must have dtype float32 .*got {dtype}"):
+        core.train_round(1, [_tamper(core, f"{dtype} values")], sampled=range(N), on_bad_reply="raise")
 
 
 def _same(a, b):
@@ -181,7 +215,7 @@ def test_tampered_reply_drop_leaves_tables(what):
     core = _doadp()
     before = copy.deepcopy(core.state_dict()["method"])
     out = core.train_round(1, [_tamper(core, what)], sampled=range(N), on_bad_reply="drop")
-    assert out["rejected"] == 1 and out["active"] == 0
+    assert out["rejected"] == 1 and out.get("active", 0) == 0  # an all-rejected round aggregates nothing
     assert _same(before, core.state_dict()["method"])
 
 

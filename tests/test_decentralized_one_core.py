@@ -54,7 +54,7 @@ def public_reply(core, ins, n=50):
         arrays = [np.arange(core.k), np.full(core.k, 0.1 * (pid + 1), dtype=core.msg_dtype)]
     else:
         arrays = [np.full(d, 0.1 * pid)]
-    return Reply(pid, arrays, n, {"dpdda_sampled": 1})
+    return Reply(pid, arrays, n, {"dpdda_sampled": 1, "doadp_active": 1})
 
 
 ALL = [DFedAvgServer, DFedCataServer, DPSGDServer, *PUBLIC]

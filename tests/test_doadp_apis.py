@@ -97,10 +97,11 @@ def test_doadp_reports_noise_mode_and_privacy():
     cfg = _cfg("doadp")
     _, s, _ = legacy_run(cfg, clients=seeded_proxies(cfg))
     rounds = s.history.rounds
-    assert all(r["fit_noise_client_seeded"] == 4 and r["fit_noise_os_entropy"] == 0 for r in rounds if r["round"] > 0)
     last = rounds[-1]
     assert last["fit_dp_delta"] == 1e-5 and 0 < last["fit_dp_epsilon"] <= cfg.resolve().params["epsilon"] * (1 + 1e-9)
     assert "fit_theorem1_epsilon" in last and "fit_theorem1_delta" in last
-    # unseeded: every reply says OS entropy
+    # seeded or not, the rounds say nothing about how the clients' noise was seeded (issue 26)
     _, s2, _ = legacy_run(cfg)
-    assert all(r["fit_noise_os_entropy"] == 4 for r in s2.history.rounds if r["round"] > 0)
+    for run in (rounds, s2.history.rounds):
+        assert all(r["fit_failures"] == 0 for r in run if r["round"] > 0), run
+        assert not [k for r in run for k in r if "seed" in k or "entropy" in k], run[-1]

@@ -19,6 +19,7 @@ from dp_accounting import rdp
 from flwr.app import ArrayRecord
 
 from flwr_strategies.clients.app import numpy_client_app
+from flwr_strategies.clients.doadp import ClientBudget, set_client_budget
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.state import load_state, save_state
 from flwr_strategies.doadp.baseline_server import DPDDAServer, DPDOServer
@@ -67,6 +68,11 @@ def test_declared_dataset_size_larger_than_what_ran_is_refused_with_the_epsilon_
     from flwr_strategies.serverapp import DOADP
 
     exp, grid = _experiment()
+    # the nodes' own budgets are generous here (epsilon 20 over 20 rounds), so the server's own check
+    # is what stops the run; at the run's epsilon 1 each client refuses the round itself (issue 26,
+    # tests/test_privacy_doadp_client_budget.py)
+    for ctx in grid.contexts.values():
+        set_client_budget(ctx.state, ClientBudget(epsilon=20.0, rounds=20))
     real_q = min(exp.server_setup().num_examples.values())  # the records each agent samples from
     # the user declares ten times the records the agents hold, as in the issue (3,000 vs 300)
     strategy = DOADP(num_rounds=20, local_dataset_size=10 * real_q, lr=0.05, batch_size=B, epsilon=1.0, delta=DELTA,
@@ -100,7 +106,7 @@ def _round(core, r, n=100):
             arrays = [np.arange(core.k), np.full(core.k, 0.01, np.float32)]
         else:
             arrays = [np.zeros(core.d)]
-        replies.append(Reply(i.partition_id, arrays, n, {"dpdda_sampled": 1}))
+        replies.append(Reply(i.partition_id, arrays, n, {"dpdda_sampled": 1, "doadp_active": 1}))
     return core.train_round(r, replies, sampled=range(N), on_bad_reply="raise")
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from flwr.app import RecordDict
 
-from flwr_strategies.clients.doadp import DOADPClient, set_client_seed
+from flwr_strategies.clients.doadp import ClientBudget, DOADPClient, set_client_seed
 from flwr_strategies.clients.doadp_baselines import CPGTClient, DPDDAClient, DPDOClient
 from flwr_strategies.clients.training import TensorData
 from flwr_strategies.core.messages import Reply
@@ -52,13 +52,16 @@ def _run_cores(core, client_cls, rounds, **client_kw):
         set_client_seed(st, SEEDS[i])
         states.append(st)
     tc = TrainConfig(lr=0.1, local_epochs=None, local_steps=1, batch_size=B)
+    c = core.config  # each node's own budget: the run's (the clients check the server's noise against it)
+    budget = ClientBudget(epsilon=float(getattr(c, "epsilon", 1.0)), rounds=core.num_rounds,
+                          delta=float(getattr(c, "delta", 1e-5)), clip=float(getattr(c, "clip", 1.0)))
     for r in range(1, rounds + 1):
         replies = []
         for ins in core.configure_train(r, list(range(N))):
             pid = ins.partition_id
             setup = ClientSetup(partition_id=pid, num_partitions=N, model=_model(), train_data=TensorData(*shards[pid]),
                                 test_data=None, train=tc, device=torch.device("cpu"), seed=0, state=states[pid])
-            arrays, n, metrics = client_cls(setup, {}, **client_kw).fit(ins.arrays, ins.config)
+            arrays, n, metrics = client_cls(setup, {}, budget=budget, **client_kw).fit(ins.arrays, ins.config)
             replies.append(Reply(pid, arrays, n, metrics))
         out = core.train_round(r, replies, sampled=range(N), on_bad_reply="raise")
         assert out["rejected"] == 0 and out["failures"] == 0

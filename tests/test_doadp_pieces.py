@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from flwr_strategies.clients.app import message_config, partition_query, train_reply
 from flwr_strategies.clients.doadp import (
+    ClientBudget,
     DOADPAgent,
     DOADPClient,
     IndexedData,
@@ -107,7 +108,7 @@ def test_ready_made_client_on_a_dataloader_equals_tensors(wrap):
     for data in (TensorData(x, y), wrap(x, y)):
         state = RecordDict()
         setup = ClientSetup(0, 1, _model(), data, None, TrainConfig(), torch.device("cpu"), 0, state)
-        client = DOADPClient(setup, {}, client_seed=9)
+        client = DOADPClient(setup, {}, client_seed=9, budget=ClientBudget(epsilon=100.0, rounds=5))
         x0 = flat_parameters(_model())
         arrays, n, metrics = client.fit([np.zeros_like(x0), x0], _config())
         out.append((arrays, n, state["doadp"].to_numpy_ndarrays()))
@@ -121,7 +122,11 @@ def test_client_seed_sources():
     assert client_seed_of(st, {"partition-id": 0}) is None
     set_client_seed(st, 42)
     assert client_seed_of(st, {}) == 42
-    assert client_seed_of(st, {"doadp-client-seed": 7}) == 7  # node config wins
+    node_seed = "9f86d081884c7d659a2feaa0c55ad015"  # 128 bits, the deployment form
+    assert client_seed_of(st, {"doadp-client-seed": node_seed}) == int(node_seed, 16)  # node config wins
+    for weak in (7, "7", "00000000000000000000000000000007", "9f86d081884c7d659a2feaa0c55ad0"):
+        with pytest.raises(ValueError, match="doadp-client-seed.*at least 128 bits"):
+            client_seed_of(st, {"doadp-client-seed": weak})
     with pytest.raises(ValueError, match="client_seed"):
         set_client_seed(st, -1)
 
@@ -139,7 +144,8 @@ def user_client_app() -> ClientApp:
         trainloader = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
         # --- DO-ADP: the agent's round on the user's model and data (5 lines) ---
         agent = DOADPAgent(msg.content["arrays"].to_numpy_ndarrays(), message_config(msg), context.state,
-                           client_seed=client_seed_of(context.state, context.node_config))
+                           client_seed=client_seed_of(context.state, context.node_config),
+                           budget=ClientBudget(epsilon=1.0, rounds=3))  # the node's own budget
         arrays, metrics = agent.train(model, trainloader)
         agent.save(context.state)
         return train_reply(msg, context, arrays, len(trainloader.dataset), metrics)
@@ -168,4 +174,4 @@ def test_user_app_runs_under_the_message_api_doadp():
     assert np.array_equal(s1.core.XHAT, s2.core.XHAT) and s1.core.XHAT.any()
     assert set(r1.arrays.keys()) == set(_model().state_dict().keys())  # the model comes back in the user's layout
     m = r1.train_metrics_clientapp[3]
-    assert m["dp_delta"] == 1e-5 and 0 < m["dp_epsilon"] <= 1.0 and m["noise_client_seeded"] == 3
+    assert m["dp_delta"] == 1e-5 and 0 < m["dp_epsilon"] <= 1.0 and m["active"] + m["inactive"] == 3

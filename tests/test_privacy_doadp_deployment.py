@@ -3,9 +3,14 @@
 
 - A run config that carries a client seed is refused: the run ends ``finished:failed`` and the error
   names the key (the issue's attack: ``client_seed=5`` seeded every client's noise).
-- Each SuperNode's own ``--node-config "doadp-client-seed=..."`` is honoured by the project's app:
-  every reply is seeded, and the same app on an in-process grid with the same node configs repeats
-  the deployment's run bit for bit (every round's numbers and the final model).
+- Each SuperNode's own ``--node-config "doadp-client-seed='<32 hex digits>'"`` (a secret of at least
+  128 bits) is honoured by the project's app: the same app on an in-process grid with the same node
+  configs repeats the deployment's run bit for bit (every round's numbers and the final model), and
+  no reply says how its noise was seeded.
+- Issue 26: each SuperNode's own budget (``doadp-epsilon``, ``doadp-rounds``) is what its client checks
+  the server's noise against: a run whose run config (the server's) asks for epsilon 20 is refused by
+  every node, naming the server's sigma and the one the node's budget needs; a SuperNode whose node
+  config seed is small (the issue's 11) refuses to train.
 - The server cannot regenerate any noise: from everything it sends, receives and holds (every message
   of the run, its run config, its results), no generator it can build reproduces one of the noise
   vectors the clients applied; with the nodes' seeds, the same attack reproduces all of them.
@@ -32,22 +37,26 @@ from flwr_strategies.simulations.settings import simulated_node_config
 
 ROOT = Path(__file__).resolve().parents[1]
 N, ROUNDS = 3, 2
-#: each SuperNode's own secret seed (its operator's; the server never sees it)
-NODE_SEEDS = {0: 8_675_309, 1: 4_142_013, 2: 9_990_001}
+#: each SuperNode's own secret seed of 128 bits (its operator's; the server never sees it)
+NODE_SEEDS = {0: "8f14e45fceea167a5a36dedd4bea2543", 1: "c9f0f895fb98ab9159f51fd0297e236d",
+              2: "45c48cce2e2d7fbdea1afc51c7c6ad26"}
+#: each SuperNode's own privacy budget: epsilon 1 over the run's rounds
+NODE_BUDGET = "doadp-epsilon=1.0 doadp-rounds=2"
 RUN_CONFIG = {"method": "doadp", "num-clients": N, "num-server-rounds": ROUNDS, "dataset": "digits", "seed": 0,
-              "partition": "iid", "set": "p=0.7,eval_every=1"}
+              "partition": "iid", "set": "p=0.7,eval_every=1,epsilon=1"}  # the nodes' own budget: epsilon 1
 RUN_TIMEOUT_S = 420
 
 
 class SeededDeployment(LocalDeployment):
-    """:class:`LocalDeployment` whose SuperNode ``i`` also gets ``doadp-client-seed=NODE_SEEDS[i]``."""
+    """:class:`LocalDeployment` whose SuperNode ``i`` also gets its budget and ``doadp-client-seed=NODE_SEEDS[i]``."""
 
     def start(self) -> "SeededDeployment":
         FlowerProcesses.start(self)
         for i, port in enumerate(self.supernode_ports):
             self._spawn(f"supernode-{i}", [
                 "flower-supernode", "--insecure", "--superlink", self.address,
-                "--node-config", f"partition-id={i} num-partitions={N} doadp-client-seed={NODE_SEEDS[i]}",
+                "--node-config", f"partition-id={i} num-partitions={N} doadp-client-seed='{NODE_SEEDS[i]}' "
+                                 f"{NODE_BUDGET}",
                 "--host", HOST, "--port", str(port), "--max-wait-time", str(int(self.startup_timeout)),
             ])
         return self
@@ -164,8 +173,8 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
     deployed = json.loads((out / "results.json").read_text())
     rounds = deployed["rounds"]
     assert [r["round"] for r in rounds] == list(range(ROUNDS + 1)), detail
-    # every reply of every round was drawn from the node's own seed (the issue: 0 of 16 seeded)
-    assert all(r["fit_noise_client_seeded"] == N and r["fit_noise_os_entropy"] == 0 for r in rounds[1:]), rounds
+    assert all(r["failures"] == 0 for r in rounds), rounds  # every node accepted the server's noise
+    assert not [k for r in rounds for k in r if "seed" in k or "entropy" in k], rounds[-1]  # nothing says how
 
     # the same app on an in-process grid, each node with the same node config: the same run, bit for bit
     noises = []
@@ -180,7 +189,8 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
     rc = {**RUN_CONFIG, "out-dir": str(tmp_path / "again")}
     grid = WireGrid(project_app.client_app, N, run_config=rc)
     for ctx in grid.contexts.values():
-        ctx.node_config["doadp-client-seed"] = NODE_SEEDS[int(ctx.node_config["partition-id"])]
+        ctx.node_config.update({"doadp-client-seed": NODE_SEEDS[int(ctx.node_config["partition-id"])],
+                                "doadp-epsilon": 1.0, "doadp-rounds": ROUNDS})
     project_app.serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     keys = [k for k in rounds[-1] if k not in ("wall_s", "elapsed_s")]
@@ -191,7 +201,8 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
 
     # the server's view: every message of the run, its run config and everything it wrote
     candidates = _wire_integers(grid) | _integers(RUN_CONFIG, set()) | _integers(deployed, set()) | set(range(64))
-    assert not candidates & set(NODE_SEEDS.values()), "a node's seed reached the server"
+    seeds = {int(v, 16) for v in NODE_SEEDS.values()}
+    assert not candidates & seeds, "a node's seed reached the server"
     # ... and every seed the project's own --client-seed derivation makes from those numbers
     derived = {simulated_node_config(c, False, p)["doadp-client-seed"] for c in candidates if c < 2**32 for p in range(N)}
     qs = sorted({int(m.content["metrics"]["num-examples"]) for m in grid.received
@@ -201,4 +212,18 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
     assert noises and len(noises) == sum(r["fit_active"] for r in rounds[1:])
     assert _regenerated(noises, candidates | derived, ROUNDS, qs, b) == 0
     # control: the attack is able to succeed; with the nodes' own seeds it reproduces every vector
-    assert _regenerated(noises, set(NODE_SEEDS.values()), ROUNDS, qs, b) == len(noises)
+    assert _regenerated(noises, seeds, ROUNDS, qs, b) == len(noises)
+
+
+def test_a_server_asking_for_less_noise_than_the_nodes_budget_is_refused(deployment, tmp_path):
+    # the run config is the server's: it targets epsilon 20, so its sigma is below what each node's
+    # own budget (epsilon 1 over 2 rounds, its node config) needs; every node refuses every round
+    out = tmp_path / "weak"
+    res = deployment.flwr_run(ROOT, {**RUN_CONFIG, "set": "p=0.7,eval_every=1,epsilon=20,calibration=accountant",
+                                     "out-dir": str(out)}, timeout=RUN_TIMEOUT_S)
+    log = f"{res.stdout}\n{res.stderr}\n{deployment.all_logs(20000)}"
+    assert "DO-ADP client refuses the round: the server's sigma=" in log, log[-4000:]
+    assert "its own budget needs sigma >= " in log, log[-4000:]
+    if (out / "results.json").exists():  # the run may also stop for lack of progress; no update ever applied
+        rounds = json.loads((out / "results.json").read_text())["rounds"]
+        assert all(r["failures"] == N for r in rounds[1:]), rounds

@@ -399,7 +399,7 @@ class CPGTServer(_LaplaceServer):
                              f"got {len(arrays)}")
         out = []
         for idx, val in (arrays[:2], arrays[2:]):
-            problem = check_topk_message(idx, val, self.k, self.d)
+            problem = check_topk_message(idx, val, self.k, self.d, "float64")
             if problem:
                 raise ReplyError(f"partition {reply.partition_id}: {problem}")
             out.append((idx.astype(np.int64), val.astype(np.float64)))

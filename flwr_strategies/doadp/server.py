@@ -5,8 +5,10 @@ One round = one iteration t of Algorithm 1 (Huo et al.). The core holds the publ
 agent i its consensus term ``cons_i = gamma * sum_j w_ij (xhat_j - xhat_i)`` plus the round's
 hyperparameters. It sends no seed and no activation draw: each agent flips its own coin, draws its
 own batch and noise from randomness only it holds, and replies with its Top-k message (k int
-indices, k values) when active or with empty arrays when inactive. The server learns who was active
-from the replies, as any observer of the network would.
+indices, k values of the message dtype) and ``doadp_active = 1`` when active, or with two empty
+arrays and ``doadp_active = 0`` when inactive; a reply with no arrays, or whose arrays and
+``doadp_active`` disagree, is rejected (a failure, never taken for an inactive agent). The server
+learns who was active from the replies, as any observer of the network would.
 
 Consistency of the public copies: the core counts the messages it applied per agent and sends that
 count (``doadp_accepted``) every round; the agent keeps its last message pending until the count
@@ -49,13 +51,14 @@ from .peer import GaussianLedger, PublicTableCore
 __all__ = ["DOADPServer", "DMSGDServer", "check_topk_message"]
 
 
-def check_topk_message(idx: np.ndarray, val: np.ndarray, k: int, d: int) -> str | None:
+def check_topk_message(idx: np.ndarray, val: np.ndarray, k: int, d: int, value_dtype: str) -> str | None:
     """The problem with a Top-k message ``(indices, values)``, or None when it is well formed:
-    exactly k integer indices, all in ``[0, d)`` and distinct, and k floating-point values."""
+    exactly k integer indices, all in ``[0, d)`` and distinct, and k values of exactly
+    ``value_dtype`` (the message dtype both ends round to; another float dtype is refused, not cast)."""
     if idx.dtype.kind not in "iu":
         return f"Top-k indices must have an integer dtype, got {idx.dtype}"
-    if val.dtype.kind != "f":
-        return f"Top-k values must be floating point, got {val.dtype}"
+    if val.dtype != np.dtype(value_dtype):
+        return f"Top-k values must have dtype {np.dtype(value_dtype)} (the message dtype), got {val.dtype}"
     if idx.shape != (k,) or val.shape != (k,):
         return f"a Top-k message has k={k} indices and values, got shapes {idx.shape} and {val.shape}"
     if k and (int(idx.min()) < 0 or int(idx.max()) >= d):
@@ -122,8 +125,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.XHAT = np.zeros((self.n, self.d)) if self.config.public_copy == "zero" else np.tile(self.x0, (self.n, 1))
         self.accepted = np.zeros(self.n, dtype=np.int64)
         self.active_steps = np.zeros(self.n, dtype=np.int64)
-        self.seeded_replies = 0
-        self.entropy_replies = 0
         self._parsed: dict = {}  # (round, partition) -> (reply, parsed message), filled by check_reply
         self._round_W: tuple[int, Any] = (-1, None)  # the round's W over the agents taking part
 
@@ -257,16 +258,26 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         cached = self._parsed.get((server_round, reply.partition_id))
         if cached is not None and cached[0] is reply:
             return cached[1]
-        arrays, _ = self.split_report(server_round, reply, (0, 2))
-        if len(arrays) not in (0, 2):
+        arrays, _ = self.split_report(server_round, reply, 2)
+        pid = reply.partition_id
+        if len(arrays) != 2:
             raise ReplyError(
-                f"partition {reply.partition_id}: expected a Top-k message [indices, values] or no message, "
-                f"got {len(arrays)} arrays"
+                f"partition {pid}: expected [indices, values] (a Top-k message, or two empty arrays from an "
+                f"inactive agent), got {len(arrays)} arrays"
             )
-        if not arrays or (arrays[0].size == 0 and arrays[1].size == 0):
-            return None
+        active = reply.metrics.get("doadp_active")
+        if isinstance(active, bool) or active not in (0, 1):
+            raise ReplyError(f"partition {pid}: metric 'doadp_active' must be 0 (inactive) or 1 (active), "
+                             f"got {active!r}")
         idx, val = arrays
-        problem = check_topk_message(idx, val, int(self.k), self.d)
+        if not active:
+            if idx.size or val.size or idx.dtype.kind not in "iu" or val.dtype != np.dtype(self.msg_dtype):
+                raise ReplyError(
+                    f"partition {pid}: an inactive agent (doadp_active=0) sends two empty arrays (integer indices, "
+                    f"{self.msg_dtype} values), got {idx.dtype} {idx.shape} and {val.dtype} {val.shape}"
+                )
+            return None
+        problem = check_topk_message(idx, val, int(self.k), self.d, self.msg_dtype)
         if problem:
             raise ReplyError(f"partition {reply.partition_id}: {problem}")
         out = idx.astype(np.int64), val.astype(self.msg_dtype).astype(np.float64)
@@ -275,20 +286,15 @@ class DOADPServer(GaussianLedger, PublicTableCore):
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._message(server_round, reply)
-        seeded = reply.metrics.get("doadp_client_seeded", 0)
-        if seeded not in (0, 1):
-            raise ReplyError(f"partition {reply.partition_id}: doadp_client_seeded must be 0 or 1, got {seeded!r}")
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         # compute everything first (parse and check every message; no table is touched) ...
         self._parsed = {key: v for key, v in self._parsed.items() if key[0] == server_round}
         q = self.dataset_size_of(server_round, replies)
         rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        losses, seeded = [], 0
+        losses = []
         for r in replies:
             msg = self._message(server_round, r)
-            if int(r.metrics.get("doadp_client_seeded", 0)):
-                seeded += 1
             if msg is None:
                 continue
             rows[r.partition_id] = msg
@@ -307,18 +313,14 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         if self.private:
             self._compose_round(server_round, q)
         self.q_ran = q
-        self.commit_reports(server_round, replies, (0, 2))
+        self.commit_reports(server_round, replies, 2)
         self._parsed = {}
-        self.seeded_replies += seeded
-        self.entropy_replies += len(replies) - seeded
         n_act = len(rows)
         metrics: dict[str, Any] = {
             "active": n_act,
             "inactive": len(replies) - n_act,
             "paper_rate": n_act * int(self.k) / (self.n * self.d),
             "p2p_bytes": p2p,
-            "noise_client_seeded": seeded,
-            "noise_os_entropy": len(replies) - seeded,
             "alpha": self.alpha_at(server_round),
             **self.graph_metrics(server_round, W),
         }
@@ -340,7 +342,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     # ------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
         out = {"XHAT": self.XHAT.copy(), "accepted": self.accepted.copy(), "active_steps": self.active_steps.copy(),
-               "seeded_replies": int(self.seeded_replies), "entropy_replies": int(self.entropy_replies),
                "peer": self.peer_state()}
         if self.private:
             out["accountant"] = self.ledger_state()
@@ -356,8 +357,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.XHAT = XHAT
         self.accepted = np.array(state["accepted"], dtype=np.int64)
         self.active_steps = np.array(state["active_steps"], dtype=np.int64)
-        self.seeded_replies = int(state["seeded_replies"])
-        self.entropy_replies = int(state["entropy_replies"])
         if self.private:
             self.load_ledger(state["accountant"])
             self._recompose(getattr(self, "_checkpoint_round", self.rounds_before), self.q_ran)

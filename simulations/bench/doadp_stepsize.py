@@ -47,7 +47,7 @@ def run(args, alpha: float) -> dict:
     import torch.nn.functional as F
     from flwr.app import RecordDict
 
-    from flwr_strategies.clients.doadp import DOADPClient, set_client_seed
+    from flwr_strategies.clients.doadp import ClientBudget, DOADPClient, set_client_seed
     from flwr_strategies.clients.training import TensorData
     from flwr_strategies.core.messages import Reply
     from flwr_strategies.doadp.config import DOADPConfig
@@ -88,6 +88,7 @@ def run(args, alpha: float) -> dict:
         set_client_seed(st, 1000 * args.seed + i)
         states.append(st)
     tc = TrainConfig(lr=alpha, local_epochs=None, local_steps=1, batch_size=args.batch_size)
+    budget = ClientBudget(epsilon=args.epsilon, rounds=args.rounds)  # the experimenter runs every agent
     losses = []
     for r in range(1, args.rounds + 1):
         replies = []
@@ -95,7 +96,7 @@ def run(args, alpha: float) -> dict:
             pid = ins.partition_id
             setup = ClientSetup(partition_id=pid, num_partitions=n, model=_net(), train_data=TensorData(*shards[pid]),
                                 test_data=None, train=tc, device=torch.device("cpu"), seed=0, state=states[pid])
-            arrays, num, metrics = DOADPClient(setup, {}).fit(ins.arrays, ins.config)
+            arrays, num, metrics = DOADPClient(setup, {}, budget=budget).fit(ins.arrays, ins.config)
             replies.append(Reply(pid, arrays, num, metrics))
         losses.append(core.train_round(r, replies, sampled=range(n), on_bad_reply="raise").get("train_loss"))
     private = np.stack([st["doadp"].to_numpy_ndarrays()[0] for st in states]).mean(axis=0)
