@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import time
@@ -104,7 +105,9 @@ class WireGrid(InProcessGrid):
 
     def pull_messages(self, ids):
         out = list(super().pull_messages(ids))
-        self.received.extend(out)
+        # copies as they crossed the wire: a decentralized strategy empties the arrays of the replies
+        # its tables have taken (Flower's start() would otherwise keep them for a round)
+        self.received.extend(copy.deepcopy(m) for m in out)
         return out
 
 

@@ -8,6 +8,7 @@
 - The server sends no activation decision; it learns activation from the replies.
 """
 
+import copy
 import os
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -43,7 +44,9 @@ class WireGrid(InProcessGrid):
 
     def pull_messages(self, ids):
         out = list(super().pull_messages(ids))
-        self.received.extend(out)
+        # copies as they crossed the wire: a decentralized strategy empties the arrays of the replies
+        # its tables have taken (Flower's start() would otherwise keep them for a round)
+        self.received.extend(copy.deepcopy(m) for m in out)
         return out
 
 
