@@ -170,7 +170,9 @@ def _run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[
 
 
 def run_preset(preset: Preset, overrides: dict[str, Any], out_dir: Path, backend: str = "inprocess") -> Any:
-    """Run ``preset`` (its custom runner when it has one)."""
+    """Run ``preset`` (its custom runner when it has one, holding ``out_dir`` as
+    :func:`run_entries` does)."""
     if preset.custom is not None:
-        return preset.custom(PresetContext(preset, overrides, Path(out_dir), backend))
+        with OutputFolder(out_dir, overwrite=bool(overrides.get("overwrite", False))):
+            return preset.custom(PresetContext(preset, overrides, Path(out_dir), backend))
     return run_entries(preset.entries, preset.base, overrides, Path(out_dir), target=preset.target_accuracy, title=f"preset {preset.name}")

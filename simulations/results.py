@@ -228,8 +228,11 @@ def _default(o: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------ output folders
-#: Files a run writes into its output folder (a folder holding one holds another run's results).
-RUN_FILES = ("results.json", "final.npz", "summary.json")
+#: Files a run or a comparison writes into its output folder (a folder holding one holds another
+#: run's results).
+RUN_FILES = ("results.json", "final.npz", "summary.json", "summary.md")
+#: The folders this process holds: ``[holders, lock file descriptor]`` (nested holders share the lock).
+_HELD: dict[Path, list[int]] = {}
 #: Environment variable of the ServerApp's process naming the folder its ``out-dir`` must stay in
 #: (the node operator's); unset, the process's working directory.
 OUTPUT_BASE_ENV = "FLWR_STRATEGIES_OUTPUT_BASE"
@@ -237,7 +240,9 @@ OUTPUT_BASE_ENV = "FLWR_STRATEGIES_OUTPUT_BASE"
 
 class OutputFolder:
     """A run's output folder, created and held (an exclusive ``fcntl`` lock on ``<path>/.lock``)
-    from now until :meth:`release` (or the end of a ``with`` block, or the process).
+    from now until :meth:`release` (or the end of a ``with`` block, or the process). A folder this
+    process already holds is held again without a check (a preset that writes its own report
+    around a comparison in the same folder); the lock goes with the outermost holder.
 
     Raises :class:`~flwr_strategies.setup.SettingError` naming ``setting`` and the folder when
     another run holds the folder, or when it already holds a run's results (:data:`RUN_FILES`) and
@@ -258,8 +263,14 @@ class OutputFolder:
     def __init__(self, path: str | Path, *, overwrite: bool = False, setting: str = "out",
                  how: str = "--overwrite") -> None:
         self.path = Path(path)
+        self._key: Path | None = None
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            key = self.path.resolve()
+            if key in _HELD:
+                _HELD[key][0] += 1
+                self._key = key
+                return
             fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise SettingError(setting, str(path), f"a folder where results can be written ({err.strerror or err})") from None
@@ -269,7 +280,8 @@ class OutputFolder:
             os.close(fd)
             raise SettingError(setting, str(path), "a folder no other run is writing to (another run holds its "
                                                    "lock, .lock)") from None
-        self._fd: int | None = fd
+        _HELD[key] = [1, fd]
+        self._key = key
         held = [name for name in RUN_FILES if (self.path / name).exists()]
         if held and not overwrite:
             self.release()
@@ -277,10 +289,15 @@ class OutputFolder:
                                                    f"{', '.join(held)}; choose another folder, or {how} to replace them)")
 
     def release(self) -> None:
-        """Let other runs use the folder."""
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the lock
-            self._fd = None
+        """Let other runs use the folder (when this is its outermost holder)."""
+        if self._key is None:
+            return
+        entry = _HELD[self._key]
+        entry[0] -= 1
+        if not entry[0]:
+            del _HELD[self._key]
+            os.close(entry[1])  # closing the descriptor releases the lock
+        self._key = None
 
     def __enter__(self) -> "OutputFolder":
         return self

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -48,13 +50,56 @@ def test_a_second_cli_run_on_the_same_out_is_refused_and_the_first_results_kept(
     assert code == 0 and json.loads((out / "results.json").read_text())["seed"] == 2
 
 
+_HOLD = """
+import sys
+from flwr_strategies.setup import SettingError
+from flwr_strategies.simulations.results import OutputFolder
+try:
+    folder = OutputFolder(sys.argv[1], overwrite=True)
+except SettingError as err:
+    print(err, flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.read()  # until the test closes stdin
+"""
+
+
+def _other_process(folder):
+    """A second process that holds ``folder`` until its stdin is closed (or reports why it cannot)."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def _end(proc):
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
 def test_a_folder_another_run_is_writing_to_is_refused_even_with_overwrite(tmp_path, capsys):
     out = tmp_path / "run"
-    with OutputFolder(out):  # another run holds the folder (its lock, as a second process would see it)
+    proc, said = _other_process(out)
+    try:
+        assert said == "held"
         code, printed = _cli(capsys, out, "--overwrite")
         assert code == 2 and "must be a folder no other run is writing to" in printed.err
         assert not (out / "results.json").exists()
+    finally:
+        _end(proc)
     assert _cli(capsys, out)[0] == 0  # released: the folder is free again
+
+
+def test_a_folder_is_held_until_its_outermost_holder_releases_it(tmp_path):
+    out = tmp_path / "preset"
+    outer = OutputFolder(out)
+    OutputFolder(out).release()  # a comparison inside a preset's folder, in the same process
+    proc, said = _other_process(out)
+    _end(proc)
+    assert said.startswith("out must be a folder no other run is writing to")
+    outer.release()
+    proc, said = _other_process(out)
+    _end(proc)
+    assert said == "held"
 
 
 def test_compare_refuses_a_folder_with_an_earlier_comparison_and_writes_each_run(tmp_path):
