@@ -322,3 +322,12 @@ def test_a_compressed_or_doubly_referenced_checkpoint_is_refused(tmp_path):
     np.savez(path, a0=np.ones(4), __meta__=np.array(json.dumps({"__list__": [{"__array__": "a0"}] * 3})))
     with pytest.raises(ValueError, match=r"refers to the array entries \['a0'\] more than once"):
         load_state(path)
+
+
+def test_a_state_too_deep_to_load_is_not_saved(tmp_path):
+    deep: list = [1.0]
+    for _ in range(40):  # 80 JSON levels
+        deep = [deep]
+    with pytest.raises(ValueError, match="state for .*ck.npz nests deeper than 64 levels"):
+        save_state(tmp_path / "ck.npz", {"x": deep})
+    assert not (tmp_path / "ck.npz").exists()
