@@ -12,7 +12,7 @@ from flwr_strategies.setup import SettingError
 
 from .experiment import ExperimentConfig
 from .presets import Preset, PresetContext, RunEntry
-from .results import OutputFolder, write_json
+from .results import OutputFolder, write_json, write_text
 from .runner import run_experiment
 
 
@@ -160,7 +160,7 @@ def _run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[
     text += "- final acc is the last evaluated round's accuracy; the round is in brackets\n"
     failed = [r for r in results if r.get("status", "ok") != "ok"]
     text += "".join(f"- {r['label']}: {r['status']}\n" for r in failed)
-    atomic_write(out_dir / "summary.md", lambda fh: fh.write(text.encode()))
+    write_text(out_dir / "summary.md", text)
     plot_accuracy(ran, out_dir / "accuracy.png", title)
     write_json(out_dir / "summary.json", {"title": title, "runs": [
         {"label": r["label"], "method": r["method"], "status": r.get("status", "ok"), **r.get("summary", {})} for r in results]})

@@ -206,12 +206,17 @@ def final_text(summary: dict[str, Any]) -> str:
     return "no evaluated round"
 
 
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`~flwr_strategies.core.state.atomic_write`),
+    creating parent folders."""
+    return atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as indented JSON, creating parent folders, atomically: the text goes to a
     temporary file beside ``path`` (flushed to disk) that then replaces ``path``, so a disk that
     fills up or a crash leaves the previous file (or none), never a truncated one."""
-    text = json.dumps(data, indent=2, default=_default)
-    return atomic_write(path, lambda fh: fh.write(text.encode()))
+    return write_text(path, json.dumps(data, indent=2, default=_default))
 
 
 def _default(o: Any) -> Any:
