@@ -9,7 +9,11 @@ with central evaluation on the experiment's test set. The per-round records have
 in-process backend, and with ``out-dir`` set the ServerApp writes ``<out-dir>/results.json`` after
 every round (``status`` says whether the run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
 :func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
-the end. A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
+the end, each file written atomically. ``out-dir`` stays inside the folder the node operator names
+in ``FLWR_STRATEGIES_OUTPUT_BASE`` where the ServerApp runs (else its working directory; a relative
+``out-dir`` is taken from there): one that leaves it (``..``, an absolute path elsewhere) is
+refused, as is a folder another run is writing to, or one holding another run's results unless the
+run config sets ``overwrite = true`` (:func:`output_folder`). A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
 actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
 with an error instead of going on with fewer clients.
 
@@ -22,7 +26,7 @@ query, and the legacy messages of a legacy-API ServerApp go to the same clients 
 experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``dataset``,
 ``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
 ``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
-``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``,
+``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``, ``overwrite``,
 ``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
 it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
 ``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
@@ -47,7 +51,6 @@ import os
 import time
 from dataclasses import replace
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,12 +72,14 @@ from flwr_strategies.clients.doadp import (
     set_client_seed,
 )
 from flwr_strategies.core.messages import numeric_metrics
+from flwr_strategies.core.state import atomic_write
+from flwr_strategies.setup import SettingError
 
 from .backends import round_timeout
 from .experiment import Experiment, ExperimentConfig, get_experiment
 from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
-from .results import finished_status, summarize, write_json
+from .results import OutputFolder, confined_out_dir, finished_status, summarize, write_json
 from .runner import task_chance_loss
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -89,7 +94,7 @@ class ActorDied(RuntimeError):
 
 # ------------------------------------------------------------------------------ run config
 #: Run-config keys that belong to the app, not to the experiment's settings.
-APP_KEYS = ("out-dir", "experiment", "node-order")
+APP_KEYS = ("out-dir", "overwrite", "experiment", "node-order")
 
 
 def requested_clients(run_config: dict[str, Any]) -> int:
@@ -144,17 +149,17 @@ class RunReport:
     ----------
     cfg : ExperimentConfig
         The run's settings (written into the file).
-    out_dir : str
-        Folder for ``results.json`` and ``final.npz``; "" writes nothing.
+    out_dir : OutputFolder | None
+        The folder for ``results.json`` and ``final.npz``, held by this run; None writes nothing.
     chance : float | None (default: None)
         The task's chance-level loss (a classifier's ``ln(num_classes)``), for the divergence rule
         (:func:`~.results.divergence`).
     """
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: str, chance: float | None = None) -> None:
+    def __init__(self, cfg: ExperimentConfig, out_dir: OutputFolder | None, chance: float | None = None) -> None:
         self.cfg = cfg
         self.chance = chance
-        self.out_dir = Path(out_dir) if out_dir else None
+        self.out_dir = None if out_dir is None else out_dir.path
         self.source: Any = None  # the strategy's RoundRecorder
         self._t0 = time.perf_counter()
         self.path = ""
@@ -185,8 +190,7 @@ class RunReport:
 
     def write_final(self, arrays: list[np.ndarray] | None) -> None:
         if self.out_dir is not None and arrays is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            np.savez(self.out_dir / "final.npz", *arrays)
+            atomic_write(self.out_dir / "final.npz", lambda fh: np.savez(fh, *arrays))
 
     def check_actors(self, server_round: int) -> None:
         for entry in getattr(self.source, "failure_log", []):
@@ -291,11 +295,35 @@ def serve(grid: Grid, context: Context) -> RunReport:
     wanted = requested_clients(rc)
     # a bad method or setting fails now, before waiting for the nodes (any client count will do here)
     config_from_run_config(rc, num_partitions=wanted or 10**6)
+    out = output_folder(rc)
+    try:
+        return _serve(grid, rc, wanted, out)
+    finally:
+        if out is not None:
+            out.release()
+
+
+def output_folder(run_config: dict[str, Any]) -> OutputFolder | None:
+    """The run config's ``out-dir``, confined to the node operator's folder
+    (:func:`~.results.confined_out_dir`) and held for the run (:class:`~.results.OutputFolder`:
+    refused when another run writes there, or when it holds another run's results and the run
+    config's ``overwrite`` is not true); None when ``out-dir`` is empty."""
+    out_dir = str(run_config.get("out-dir", "") or "")
+    if not out_dir:
+        return None
+    overwrite = run_config.get("overwrite", False)
+    if not isinstance(overwrite, bool):
+        raise SettingError("run config overwrite", overwrite, "true or false")
+    return OutputFolder(confined_out_dir(out_dir), overwrite=overwrite, setting="run config out-dir",
+                        how="set overwrite = true in the run config")
+
+
+def _serve(grid: Grid, rc: dict[str, Any], wanted: int, out: OutputFolder | None) -> RunReport:
     probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), wanted)
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)
-    report = RunReport(cfg, str(rc.get("out-dir", "") or ""), chance=task_chance_loss(exp.task))
+    report = RunReport(cfg, out, chance=task_chance_loss(exp.task))
     log(INFO, "flwr-strategies: %s on %d clients, %d rounds", cfg.method, cfg.num_clients, cfg.rounds)
     try:
         final = run_message_strategy(grid, exp, probe, report)

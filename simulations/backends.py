@@ -50,6 +50,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from .driver import CoreDriver, PartitionContexts
 from .experiment import ExperimentConfig, get_experiment
+from .results import OUTPUT_BASE_ENV
 from .settings import simulated_nodes_env
 from .timeouts import BoundedCaller
 
@@ -293,6 +294,7 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     app = Path(app_dir) if app_dir is not None else write_app_dir(work / "app")
     pythonpath = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0",
+           OUTPUT_BASE_ENV: str(work),  # the ServerApp writes into this run's own folder, nowhere else
            **simulated_nodes_env(cfg)}  # the simulated SuperNodes' own settings, never in the run config
     # Flower's simulation runtime registers SuperNodes in partition order: the ServerApp reads the
     # order instead of querying every node (checked against every reply; see app.identify_nodes)

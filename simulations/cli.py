@@ -15,6 +15,10 @@ Errors in flags, method settings and data files are reported before the first ro
   (Flower reported ``finished:failed``, or ``flwr run`` did not return in time);
 - 3: ``degraded``: the run finished but a round aggregated no client update, a partition failed
   every round to the end, a round's aggregate was rejected as not finite, or the loss diverged.
+
+A run holds its ``--out`` folder while it writes there: a folder another run is writing to, or one
+that holds another run's results, is refused before training (exit status 2) unless
+``--overwrite`` is given (which replaces the earlier results, never another run's ongoing ones).
 """
 
 from __future__ import annotations
@@ -150,6 +154,8 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
     g.add_argument("--download", action="store_true",
                    help="fetch mnist, cifar10 or cifar100 into --data-dir with torchvision first")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier run in the output folder (without it such a folder is refused)")
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -166,6 +172,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["progress"] = False
     if args.download:
         out["download"] = True
+    if args.overwrite:
+        out["overwrite"] = True
     return out
 
 

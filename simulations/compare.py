@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.core.state import atomic_write
 from flwr_strategies.setup import SettingError
 
 from .experiment import ExperimentConfig
 from .presets import Preset, PresetContext, RunEntry
-from .results import write_json
+from .results import OutputFolder, write_json, write_text
 from .runner import run_experiment
 
 
@@ -83,8 +84,7 @@ def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") ->
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png"))
     plt.close(fig)
     return path
 
@@ -121,8 +121,16 @@ def run_entries(
     Every entry's settings are checked before the first one trains. An entry whose run raises, or
     in which every client failed, is reported as failed (in the table, summary.json and on
     stderr) and the comparison goes on with the others; ``results[i]["status"]`` says which.
+    ``out_dir`` is held for the comparison (:class:`~.results.OutputFolder`): a folder holding an
+    earlier comparison's summary.json is refused unless ``overrides["overwrite"]``.
     """
     out_dir = Path(out_dir)
+    with OutputFolder(out_dir, overwrite=bool(overrides.get("overwrite", False))):
+        return _run_entries(entries, base, overrides, out_dir, target, title)
+
+
+def _run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[str, Any], out_dir: Path,
+                 target: float | None, title: str) -> list[dict[str, Any]]:
     configs = []
     for entry in entries:
         cfg = entry_config(entry, base, overrides, out_dir)
@@ -152,8 +160,7 @@ def run_entries(
     text += "- final acc is the last evaluated round's accuracy; the round is in brackets\n"
     failed = [r for r in results if r.get("status", "ok") != "ok"]
     text += "".join(f"- {r['label']}: {r['status']}\n" for r in failed)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.md").write_text(text)
+    write_text(out_dir / "summary.md", text)
     plot_accuracy(ran, out_dir / "accuracy.png", title)
     write_json(out_dir / "summary.json", {"title": title, "runs": [
         {"label": r["label"], "method": r["method"], "status": r.get("status", "ok"), **r.get("summary", {})} for r in results]})
@@ -163,7 +170,9 @@ def run_entries(
 
 
 def run_preset(preset: Preset, overrides: dict[str, Any], out_dir: Path, backend: str = "inprocess") -> Any:
-    """Run ``preset`` (its custom runner when it has one)."""
+    """Run ``preset`` (its custom runner when it has one, holding ``out_dir`` as
+    :func:`run_entries` does)."""
     if preset.custom is not None:
-        return preset.custom(PresetContext(preset, overrides, Path(out_dir), backend))
+        with OutputFolder(out_dir, overwrite=bool(overrides.get("overwrite", False))):
+            return preset.custom(PresetContext(preset, overrides, Path(out_dir), backend))
     return run_entries(preset.entries, preset.base, overrides, Path(out_dir), target=preset.target_accuracy, title=f"preset {preset.name}")

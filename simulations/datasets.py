@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 import os
 import pickle
 import zlib
@@ -39,6 +40,8 @@ DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 HF_PREFIX = "hf:"
 #: Datasets ``--download`` fetches with torchvision.
 DOWNLOADABLE = ("mnist", "cifar10", "cifar100")
+#: The datasets read from ``data_dir``; the others (bundled or generated) take no files.
+READS_DATA_DIR = ("mnist", "cifar10", "cifar100")
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760  # pixel mean/std of all 1,797 sklearn digits after /16
@@ -112,14 +115,19 @@ def read_idx(path: Path) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
         raise DataFileError(f"{path} is not an idx file (bad magic number)")
     ndim = data[3]
+    read = f"magic number {data[:4].hex()}: {np.dtype(_IDX_DTYPES[data[2]])} values in {ndim} dimensions"
     if len(data) < 4 + 4 * ndim:
-        raise DataFileError(f"{path}: the idx header is truncated")
+        raise DataFileError(f"{path}: its idx header ({read}) needs {4 + 4 * ndim} bytes, the file has "
+                            f"{len(data)}; the file is truncated or corrupt")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     dtype = np.dtype(_IDX_DTYPES[data[2]])
     body = len(data) - (4 + 4 * ndim)
-    if body != int(np.prod(shape)) * dtype.itemsize:
-        raise DataFileError(f"{path}: header says {shape} ({int(np.prod(shape))} values) but the file holds "
-                            f"{body // dtype.itemsize}; the file is truncated or corrupt")
+    count = math.prod(shape)
+    if body != count * dtype.itemsize:
+        sizes = str(shape) if ndim <= 4 else f"({', '.join(map(str, shape[:4]))}, ... {ndim - 4} more)"
+        values = str(count) if count < 10**18 else f"about 10^{len(str(count)) - 1}"
+        raise DataFileError(f"{path}: its idx header ({read}) gives the sizes {sizes}, {values} values, but the file holds "
+                            f"{body // dtype.itemsize} after the header; the file is truncated or corrupt")
     return np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -568,8 +576,13 @@ def load_dataset(
     samples per client on average; lower values give the 60-sample floor, for many-client runs).
     ``download`` fetches ``mnist``/``cifar10``/``cifar100`` into ``data_dir`` first (:func:`download_dataset`).
     An ``hf:`` dataset is partitioned here (``partition``, ``alpha``, ``classes_per_client``;
-    :func:`load_hf_bundle`), the others by the caller."""
+    :func:`load_hf_bundle`), the others by the caller. A ``data_dir`` given for a dataset that reads
+    no files (``digits``, ``synthetic``) raises :class:`~flwr_strategies.setup.SettingError` instead
+    of being ignored."""
     key = name.lower()
+    if data_dir is not None and key in DATASETS and key not in READS_DATA_DIR:
+        raise SettingError("data_dir", str(data_dir), f"unset for dataset {name!r}, which reads no files (a data "
+                                                      f"folder is for {', '.join(READS_DATA_DIR)} and {HF_PREFIX} datasets)")
     if download:
         download_dataset(key, data_dir)
     if name.startswith(HF_PREFIX):

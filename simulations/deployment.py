@@ -40,6 +40,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .results import OUTPUT_BASE_ENV
+
 HOST = "127.0.0.1"
 
 
@@ -174,7 +176,8 @@ class FlowerProcesses:
     num_ports : int
         Free ports to reserve: the SuperLink's first, then the subclass's.
     env : dict | None
-        Extra environment variables for every process (e.g. ``PYTHONPATH``).
+        Extra environment variables for every process (e.g. ``PYTHONPATH``). The ServerApp's
+        ``out-dir`` must lie in ``FLWR_STRATEGIES_OUTPUT_BASE``: this environment's, else ``workdir``.
     """
 
     CONNECTION = "deploy"
@@ -189,6 +192,7 @@ class FlowerProcesses:
         self.superlink_port, self.other_ports = ports[0], ports[1:]
         self.address = f"{HOST}:{self.superlink_port}"
         self.env = deployment_env(self.flwr_home)
+        self.env.setdefault(OUTPUT_BASE_ENV, str(self.workdir))  # the ServerApp's out-dir stays in here
         self.env.update(env or {})
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopped_pids: set[int] = set()

@@ -1,15 +1,26 @@
-"""``results.json``: configuration, versions and per-round numbers of one run."""
+"""``results.json``: configuration, versions and per-round numbers of one run; the run's output folder.
+
+:class:`OutputFolder` holds a run's folder while the run writes there: an exclusive lock
+(``fcntl``, on ``.lock`` inside it), so two runs never write into one folder at once, and a refusal
+of a folder that already holds another run's results unless the caller asked to overwrite them
+(``--overwrite``, run config ``overwrite = true``). :func:`confined_out_dir` keeps a ServerApp's
+``out-dir`` (a run config, which the run's submitter sets) inside the folder the node operator
+named in :data:`OUTPUT_BASE_ENV`.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import platform
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from flwr_strategies.core.state import atomic_write
+from flwr_strategies.setup import SettingError
 
 PACKAGES = ("flwr", "torch", "torchvision", "numpy", "ray", "flwr-datasets", "scikit-learn", "transformers", "peft", "dp-accounting")
 
@@ -195,12 +206,17 @@ def final_text(summary: dict[str, Any]) -> str:
     return "no evaluated round"
 
 
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`~flwr_strategies.core.state.atomic_write`),
+    creating parent folders."""
+    return atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as indented JSON, creating parent folders, atomically: the text goes to a
     temporary file beside ``path`` (flushed to disk) that then replaces ``path``, so a disk that
     fills up or a crash leaves the previous file (or none), never a truncated one."""
-    text = json.dumps(data, indent=2, default=_default)
-    return atomic_write(path, lambda fh: fh.write(text.encode()))
+    return write_text(path, json.dumps(data, indent=2, default=_default))
 
 
 def _default(o: Any) -> Any:
@@ -214,3 +230,95 @@ def _default(o: Any) -> Any:
     except ImportError:
         pass
     return str(o)
+
+
+# ------------------------------------------------------------------------------ output folders
+#: Files a run or a comparison writes into its output folder (a folder holding one holds another
+#: run's results).
+RUN_FILES = ("results.json", "final.npz", "summary.json", "summary.md")
+#: The folders this process holds: ``[holders, lock file descriptor]`` (nested holders share the lock).
+_HELD: dict[Path, list[int]] = {}
+#: Environment variable of the ServerApp's process naming the folder its ``out-dir`` must stay in
+#: (the node operator's); unset, the process's working directory.
+OUTPUT_BASE_ENV = "FLWR_STRATEGIES_OUTPUT_BASE"
+
+
+class OutputFolder:
+    """A run's output folder, created and held (an exclusive ``fcntl`` lock on ``<path>/.lock``)
+    from now until :meth:`release` (or the end of a ``with`` block, or the process). A folder this
+    process already holds is held again without a check (a preset that writes its own report
+    around a comparison in the same folder); the lock goes with the outermost holder.
+
+    Raises :class:`~flwr_strategies.setup.SettingError` naming ``setting`` and the folder when
+    another run holds the folder, or when it already holds a run's results (:data:`RUN_FILES`) and
+    ``overwrite`` is false; the folder is then left as it was.
+
+    Parameters
+    ----------
+    path : str | Path
+        The folder (created with its parents).
+    overwrite : bool (default: False)
+        Whether the results of an earlier run in the folder may be replaced.
+    setting : str (default: "out")
+        The setting that named the folder, for the error (``"out"``: ``--out``).
+    how : str (default: "--overwrite")
+        How the caller asks to overwrite, for the error.
+    """
+
+    def __init__(self, path: str | Path, *, overwrite: bool = False, setting: str = "out",
+                 how: str = "--overwrite") -> None:
+        self.path = Path(path)
+        self._key: Path | None = None
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            key = self.path.resolve()
+            if key in _HELD:
+                _HELD[key][0] += 1
+                self._key = key
+                return
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise SettingError(setting, str(path), f"a folder where results can be written ({err.strerror or err})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SettingError(setting, str(path), "a folder no other run is writing to (another run holds its "
+                                                   "lock, .lock)") from None
+        _HELD[key] = [1, fd]
+        self._key = key
+        held = [name for name in RUN_FILES if (self.path / name).exists()]
+        if held and not overwrite:
+            self.release()
+            raise SettingError(setting, str(path), f"a folder without another run's results (it holds "
+                                                   f"{', '.join(held)}; choose another folder, or {how} to replace them)")
+
+    def release(self) -> None:
+        """Let other runs use the folder (when this is its outermost holder)."""
+        if self._key is None:
+            return
+        entry = _HELD[self._key]
+        entry[0] -= 1
+        if not entry[0]:
+            del _HELD[self._key]
+            os.close(entry[1])  # closing the descriptor releases the lock
+        self._key = None
+
+    def __enter__(self) -> "OutputFolder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def confined_out_dir(out_dir: str, setting: str = "run config out-dir") -> Path:
+    """``out_dir`` (a ServerApp's run config) as a folder inside the node operator's base folder:
+    :data:`OUTPUT_BASE_ENV` of this process, or its working directory when unset. A relative
+    ``out_dir`` is taken from the base; one that leaves it (``..``, an absolute path elsewhere, a
+    symbolic link out of it) raises :class:`~flwr_strategies.setup.SettingError`."""
+    base = Path(os.environ.get(OUTPUT_BASE_ENV) or os.getcwd()).resolve()
+    target = (base / out_dir).resolve()
+    if not target.is_relative_to(base):
+        raise SettingError(setting, out_dir, f"a folder inside the node operator's output folder ({OUTPUT_BASE_ENV} "
+                                             "where the ServerApp runs, else its working directory)")
+    return target

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from flwr_strategies.adapters.recorder import NoProgressError
@@ -11,7 +10,7 @@ from flwr_strategies.setup import SettingError
 
 from .backends import RayRunError, RunOutcome, run_backend
 from .experiment import ExperimentConfig, _preserved_rng, get_experiment
-from .results import chance_loss, package_versions, run_status, summarize, write_json
+from .results import OutputFolder, chance_loss, package_versions, run_status, summarize, write_json
 
 
 class _Progress:
@@ -40,20 +39,13 @@ class _Progress:
             self.bar.close()
 
 
-def prepare_out(cfg: ExperimentConfig) -> Path | None:
-    """Create ``cfg.out`` now and check that ``results.json`` can be written there, so a bad
-    ``--out`` fails before training rather than losing the results after it."""
+def prepare_out(cfg: ExperimentConfig) -> OutputFolder | None:
+    """Create and hold ``cfg.out`` (:class:`~.results.OutputFolder`) now, so a bad ``--out``, one
+    another run is writing to, or one holding another run's results (without ``overwrite``) fails
+    before training rather than losing results after it. The caller releases it."""
     if not cfg.out:
         return None
-    out = Path(cfg.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".results.json.tmp"
-        probe.write_text("{}")
-        probe.unlink()
-    except OSError as err:
-        raise SettingError("out", cfg.out, f"a folder where results.json can be written ({err.strerror or err})") from None
-    return out
+    return OutputFolder(cfg.out, overwrite=cfg.overwrite)
 
 
 def check_faults_can_fire(exp) -> None:
@@ -97,10 +89,20 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     ``"failed: NoProgressError: ..."`` and then raises the
     :class:`~flwr_strategies.adapters.recorder.NoProgressError`;
     ``results["provenance"]`` gives the source of every setting. ``results.json`` is written
-    atomically.
+    atomically, into a folder this run holds from before the first round to the end (another run
+    cannot write there meanwhile) and that held no other run's results unless ``cfg.overwrite``.
     """
     cfg = cfg.validate()  # resolved
     out = prepare_out(cfg)
+    try:
+        return _run(cfg, out, label, target, verbose)
+    finally:
+        if out is not None:
+            out.release()
+
+
+def _run(cfg: ExperimentConfig, out: OutputFolder | None, label: str | None, target: float | None,
+         verbose: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     exp = get_experiment(cfg)
     exp.preflight()
@@ -137,7 +139,7 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
         "rounds": rounds,
     }
     if out is not None:
-        write_json(out / "results.json", results)
+        write_json(out.path / "results.json", results)
     if stopped is not None:
         raise stopped
     return results

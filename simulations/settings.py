@@ -264,6 +264,7 @@ class ExperimentConfig:
     params: dict[str, Any] = field(default_factory=dict)
     fail: list[str] = field(default_factory=list)
     out: str | None = None
+    overwrite: bool = False
     progress: bool = True
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -413,7 +414,8 @@ class ExperimentConfig:
     def key(self) -> str:
         """Identity of what gets built (resolved; output, provenance and execution settings excluded)."""
         d = asdict(self.resolve())
-        for k in ("out", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "download", "provenance"):
+        for k in ("out", "overwrite", "progress", "backend", "client_cpus", "client_gpus", "client_timeout", "download",
+                  "provenance"):
             d.pop(k)
         return json.dumps(d, sort_keys=True, default=str)
 
@@ -566,6 +568,8 @@ def _check(cfg: ExperimentConfig) -> None:
                                              f"(num_clients {cfg.num_clients})")
         if r is not None and not 1 <= r <= cfg.rounds:
             raise SettingError("fail", text, f"ROUND:PARTITION with ROUND in 1..{cfg.rounds} (rounds {cfg.rounds})")
+    if not isinstance(cfg.overwrite, bool):
+        raise SettingError("overwrite", cfg.overwrite, "true or false")
     if cfg.out is not None:
         out = Path(cfg.out)
         if out.exists() and not out.is_dir():

@@ -126,3 +126,20 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture
 def mnist_path() -> Path:
     return mnist_dir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def output_base(tmp_path_factory):
+    """The node operator's output folder (``FLWR_STRATEGIES_OUTPUT_BASE``) of every ServerApp the
+    tests start, in process or in a deployment: the session's temporary folder, where each test's
+    ``out-dir`` lies."""
+    from flwr_strategies.simulations.results import OUTPUT_BASE_ENV
+
+    before = os.environ.get(OUTPUT_BASE_ENV)
+    base = tmp_path_factory.getbasetemp()
+    os.environ[OUTPUT_BASE_ENV] = str(base)
+    yield base
+    if before is None:
+        os.environ.pop(OUTPUT_BASE_ENV, None)
+    else:
+        os.environ[OUTPUT_BASE_ENV] = before

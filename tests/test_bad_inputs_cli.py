@@ -51,6 +51,14 @@ def _mnist(folder: Path, n_images: int = 40, n_labels: int = 40, bad_label: floa
     return folder
 
 
+def _idx_dims(folder: Path, body: bytes | None) -> Path:
+    """The labels file's header says 255 dimensions; ``body`` follows it (None: the labels)."""
+    path = folder / "t10k-labels-idx1-ubyte"
+    data = path.read_bytes()
+    path.write_bytes(data[:3] + b"\xff" + (data[4:] if body is None else body))
+    return folder
+
+
 def _cifar(folder: Path, corrupt: str | None = None) -> Path:
     base = folder / "cifar-10-batches-py"
     base.mkdir(parents=True, exist_ok=True)
@@ -148,6 +156,17 @@ CLI_ROWS = [
      ["t10k-images-idx3-ubyte", "unsigned bytes", "float32"]),
     ("mnist-empty-idx", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_empty"],
      ["t10k-images-idx3-ubyte", "holds no images"]),
+    # issue 29: the idx error said neither what the header read nor how much the file holds
+    ("mnist-idx-255-dimensions", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_dims"],
+     ["t10k-labels-idx1-ubyte", "magic number 000008ff: uint8 values in 255 dimensions", "... 251 more)",
+      "about 10^", "but the file holds 3076 after the header"]),
+    ("mnist-idx-header-cut", ["--dataset", "mnist", "--data-dir", "{tmp}/mnist_dims_cut"],
+     ["t10k-labels-idx1-ubyte", "magic number 000008ff: uint8 values in 255 dimensions", "needs 1024 bytes, the file has 48"]),
+    # issue 29: a data folder given for a dataset that reads none was ignored
+    ("data-dir-for-digits", ["--dataset", "digits", "--data-dir", "{tmp}"],
+     ["--data-dir", "must be unset for dataset 'digits', which reads no files (a data folder is for mnist, cifar10, cifar100 and hf: datasets)"]),
+    ("data-dir-for-synthetic", ["--dataset", "synthetic", "--data-dir", "{tmp}"],
+     ["--data-dir", "must be unset for dataset 'synthetic'"]),
     ("cifar-float-label-2.5", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_float_label"],
      ["data_batch_3", "labels must be integers", "label 2.5 at index 2"]),
     ("cifar-garbage-pickle", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar_garbage"], ["data_batch_3", "not a readable CIFAR"]),
@@ -168,6 +187,8 @@ FIXTURES = {
     "mnist_int8": lambda d: _mnist(d, image_dtype="i1"),
     "mnist_float_images": lambda d: _mnist(d, image_dtype=">f4"),
     "mnist_empty": lambda d: _mnist(d, n_images=0, n_labels=0),
+    "mnist_dims": lambda d: _idx_dims(_mnist(d, gz=False), np.random.default_rng(0).bytes(4096)),
+    "mnist_dims_cut": lambda d: _idx_dims(_mnist(d, gz=False), None),
     "cifar_float_label": lambda d: _cifar(d, "float_label"),
     "cifar_garbage": lambda d: _cifar(d, "garbage"),
     "cifar_truncated": lambda d: _cifar(d, "truncated"),

@@ -24,12 +24,13 @@ import copy
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
-from .state import check_state_layout, state_layout
+from .state import check_state_layout, load_state, state_layout
 from .validation import Rejection, ReplyError, all_finite, check_policy, nonfinite_replies, screen
 
 __all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn", "ExternalModelError", "check_model_arrays"]
@@ -410,6 +411,18 @@ class ServerCore(ABC):
             self.updated = was_updated
             what = f"missing entry {err}" if isinstance(err, KeyError) else str(err)
             raise ValueError(f"checkpoint does not fit this {name}: {what}") from None
+
+    def load_checkpoint(self, path: str | Path, *, num_rounds: int | None = None) -> None:
+        """Resume from a checkpoint file (``save_state(path, core.state_dict())``): read it with
+        :func:`~flwr_strategies.core.state.load_state` (bounded by the file's size) and restore it
+        with :meth:`load_state_dict` (``num_rounds``: the run it resumes, when the caller knows
+        it). Every error is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming
+        ``path``; the core is unchanged after one."""
+        state = load_state(path)
+        try:
+            self.load_state_dict(state, num_rounds=num_rounds)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
 
     def horizon(self) -> int | None:
         """The last round this core can run, when it knows it (None: any number of rounds)."""

@@ -2,7 +2,9 @@
 
 Nested dicts are flattened to ``/``-separated keys. Lists of arrays are stored element by element.
 :func:`save_state` writes to a temporary file beside the target and renames it, so an interrupted
-write never leaves a truncated checkpoint; :func:`load_state` names the file in every error.
+write never leaves a truncated checkpoint; :func:`load_state` checks what the file declares against
+what it holds before allocating (a crafted file cannot make it allocate more than its own size) and
+names the file in every error.
 
 :func:`state_layout` / :func:`check_state_layout` compare a loaded state with a core's own (what
 :meth:`~flwr_strategies.core.server.ServerCore.load_state_dict` checks before it changes anything).
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +26,16 @@ import numpy as np
 
 from .validation import all_finite
 
-__all__ = ["atomic_write", "save_state", "load_state", "state_layout", "check_state_layout"]
+__all__ = ["MAX_META_DEPTH", "MAX_STATE_BYTES", "atomic_write", "check_state_layout", "load_state", "save_state",
+           "state_layout"]
 
 _META = "__meta__"
+#: The most bytes :func:`load_state` lets a checkpoint's arrays declare, unless told otherwise (16 GiB).
+MAX_STATE_BYTES = 16 * 2**30
+#: The deepest nesting of a checkpoint's JSON metadata :func:`load_state` reads. A state nested
+#: ``k`` dicts/lists deep takes about ``2 k`` levels; the cores' states take at most 12 (FedMeZO's).
+MAX_META_DEPTH = 64
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _split(value: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
@@ -46,10 +56,10 @@ def _split(value: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
     raise TypeError(f"cannot checkpoint {prefix or 'state'} of type {type(value).__name__}")
 
 
-def _join(value: Any, arrays: Any) -> Any:
+def _join(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(value, dict):
         if "__array__" in value:
-            return np.array(arrays[value["__array__"]])
+            return arrays[value["__array__"]]  # read once from its own entry: no copy
         if "__dict__" in value:
             return {k: _join(v, arrays) for k, v in value["__dict__"].items()}
         if "__list__" in value:
@@ -57,6 +67,25 @@ def _join(value: Any, arrays: Any) -> Any:
         if "__bytes__" in value:
             return bytes.fromhex(value["__bytes__"])
     return value
+
+
+def _references(meta: Any) -> list[str]:
+    """The array entries the metadata refers to, in the order :func:`_join` reads them."""
+    out: list[str] = []
+    stack = [meta]
+    while stack:
+        v = stack.pop()
+        if not isinstance(v, dict):
+            continue
+        if "__array__" in v:
+            if not isinstance(v["__array__"], str):
+                raise ValueError(f"the metadata refers to an array by {v['__array__']!r:.80}, not by name")
+            out.append(v["__array__"])
+        elif isinstance(v.get("__dict__"), dict):
+            stack.extend(v["__dict__"].values())
+        elif isinstance(v.get("__list__"), list):
+            stack.extend(v["__list__"])
+    return out
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any]) -> Path:
@@ -79,30 +108,121 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], Any]) -> Path:
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (a ``state_dict()``) to ``path`` (``.npz``) atomically; returns the path."""
+    """Write ``state`` (a ``state_dict()``) to ``path`` (``.npz``) atomically; returns the path.
+    A state :func:`load_state` would refuse for its depth raises ``ValueError`` instead."""
     arrays: dict[str, np.ndarray] = {}
-    meta = _split(state, "", arrays)
-    return atomic_write(path, lambda fh: np.savez(fh, **arrays, **{_META: np.array(json.dumps(meta))}))
+    text = json.dumps(_split(state, "", arrays))
+    _check_depth(text, f"state for {path}")
+    return atomic_write(path, lambda fh: np.savez(fh, **arrays, **{_META: np.array(text)}))
 
 
-def load_state(path: str | Path) -> dict[str, Any]:
-    """Read a state written by :func:`save_state`.
+def load_state(path: str | Path, *, max_bytes: int = MAX_STATE_BYTES) -> dict[str, Any]:
+    """Read a state written by :func:`save_state`, allocating no more than the file declares and holds.
+
+    Before any array is read, the zip directory and every entry's ``.npy`` header are checked: each
+    entry must be a stored (uncompressed) ``.npy`` array whose declared shape and dtype fill exactly
+    the bytes the entry holds (so a 4 MiB file cannot make this allocate 4 GiB, nor a header declaring
+    2**40 values raise ``MemoryError``); the declared sizes together stay within the file's size and
+    ``max_bytes``; the JSON metadata nests at most :data:`MAX_META_DEPTH` levels; and every array
+    entry is referred to exactly once by the metadata. The arrays are then read once each, without
+    copies, so loading takes about the file's size in memory.
+
+    Parameters
+    ----------
+    path : str | Path
+        The checkpoint file (``.npz``).
+    max_bytes : int (default: :data:`MAX_STATE_BYTES`, 16 GiB)
+        The most bytes the arrays may declare in all; a positive integer.
 
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the path for a file
-    that is not a complete checkpoint (empty, truncated, another format).
+    that is not a complete checkpoint (empty, truncated, another format) or declares more than it
+    holds or than ``max_bytes``.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist (or is not a file)")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files") or _META not in data.files:
-                raise ValueError(f"no {_META} entry")
-            meta = json.loads(str(data[_META]))
-            return _join(meta, {k: data[k] for k in data.files if k != _META})
-    except (ValueError, EOFError, OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as err:
+        return _read_state(path, int(max_bytes))
+    except (ValueError, EOFError, OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeError) as err:
         raise ValueError(f"{path} is not a readable flwr-strategies checkpoint "
                          f"({type(err).__name__}: {err or 'empty or truncated file'})") from None
+
+
+def _read_state(path: Path, max_bytes: int) -> dict[str, Any]:
+    size = path.stat().st_size
+    with zipfile.ZipFile(path) as zf:
+        infos = {info.filename: info for info in zf.infolist()}
+        if len(infos) != len(zf.infolist()):
+            raise ValueError("an entry appears twice in the zip directory")
+        if f"{_META}.npy" not in infos:
+            raise ValueError(f"no {_META} entry")
+        if sum(info.compress_size for info in infos.values()) > size:
+            raise ValueError(f"its zip directory declares more bytes than the file's {size}")
+        declared = 0
+        for name, info in infos.items():
+            declared += _check_entry(zf, info, size)
+        if declared > max_bytes:
+            raise ValueError(f"its arrays declare {declared} bytes in all, more than the limit of {max_bytes} "
+                             "(load_state's max_bytes)")
+        text = str(_read_entry(zf, infos[f"{_META}.npy"])[()])
+        _check_depth(text)
+        meta = json.loads(text)
+        del text
+        refs = _references(meta)
+        keys = {name[: -len(".npy")] for name in infos} - {_META}
+        unknown = sorted(set(refs) - keys)
+        if unknown:
+            raise ValueError(f"the metadata refers to array entries the file lacks: {unknown[:5]}")
+        twice = sorted({r for r in refs if refs.count(r) > 1}) if len(set(refs)) != len(refs) else []
+        if twice:
+            raise ValueError(f"the metadata refers to the array entries {twice[:5]} more than once")
+        unused = sorted(keys - set(refs))
+        if unused:
+            raise ValueError(f"the file holds array entries the metadata never refers to: {unused[:5]}")
+        arrays = {k: _read_entry(zf, infos[f"{k}.npy"]) for k in refs}
+        return _join(meta, arrays)
+
+
+def _check_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> int:
+    """Check one entry's zip record and ``.npy`` header against what it holds; its data bytes."""
+    name = info.filename
+    if not name.endswith(".npy"):
+        raise ValueError(f"entry {name!r} is not an .npy array")
+    if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+        raise ValueError(f"entry {name!r} is compressed (save_state stores entries uncompressed)")
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"entry {name!r} has .npy format version {version}, not 1.0 or 2.0")
+        header = fh.tell()
+    if dtype.hasobject:
+        raise ValueError(f"entry {name!r} holds Python objects (dtype {dtype}), which a checkpoint never does")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if header + nbytes != info.file_size:
+        raise ValueError(f"entry {name!r} declares shape {tuple(shape)} of {dtype} ({nbytes} bytes) but holds "
+                         f"{info.file_size - header} bytes of data (the file is {size} bytes)")
+    return nbytes
+
+
+def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    with zf.open(info) as fh:
+        return np.lib.format.read_array(fh, allow_pickle=False)
+
+
+def _check_depth(text: str, what: str = "its metadata") -> None:
+    """Raise ``ValueError`` when the JSON ``text`` nests deeper than :data:`MAX_META_DEPTH`."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            continue
+        depth += 1 if token in "[{" else -1
+        if depth > MAX_META_DEPTH:
+            raise ValueError(f"{what} nests deeper than {MAX_META_DEPTH} levels")
 
 
 # -- comparing a loaded state with a core's own --------------------------------------------------
@@ -137,7 +257,9 @@ def check_state_layout(value: Any, layout: Any, where: str = "state") -> None:
     Dicts: every key of ``layout`` is present (keys a core adds later in a run may be too).
     Lists: the same length, except lists that are empty in ``layout`` or hold records (dicts),
     which grow during a run. Arrays: the same dtype exactly, and the same shape (an empty array in
-    ``layout`` fixes only the number of dimensions). Numbers: finite, of the same kind.
+    ``layout`` fixes only the number of dimensions). Numbers: finite, of the same kind. Integers
+    (and integer arrays) are not negative: every integer a core keeps is a count (DO-ADP's
+    ``active_steps``, which the observed epsilon is computed from), a round, an index or a seed.
     """
     if isinstance(layout, dict):
         if not isinstance(value, dict):
@@ -175,6 +297,7 @@ def check_state_layout(value: Any, layout: Any, where: str = "state") -> None:
             raise ValueError(f"checkpoint {where} has shape {tuple(value.shape)}, expected {layout.shape}")
         if not all_finite(value):
             raise ValueError(f"checkpoint {where} contains NaN or infinite values")
+        _check_not_negative(value, where)
         return
     if layout is float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -185,12 +308,24 @@ def check_state_layout(value: Any, layout: Any, where: str = "state") -> None:
     if layout is int:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"checkpoint {where} = {value!r:.80} is not an integer")
+        _check_not_negative(value, where)
         return
     if layout in (bool, str, bytes) and not isinstance(value, layout):
         raise ValueError(f"checkpoint {where} = {value!r:.80} is not a {layout.__name__}")
 
 
+def _check_not_negative(value: Any, where: str) -> None:
+    """Raise ``ValueError`` for a negative integer or an integer array holding one (a count)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
+            at = tuple(int(i) for i in np.unravel_index(int(np.argmin(value)), value.shape))
+            raise ValueError(f"checkpoint {where} holds {int(value.min())} at {at}: a count cannot be negative")
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value < 0:
+        raise ValueError(f"checkpoint {where} = {int(value)}: a count cannot be negative")
+
+
 def _check_finite_anywhere(value: Any, where: str) -> None:
+    _check_not_negative(value, where)
     if isinstance(value, np.ndarray) and not all_finite(value):
         raise ValueError(f"checkpoint {where} contains NaN or infinite values")
     if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):

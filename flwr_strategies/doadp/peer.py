@@ -370,7 +370,7 @@ class GaussianLedger:
         return {"segments": [dict(s) for s in self.past], "current": {**self._segment(), "start": self.rounds_before}}
 
     def load_state_dict(self, state: dict[str, Any], *, num_rounds: int | None = None) -> None:
-        self._checkpoint_round = int(state["server_round"])
+        self._checkpoint_round = state.get("server_round") if isinstance(state, dict) else None  # checked below
         super().load_state_dict(state, num_rounds=num_rounds)
 
     def load_ledger(self, state: dict[str, Any]) -> None:
@@ -391,6 +391,6 @@ class GaussianLedger:
             self.past, self.rounds_before = segments, start
             return
         previous = sum((np.asarray(s["steps"], dtype=np.int64) for s in segments), np.zeros(self.n, dtype=np.int64))
-        ran = getattr(self, "_checkpoint_round", start)
+        ran = start if getattr(self, "_checkpoint_round", None) is None else int(self._checkpoint_round)
         current.update(rounds=ran - start, steps=(self.step_counts() - previous).tolist())
         self.past, self.rounds_before = segments + [current], ran

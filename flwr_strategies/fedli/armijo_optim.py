@@ -6,11 +6,14 @@ which runs the stochastic line search of Vaswani et al. 2019 ("Painless Stochast
 
     opt = ArmijoSGD(model.parameters(), batch_fraction=batch_size / len(train_set))
     for x, y in loader:                                   # any batch format: the closure computes the loss
-        opt.step(lambda: criterion(model(x), y))          # returns the loss; do NOT call backward()
+        opt.step(lambda: criterion(model(x), y))          # returns the loss (backward() inside works too)
     metrics = opt.summary()                               # {"step_size": ..., "train_loss": ...}
 
 As in ``sls.Sls``, the closure only computes the loss: the optimizer calls ``backward()`` once and
-then re-evaluates the closure (without gradients) at each trial point. Every evaluation of one step
+then re-evaluates the closure (without gradients) at each trial point. A closure in torch's
+convention (``opt.zero_grad(); loss = criterion(model(x), y); loss.backward(); return loss``, as for
+``torch.optim.LBFGS``) works too: its gradient is the step's, and the trial points are evaluated
+with gradients enabled (one backward per trial, so the loss-only closure is cheaper). Every evaluation of one step
 runs under the same RNG seed, so dropout draws the same mask on every trial (as ``sls`` reseeds each step); the seed
 comes from ``generator`` (seeded runs are bit-reproducible) instead of ``sls``'s wall clock.
 """
@@ -104,7 +107,9 @@ class ArmijoSGD(torch.optim.Optimizer):
         return [p for group in self.param_groups for p in group["params"] if p.requires_grad]
 
     def step(self, closure: Callable[[], torch.Tensor]) -> float:  # type: ignore[override]
-        """One line-search step; ``closure()`` returns the minibatch loss (no ``backward()`` inside).
+        """One line-search step; ``closure()`` returns the minibatch loss, either without calling
+        ``backward()`` (``sls``'s convention, the cheaper) or after calling it (torch's, as for
+        ``torch.optim.LBFGS``: told apart by whether the first evaluation left gradients).
 
         Returns the loss before the step. Raises ``FloatingPointError`` (parameters unchanged) when
         the loss or the gradient is not finite.
@@ -117,19 +122,27 @@ class ArmijoSGD(torch.optim.Optimizer):
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator).item())
         devices = sorted({p.device.index or 0 for p in params if p.device.type == "cuda"})
 
+        calls_backward: list[bool] = []  # set at the first evaluation (armijo_step's, with grads cleared)
+
         def deterministic() -> torch.Tensor:
             with torch.random.fork_rng(devices=devices):
                 torch.manual_seed(seed)
-                return closure()
+                if not calls_backward:  # the gradient evaluation
+                    loss = closure()
+                    calls_backward.append(any(p.grad is not None for p in params))
+                    # torch's convention: the gradient is in p.grad already, and the closure freed the
+                    # graph; armijo_step's backward() then runs on a detached leaf and leaves p.grad alone
+                    return loss.detach().requires_grad_() if calls_backward[0] else loss
+                if not calls_backward[0]:
+                    return closure()
+                with torch.enable_grad():  # a trial point: the closure's backward() needs a graph
+                    loss = closure()
+                for p in params:
+                    p.grad = None
+                return loss.detach()
 
         k = self.steps + 1
-        try:
-            res = armijo_step(params, deterministic, self.step_size, k, self.config, self.batch_fraction)
-        except RuntimeError as err:
-            if "grad" in str(err) or "backward" in str(err):
-                raise RuntimeError(f"{err} (ArmijoSGD: the closure must return the loss without calling backward(); "
-                                   "the optimizer differentiates it once and re-evaluates it at the trial points)") from err
-            raise
+        res = armijo_step(params, deterministic, self.step_size, k, self.config, self.batch_fraction)
         self.steps = k
         self.step_size = res.step_size
         self.losses.append(res.loss)

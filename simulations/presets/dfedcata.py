@@ -40,6 +40,7 @@ from pathlib import Path
 from . import Preset, PresetContext, RunEntry, register_preset
 
 from flwr_strategies.dfedcata.config import CODE_OPTIONS
+from flwr_strategies.simulations.results import write_text
 
 BASE = {
     "dataset": "digits",
@@ -110,9 +111,8 @@ def _run(ctx: PresetContext) -> list[dict]:
     out = Path(ctx.out_dir)
     results = run_entries(ctx.preset.entries, ctx.preset.base, overrides, out, target=TARGET, title="preset dfedcata")
     table = speedup_table(results)
-    with open(out / "summary.md", "a") as f:
-        f.write("\n" + table)
-    (out / "speedup.json").write_text(json.dumps({"table": table}))
+    write_text(out / "summary.md", (out / "summary.md").read_text() + "\n" + table)
+    write_text(out / "speedup.json", json.dumps({"table": table}))
     print(table)
     return results
 
@@ -220,8 +220,7 @@ def _run_code(ctx: PresetContext) -> list[dict]:
         lines.append(f"| {r['label']} | {T} | {evals[-1][1]:.4f} | {max(a for _, a in evals):.4f} | "
                      f"{hit if hit is not None else '> ' + str(T)} |")
     table = "\n".join(lines) + "\n"
-    with open(out / "summary.md", "a") as f:
-        f.write("\n" + table)
+    write_text(out / "summary.md", (out / "summary.md").read_text() + "\n" + table)
     print(table)
     return results
 

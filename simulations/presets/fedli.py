@@ -97,7 +97,7 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     """Tuning sweep for the baselines, then the final comparison; writes summary.md and summary.json."""
     from ..compare import merge_config, plot_accuracy
     from ..experiment import ExperimentConfig
-    from ..results import write_json
+    from ..results import write_json, write_text
     from ..runner import run_experiment
 
     out_dir = Path(ctx.out_dir)
@@ -151,8 +151,7 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     total_wall = time.perf_counter() - t_start
 
     text = render_markdown(results, sweep, base, tune_rounds, tune_wall, total_wall)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.md").write_text(text)
+    write_text(out_dir / "summary.md", text)
     plot_accuracy(results, out_dir / "accuracy.png", "preset fedli")
     summary = {
         "base": base, "tune_rounds": tune_rounds, "chosen": chosen, "sweep": sweep,

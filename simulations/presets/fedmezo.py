@@ -37,6 +37,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.core.state import atomic_write
+from flwr_strategies.simulations.results import write_text
+
 from . import Preset, PresetContext, RunEntry, register_preset
 
 # ----------------------------------------------------------------------------- reduced scale
@@ -120,8 +123,8 @@ def run_fedmezo_preset(ctx: PresetContext) -> dict[str, Any]:
         conf = merge_config(ctx.preset.base, {"method": e.method, "backend": ctx.backend}, e.overrides, ctx.overrides)
         results.append(_run(e.label, conf, out))
     md = summarize(results)
-    (out / "summary.md").write_text(md)
-    (out / "summary.json").write_text(json.dumps(
+    write_text(out / "summary.md", md)
+    write_text(out / "summary.json", json.dumps(
         [{"label": r["label"], "rounds": [t for t, _ in _losses(r)], "loss": [v for _, v in _losses(r)],
           "bytes_up": [x["bytes_up"] for x in r["rounds"]], "wall_s": r["timing"]["wall_s"],
           "config": r["config"], "params": r["params"]} for r in results], indent=1))
@@ -180,7 +183,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         ax.set_xlabel("round"); ax.set_ylabel("test loss"); ax.set_title(t); ax.legend(fontsize=7)
     b.set_ylim(top=min(8.0, b.get_ylim()[1]))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
     plt.close(fig)
 
 

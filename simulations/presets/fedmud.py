@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr_strategies.simulations.compare import merge_config, run_entries
+from flwr_strategies.simulations.results import write_text
 
 from . import Preset, PresetContext, RunEntry, register_preset
 
@@ -107,7 +108,7 @@ def _run(ctx: PresetContext) -> dict:
         run_entries(reset, abl_base, overrides, out / "ablation_reset", title="reset interval, Non-IID-1")
         run_entries(init, abl_base, overrides, out / "ablation_init", title="init scale, Non-IID-1")
     text = render(out, ctx.preset)
-    (out / "fedmud_tables.md").write_text(text)
+    write_text(out / "fedmud_tables.md", text)
     print(text)
     return {"tables": text}
 
