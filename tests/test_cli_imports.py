@@ -31,8 +31,8 @@ def imported_modules(args: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("args", [
-    ["-m", "simulations", "--help"],
-    ["-m", "simulations", "run", "--help"],
+    ["-m", "flwr_strategies.simulations", "--help"],
+    ["-m", "flwr_strategies.simulations", "run", "--help"],
     ["-c", "import flwr_strategies.simulations.datasets as d; assert 'mnist' in d.DATASETS"],
 ])
 def test_no_torch_or_scipy(args: list[str]) -> None:
