@@ -27,13 +27,16 @@ import pickle
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from flwr_strategies.clients.training import TensorData
 from flwr_strategies.setup import SettingError
+
+if TYPE_CHECKING:  # torch loads inside the loaders, so `list` and `--help` start without it
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 #: Prefix of a dataset loaded through Flower Datasets (``hf:ylecun/mnist``, ``hf:path/to/parquet-folder``).
@@ -80,6 +83,10 @@ def _seeded_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, 
 
 def load_digits_bundle(seed: int = 0, test_fraction: float = 0.2) -> DatasetBundle:
     """scikit-learn's digits, pixel values scaled to [0, 1], seeded train/test split."""
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
     from sklearn.datasets import load_digits
 
     raw = load_digits()
@@ -199,6 +206,10 @@ def _find(data_dir: Path, stem: str) -> Path | None:
 
 def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fraction: float = 0.2) -> DatasetBundle:
     """MNIST from idx files; carves a seeded train/test split when only t10k is present."""
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
     if data_dir is None:
         raise DataFilesMissing(
             "dataset 'mnist' needs --data-dir pointing to the idx files "
@@ -243,6 +254,8 @@ def random_crop_flip(padding: int = 4):
 
     Uses the caller's generator only, so augmented batches are reproducible.
     """
+    import torch
+
 
     def augment(xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         n, _, h, w = xb.shape
@@ -314,6 +327,10 @@ def _md5(path: Path) -> str:
 def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bool = True) -> DatasetBundle:
     """CIFAR-10/100 from the python-pickle layout (``cifar-10-batches-py``, ``cifar-100-python``),
     read file by file and checked (no download; torchvision's file lists and MD5 sums)."""
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
     from torchvision.datasets import CIFAR10, CIFAR100
 
     cls, folder, mean, std, classes = (
@@ -377,6 +394,10 @@ def load_synthetic_bundle(
     a log-normal power law (at least 10 train samples each). ``groups`` holds each training
     sample's client, used by the ``natural`` partition.
     """
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     rng = np.random.default_rng(seed)
@@ -496,6 +517,10 @@ def load_hf_bundle(name: str, num_clients: int, partition: str, seed: int = 0, *
     notes say so. Pixels are scaled to [0, 1] and standardised per channel with the training data's
     mean and standard deviation.
     """
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
     from datasets import get_dataset_split_names
     from flwr_datasets import FederatedDataset
     from flwr_datasets.preprocessor import Divider

@@ -1,0 +1,40 @@
+"""The command line's cheap paths start without torch or SciPy.
+
+Each command runs in a fresh interpreter with ``-X importtime``, which writes one line per module
+imported to stderr; the test fails if ``torch`` or ``scipy`` is among them. Loading the datasets
+module (its names are used to check settings and by ``list``) must not import torch either: the
+loaders import it when they build tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "scipy")
+
+
+def imported_modules(args: list[str]) -> set[str]:
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0"}
+    proc = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {m.group(1) for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.M)}
+    assert "flwr_strategies" in names, "importtime output not parsed"
+    return names
+
+
+@pytest.mark.parametrize("args", [
+    ["-m", "flwr_strategies.simulations", "--help"],
+    ["-m", "flwr_strategies.simulations", "run", "--help"],
+    ["-c", "import flwr_strategies.simulations.datasets as d; assert 'mnist' in d.DATASETS"],
+])
+def test_no_torch_or_scipy(args: list[str]) -> None:
+    names = imported_modules(args)
+    assert not [h for h in HEAVY if h in names], f"{' '.join(args)} imported {[h for h in HEAVY if h in names]}"
