@@ -413,17 +413,18 @@ class MessageStrategy(MethodAdapter, Strategy):
         instructions = core.configure_train(rnd, core.select(rnd, available))
         self._sampled[rnd] = [ins.partition_id for ins in instructions]
         user = dict(config or {})
-        shared: dict[int, ArrayRecord] = {}
+        shared: dict[int, tuple[ArrayRecord, list[str]]] = {}
         messages = []
         layouts = self._layouts[rnd] = {}
         for ins in instructions:
             key = id(ins.arrays)
             if key not in shared:
-                shared[key] = self._array_record(ins.arrays, ins.model_layout)
-            layouts[int(ins.partition_id)] = list(shared[key].keys())
+                record = self._array_record(ins.arrays, ins.model_layout)
+                shared[key] = (record, list(record.keys()))
+            layouts[int(ins.partition_id)] = shared[key][1]  # what its reply is read against
             cfg = {**user, "server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(cfg)
-            content = RecordDict({self.arrayrecord_key: shared[key], self.configrecord_key: config_record(cfg)})
+            content = RecordDict({self.arrayrecord_key: shared[key][0], self.configrecord_key: config_record(cfg)})
             messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],
                                     message_type=MessageType.TRAIN))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
