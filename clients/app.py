@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from flwr_strategies.common import PARTITION_KEY
@@ -61,12 +61,23 @@ def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, int | float], dic
 def train_reply(msg: Message, context: Context, arrays: list[np.ndarray] | ArrayRecord, num_examples: int,
                 metrics: dict[str, Any] | None = None) -> Message:
     """The reply to a train message: ``arrays``, ``metrics`` (numeric) plus ``num-examples`` and
-    ``partition-id``; ``str``/``bytes`` metrics travel in a ``ConfigRecord`` named ``"extra"``."""
+    ``partition-id``; ``str``/``bytes`` metrics travel in a ``ConfigRecord`` named ``"extra"``.
+
+    The strategies read a reply's arrays by name (see
+    :func:`flwr_strategies.adapters.message.reply_names`): a list of as many arrays as the message's
+    ``"arrays"`` record held is named like that record (in order: the model comes back under the
+    model's names), any other list ``"0"``, ``"1"``...; an ``ArrayRecord`` is sent as it is."""
     numeric, other = _split_metrics(dict(metrics or {}))
     numeric[WEIGHT_KEY] = int(num_examples)
     if PARTITION_KEY in context.node_config:
         numeric[PARTITION_KEY] = int(context.node_config[PARTITION_KEY])
-    record = arrays if isinstance(arrays, ArrayRecord) else ArrayRecord([np.asarray(a) for a in arrays])
+    if isinstance(arrays, ArrayRecord):
+        record = arrays
+    else:
+        values = [np.asarray(a) for a in arrays]
+        sent = msg.content.array_records.get("arrays")
+        names = list(sent.keys()) if sent is not None and len(sent) == len(values) else [str(i) for i in range(len(values))]
+        record = ArrayRecord({k: Array.from_numpy_ndarray(a) for k, a in zip(names, values)})
     content = RecordDict({"arrays": record, "metrics": MetricRecord(numeric)})
     if other:
         content["extra"] = ConfigRecord(other)

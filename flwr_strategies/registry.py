@@ -121,12 +121,23 @@ class MethodSpec:
 
         return core
 
+    def max_num_examples(self, setup: Any) -> dict[int, int] | None:
+        """The bound on each reply's ``num_examples`` in a run of ``setup``: each partition's size
+        (``setup.num_examples``, what the project's clients report, as Flower's examples do with
+        ``len(trainset)``), so no client can weigh more than its own data. None when the sizes
+        are not known, and for the ``causal-lm`` task, whose clients report the examples they saw
+        in the round (FedMeZO: local steps x batch size), which may exceed the partition."""
+        if not setup.num_examples or self.task != "classification":
+            return None
+        return {int(p): max(1, int(n)) for p, n in setup.num_examples.items()}
+
     def legacy_strategy(self, setup: Any, params: dict, **kwargs: Any) -> Any:
         """A :class:`~flwr_strategies.adapters.LegacyStrategy` over this method's core, set up for
         the experiment (all its clients, its sampling, no federated evaluation unless ``kwargs``
-        ask for it)."""
+        ask for it, ``max_num_examples`` from the partitions: :meth:`max_num_examples`)."""
         from .adapters.legacy import LegacyStrategy
 
+        kwargs.setdefault("max_num_examples", self.max_num_examples(setup))
         kwargs.setdefault("min_available_clients", setup.num_clients)
         kwargs.setdefault("fraction_evaluate", 0.0)
         return LegacyStrategy(core_factory=self._factory(setup, params), initial_parameters=setup.initial_parameters,
@@ -138,6 +149,7 @@ class MethodSpec:
         set-up as :meth:`legacy_strategy`)."""
         from .adapters.message import MessageStrategy
 
+        kwargs.setdefault("max_num_examples", self.max_num_examples(setup))
         kwargs.setdefault("fraction_evaluate", 0.0)
         kwargs.setdefault("min_available_nodes", setup.num_clients)
         return MessageStrategy(fraction_train=setup.fraction_fit, min_train_nodes=setup.clients_per_round,

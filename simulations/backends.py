@@ -139,6 +139,7 @@ def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = No
         PartitionContexts(cfg.num_clients),
         evaluate_fn=exp.evaluate_fn,
         client_timeout=cfg.client_timeout,
+        max_num_examples=exp.spec.max_num_examples(exp.server_setup()),
         on_round_end=on_round_end,
     )
     rounds = driver.run(cfg.rounds, state=state)

@@ -28,7 +28,7 @@ that raises or does not return in time is a failed client for that round, logged
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from logging import WARNING
 from typing import Any
 
@@ -39,7 +39,7 @@ from flwr_strategies.adapters.recorder import RoundRecorder, arrays_nbytes, byte
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.server import ServerCore
 from flwr_strategies.common import PARTITION_KEY
-from flwr_strategies.core.validation import Rejection, ReplyError, check_policy
+from flwr_strategies.core.validation import Rejection, ReplyError, check_max_num_examples, check_policy
 
 from .timeouts import BoundedCaller
 
@@ -110,6 +110,9 @@ class CoreDriver:
         Seconds one client may take for one round's ``fit``, > 0; None: no limit.
     on_bad_reply : str (default: "drop")
         The shared reply policy (:mod:`flwr_strategies.core.validation`).
+    max_num_examples : int | Mapping[int, int] | None (default: None)
+        Bound on each reply's ``num_examples`` (see
+        :meth:`~flwr_strategies.core.server.ServerCore.train_round`); None: not bounded.
     on_round_end : callable | None (default: None)
         Called with every finished round record.
     """
@@ -123,6 +126,7 @@ class CoreDriver:
         evaluate_fn: EvalFn | None = None,
         client_timeout: float | None = None,
         on_bad_reply: str = "drop",
+        max_num_examples: int | Mapping[int, int] | None = None,
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if not isinstance(core, ServerCore):
@@ -132,6 +136,7 @@ class CoreDriver:
         self.contexts = contexts
         self.evaluate_fn = evaluate_fn
         self.on_bad_reply = check_policy(on_bad_reply)
+        self.max_num_examples = check_max_num_examples(max_num_examples)
         self.call = BoundedCaller(client_timeout)
         self.history = RoundRecorder(on_round_end)
         self.partitions = list(range(contexts.num_partitions))
@@ -183,7 +188,8 @@ class CoreDriver:
         core.instructions_sent(rnd)
         if rejected and self.on_bad_reply == "raise":
             raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
-        result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply)
+        result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply,
+                                  max_num_examples=self.max_num_examples)
         self.history.training(rnd, result, rejected, len(replies), logged=failed)
 
     def evaluate(self, rnd: int) -> None:

@@ -16,7 +16,11 @@ the Flower side once for all of them:
   round 1 and continues from it when a wrapper changed it;
 - ``FitRes`` replies decoded in one place, as read-only views of their bytes (no copies,
   :mod:`~flwr_strategies.adapters.wire`); a non-OK status is a failure; a reply whose arrays,
-  partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``);
+  partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``).
+  The legacy API's ``Parameters`` carry no names, so the order of a reply's arrays is its layout
+  (as in Flower's legacy FedAvg): arrays returned in another order are rejected where their shapes
+  or dtypes tell, and cannot be told apart where they are equal. The Message API
+  (:class:`~flwr_strategies.adapters.message.MessageStrategy`) reads replies by name;
 - central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
 - per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
 """
@@ -48,7 +52,7 @@ from flwr.server.strategy import Strategy
 from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
-from ..core.validation import Rejection, ReplyError
+from ..core.validation import Rejection, ReplyError, check_max_num_examples
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
@@ -154,6 +158,13 @@ class LegacyStrategy(MethodAdapter, Strategy):
         Called with every finished round record.
     core_factory : callable | None (default: None)
         ``(initial_arrays, num_partitions) -> ServerCore`` instead of a method's declaration.
+    max_num_examples : int | Mapping[int, int] | None (default: None)
+        The most a reply's ``FitRes.num_examples`` may weigh: an integer >= 1 for every client, or
+        ``{partition_id: bound}`` (each partition's dataset size, as the project's runner sets it;
+        a reply from a partition it does not name is rejected). A count is the client's own claim:
+        without a bound one client reporting ``2**31`` owns the whole average, as in Flower's
+        FedAvg. A count above its bound is weighted as the bound and counted in the round's
+        ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
     def __init__(
@@ -179,10 +190,12 @@ class LegacyStrategy(MethodAdapter, Strategy):
         criterion: Criterion | None = None,
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
         core_factory: CoreFactory | None = None,
+        max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         super().__init__()
         name = type(self).__name__
+        self.max_num_examples = check_max_num_examples(max_num_examples, f"{name}: max_num_examples")
         if not (isinstance(fraction_fit, (int, float)) and 0.0 < fraction_fit <= 1.0):
             raise ValueError(f"{name}: fraction_fit must be in (0, 1], got {fraction_fit!r}")
         if not (isinstance(fraction_evaluate, (int, float)) and 0.0 <= fraction_evaluate <= 1.0):
@@ -394,7 +407,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             rec["failures"] += len(failures) + len(failed)
             return None, {}
         result = self.core.train_round(rnd, replies, sampled=self._sampled.pop(rnd, []), failed=failed,
-                                       on_bad_reply=self.on_bad_reply)
+                                       on_bad_reply=self.on_bad_reply, max_num_examples=self.max_num_examples)
         metrics = self.history.training(rnd, result, rejected, len(replies), logged=failed,
                                         anonymous=sum(isinstance(f, BaseException) for f in failures))
         if self.fit_metrics_aggregation_fn is not None:

@@ -21,6 +21,11 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
 - a node that a round found unreachable (no reply before the timeout, or the SuperLink's error
   reply for it) is left out of later rounds, logged as a failure each round, and re-checked without
   waiting until it answers again (:mod:`~flwr_strategies.adapters.liveness`);
+- a reply's arrays are read by name, never by position (:func:`reply_names`): a reply that returns
+  as many arrays as it was sent carries the names it was sent (the model's, named like the
+  ``initial_arrays``), any other reply the names ``"0"``, ``"1"``... that ``ArrayRecord(list)``
+  gives. The same names in another order are put back in the order sent, as Flower's FedAvg matches
+  arrays by name; any other names are rejected, naming the expected and the received ones;
 - per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
   ``start()``'s ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
 """
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
@@ -43,13 +48,13 @@ from ..common import PARTITION_KEY
 from ..core.aggregation import SKIP_KEYS, weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ConfigFn
-from ..core.validation import Rejection, ReplyError
+from ..core.validation import Rejection, ReplyError, check_max_num_examples
 from .liveness import UnreachableNodes
 from .method import CoreFactory, MethodAdapter
 from .recorder import arrays_nbytes, bytes_entries
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
-__all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory"]
+__all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory", "reply_names"]
 
 NUM_PARTITIONS_KEY = "num-partitions"
 #: Message type of the identification query (``@app.query("partition")`` answers it).
@@ -80,15 +85,36 @@ def _array(a: np.ndarray) -> Array:
     return Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=NUMPY_STYPE, data=npy_bytes(a))
 
 
-def _arrays(record: ArrayRecord) -> list[np.ndarray]:
-    """``record.to_numpy_ndarrays()`` as read-only views of the record's bytes
-    (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
+def _arrays(record: ArrayRecord, names: list[str]) -> list[np.ndarray]:
+    """The arrays of ``record`` named ``names``, in that order, as read-only views of the record's
+    bytes (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
     out = []
-    for array in record.values():
+    for name in names:
+        array = record[name]
         if array.stype != NUMPY_STYPE:  # as Array.numpy()
             raise TypeError(f"Unsupported serialization type for numpy conversion: '{array.stype}'")
         out.append(npy_view(array.data))
     return out
+
+
+def reply_names(sent: list[str], count: int) -> list[str]:
+    """The names a reply of ``count`` arrays must carry, in order, for an instruction whose
+    ``ArrayRecord`` had the names ``sent``: ``sent`` when the reply returns as many arrays (the
+    model comes back under the model's names), else ``"0".."count-1"`` (``ArrayRecord(list)``'s)."""
+    return list(sent) if count == len(sent) else [str(i) for i in range(count)]
+
+
+def _names_problem(expected: list[str], received: list[str]) -> str:
+    """Why the names ``received`` are not ``expected`` (the same set in another order is fine)."""
+    def show(names: list[str]) -> str:
+        return repr(names) if len(names) <= 8 else f"{repr(names[:8])[:-1]}, ...] ({len(names)} names)"
+
+    have, want = set(received), set(expected)
+    missing = [n for n in expected if n not in have]
+    unexpected = [n for n in received if n not in want]
+    detail = "; ".join(part for part in (f"missing {show(missing)}" if missing else "",
+                                         f"not sent {show(unexpected)}" if unexpected else "") if part)
+    return f"array names {show(received)} do not match the names sent {show(expected)} ({detail})"
 
 
 def _metrics(content: RecordDict) -> dict[str, Any]:
@@ -258,6 +284,13 @@ class MessageStrategy(MethodAdapter, Strategy):
         Called with every finished round record.
     core_factory : callable | None (default: None)
         ``(initial_arrays, num_partitions) -> ServerCore`` instead of a method's declaration.
+    max_num_examples : int | Mapping[int, int] | None (default: None)
+        The most a reply's ``weighted_by_key`` count may weigh: an integer >= 1 for every node, or
+        ``{partition_id: bound}`` (each partition's dataset size, as the project's ServerApp sets
+        it; a reply from a partition it does not name is rejected). A count is the client's own
+        claim: without a bound one node reporting ``2**31`` owns the whole average, as in Flower's
+        FedAvg. A count above its bound is weighted as the bound and counted in the round's
+        ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
     def __init__(
@@ -279,9 +312,11 @@ class MessageStrategy(MethodAdapter, Strategy):
         wait_timeout: float = 600.0,
         on_round_end: Callable[[dict[str, Any]], None] | None = None,
         core_factory: CoreFactory | None = None,
+        max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         name = type(self).__name__
+        self.max_num_examples = check_max_num_examples(max_num_examples, f"{name}: max_num_examples")
         for key, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: {key} must be in [0, 1], got {value!r}")
@@ -315,6 +350,7 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._sent: dict[int, list[tuple[Any, int]]] = {}  # round -> (pushed message's metadata, partition)
         self.unreachable = UnreachableNodes(lambda node: self.nodes.query_message(node))
         self._left_out: dict[int, list[int]] = {}  # round -> partitions left out as unreachable
+        self._layouts: dict[int, dict[int, list[str]]] = {}  # round -> partition -> array names sent
         self._central = False
 
     # ------------------------------------------------------------------ MethodAdapter
@@ -401,15 +437,18 @@ class MessageStrategy(MethodAdapter, Strategy):
         instructions = core.configure_train(rnd, core.select(rnd, available))
         self._sampled[rnd] = [ins.partition_id for ins in instructions]
         user = dict(config or {})
-        shared: dict[int, ArrayRecord] = {}
+        shared: dict[int, tuple[ArrayRecord, list[str]]] = {}
         messages = []
+        layouts = self._layouts[rnd] = {}
         for ins in instructions:
             key = id(ins.arrays)
             if key not in shared:
-                shared[key] = self._array_record(ins.arrays, ins.model_layout)
+                record = self._array_record(ins.arrays, ins.model_layout)
+                shared[key] = (record, list(record.keys()))
+            layouts[int(ins.partition_id)] = shared[key][1]  # what its reply is read against
             cfg = {**user, "server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(cfg)
-            content = RecordDict({self.arrayrecord_key: shared[key], self.configrecord_key: config_record(cfg)})
+            content = RecordDict({self.arrayrecord_key: shared[key][0], self.configrecord_key: config_record(cfg)})
             messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],
                                     message_type=MessageType.TRAIN))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
@@ -466,8 +505,12 @@ class MessageStrategy(MethodAdapter, Strategy):
             record = ArrayRecord()
         else:
             return Rejection(pid, f"{len(records)} ArrayRecords and none named '{self.arrayrecord_key}'")
-        try:
-            arrays = _arrays(record)
+        expected = reply_names(self._layouts.get(server_round, {}).get(pid, []), len(record))
+        received = list(record.keys())
+        if received != expected and set(received) != set(expected):
+            return Rejection(pid, _names_problem(expected, received))
+        try:  # read by name: the names sent in another order come back in the order sent
+            arrays = _arrays(record, expected)
         except Exception as err:  # corrupt payload bytes
             return Rejection(pid, f"arrays could not be decoded ({type(err).__name__}: {err})")
         metrics = _metrics(msg.content)
@@ -506,8 +549,9 @@ class MessageStrategy(MethodAdapter, Strategy):
             raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
         self.unreachable.note(rnd, self._sent.get(rnd, []), replies)
         self._sent.pop(rnd, None)
+        self._layouts.pop(rnd, None)
         result = self.core.train_round(rnd, valid, sampled=self._sampled.pop(rnd, []), failed=failed,
-                                       on_bad_reply=self.on_bad_reply)
+                                       on_bad_reply=self.on_bad_reply, max_num_examples=self.max_num_examples)
         metrics = self.history.training(rnd, result, rejected, len(valid), logged=[*failed, *self._left_out.pop(rnd, [])])
         if self.train_metrics_aggr_fn is not None:
             for r in result.rejections:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,20 @@ import numpy as np
 
 from .messages import ArraySpec, Instruction, Reply, ReplySpec
 from .state import check_state_layout, load_state, state_layout
-from .validation import Rejection, ReplyError, all_finite, check_policy, nonfinite_replies, screen
+from .validation import (
+    Rejection,
+    ReplyError,
+    all_finite,
+    cap_num_examples,
+    check_max_num_examples,
+    check_policy,
+    nonfinite_replies,
+    screen,
+)
 
 __all__ = ["ServerCore", "RoundResult", "EvalFn", "ConfigFn", "ExternalModelError", "check_model_arrays"]
+
+_LOG = logging.getLogger(__name__)
 
 #: ``(server_round, arrays) -> (loss, metrics) | None``: central evaluation of a model.
 EvalFn = Callable[[int, list[np.ndarray]], "tuple[float, dict[str, Any]] | None"]
@@ -46,9 +58,11 @@ class ExternalModelError(RuntimeError):
 
 
 class RoundResult(dict):
-    """Metrics of one finished training round (a dict) plus the rejections it saw."""
+    """Metrics of one finished training round (a dict) plus the rejections it saw and the replies
+    whose ``num_examples`` it clipped (``(partition, reported, bound)``)."""
 
     rejections: list[Rejection]
+    clipped: list[tuple[int, int, int]]
 
 
 def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
@@ -253,6 +267,7 @@ class ServerCore(ABC):
         sampled: Iterable[int],
         failed: Iterable[int] = (),
         on_bad_reply: str = "drop",
+        max_num_examples: int | Mapping[int, int] | None = None,
     ) -> RoundResult:
         """Validate ``replies`` (before any state changes), aggregate the valid ones, count.
 
@@ -270,15 +285,30 @@ class ServerCore(ABC):
         After a commit, the global model is checked once more; a core that committed a non-finite
         model raises ``RuntimeError`` (the run must stop: its state can no longer be trusted).
 
+        ``max_num_examples`` (None, an integer or ``{partition_id: bound}``, see
+        :func:`~flwr_strategies.core.validation.check_max_num_examples`) bounds each valid reply's
+        ``num_examples`` before the core sees it: a count above its bound is aggregated as the
+        bound, logged, and counted in the round's ``num_examples_clipped`` metric (present whenever
+        a bound is set); a reply from a partition a mapping does not name is rejected.
+
         Returns the core's metrics plus ``failures``, ``rejected``, ``round_rejected`` and the
         lists ``sampled_partitions`` and ``failed_partitions`` (every sampled partition whose reply
         was not aggregated: failed, rejected, or part of a rejected round).
         """
         check_policy(on_bad_reply)
+        max_num_examples = check_max_num_examples(max_num_examples)
         sampled = sorted({int(p) for p in sampled})
         defer = bool(self.aggregate_reveals_nonfinite)
         valid, rejected = screen(self, server_round, list(replies), sampled=sampled, on_bad_reply=on_bad_reply,
                                  finite=not defer)
+        valid, unbounded, clipped = cap_num_examples(valid, max_num_examples)
+        if unbounded:
+            if on_bad_reply == "raise":
+                raise ReplyError(f"{type(self).__name__} round {server_round}: {unbounded[0][1]}")
+            rejected = sorted(rejected + unbounded, key=lambda item: item[0])
+        for pid, reported, bound in clipped:
+            _LOG.warning("%s round %s: partition %s reported num_examples=%s, above max_num_examples=%s: "
+                         "weighted as %s", type(self).__name__, server_round, pid, reported, bound, bound)
         round_rejected = 0
         while True:
             ok = {r.partition_id for _, r in valid}
@@ -321,11 +351,14 @@ class ServerCore(ABC):
         metrics["failures"] = len(failed_ids)
         metrics["rejected"] = len(rejected)
         metrics["round_rejected"] = round_rejected
+        if max_num_examples is not None:
+            metrics["num_examples_clipped"] = len(clipped)
         # who was asked and who did not contribute: the run's status is computed from these
         metrics["sampled_partitions"] = list(sampled)
         metrics["failed_partitions"] = failed_ids
         out = RoundResult(metrics)
         out.rejections = rejected
+        out.clipped = clipped
         return out
 
     def _check_committed(self, server_round: int, when: str) -> None:

@@ -22,12 +22,21 @@ The policy is the same for every strategy (``on_bad_reply``):
   round's ``rejected`` metric, and never aggregated; the round goes on with the valid replies.
 - ``"raise"``: a :class:`ReplyError` naming the partition and the problem is raised before any
   state changes.
+
+A reply's ``num_examples`` is the weight FedAvg-style methods give it, and it is the client's own
+claim: one client reporting ``2**31`` against honest counts of 20..200 owns the whole average
+(Flower's strategies trust it the same way). ``max_num_examples`` (:func:`check_max_num_examples`,
+:func:`cap_num_examples`) bounds it: a valid reply whose count is above its bound is aggregated
+with the bound as its count, and the round's ``num_examples_clipped`` metric counts such replies.
+The default (None) trusts the counts, as Flower does; the project's runner and ServerApp set one
+bound per partition from the partitions they built
+(:meth:`~flwr_strategies.setup.ServerSetup.max_num_examples`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .server import ServerCore
 
 __all__ = [
-    "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "check_policy", "check_reply",
-    "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "diverged_replies",
+    "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "cap_num_examples",
+    "check_max_num_examples", "check_policy", "check_reply", "nonfinite_problem", "nonfinite_replies", "require_finite",
+    "screen", "diverged_replies",
 ]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
@@ -124,6 +134,62 @@ def check_policy(on_bad_reply: str) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_max_num_examples(value: Any, name: str = "max_num_examples") -> int | dict[int, int] | None:
+    """Validate a ``max_num_examples`` setting and return it as None, an ``int`` or ``{partition: int}``.
+
+    None: counts are not bounded (Flower's behaviour). An integer >= 1: the most examples any
+    reply may count. A mapping ``{partition_id: bound}`` (integers >= 0 to integers >= 1): each
+    partition's own bound, e.g. its dataset size; a reply from a partition it does not name is
+    rejected. Raises ``ValueError`` naming ``name`` and the value.
+    """
+    if value is None:
+        return None
+    if _is_int(value):
+        if value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, a {{partition_id: bound}} mapping or None, got {value!r}")
+        return int(value)
+    if isinstance(value, Mapping):
+        for pid, bound in value.items():
+            if not _is_int(pid) or pid < 0 or not _is_int(bound) or bound < 1:
+                raise ValueError(f"{name} maps partition ids (integers >= 0) to bounds (integers >= 1), "
+                                 f"got {pid!r}: {bound!r}")
+        return {int(p): int(b) for p, b in value.items()}
+    raise ValueError(f"{name} must be an integer >= 1, a {{partition_id: bound}} mapping or None, got {value!r}")
+
+
+def cap_num_examples(
+    valid: list[tuple[int, Reply]], max_num_examples: int | Mapping[int, int] | None
+) -> tuple[list[tuple[int, Reply]], list[tuple[int, Rejection]], list[tuple[int, int, int]]]:
+    """Bound the counts of ``valid`` (``(position, reply)`` from :func:`screen`) by ``max_num_examples``
+    (see :func:`check_max_num_examples`).
+
+    Returns ``(valid, rejected, clipped)``: the replies, those above their bound replaced by a copy
+    that counts the bound (arrays and metrics shared, not copied); ``(position, rejection)`` for a
+    reply from a partition the mapping does not name; and ``(partition, reported, bound)`` for each
+    clipped reply.
+    """
+    if max_num_examples is None:
+        return valid, [], []
+    out: list[tuple[int, Reply]] = []
+    rejected: list[tuple[int, Rejection]] = []
+    clipped: list[tuple[int, int, int]] = []
+    for pos, reply in valid:
+        pid = int(reply.partition_id)
+        if isinstance(max_num_examples, Mapping):
+            bound = max_num_examples.get(pid)
+            if bound is None:
+                rejected.append((pos, Rejection(pid, f"max_num_examples has no bound for partition {pid}")))
+                continue
+        else:
+            bound = max_num_examples
+        n = int(reply.num_examples)
+        if n > bound:
+            clipped.append((pid, n, int(bound)))
+            reply = Reply(reply.partition_id, reply.arrays, int(bound), reply.metrics)
+        out.append((pos, reply))
+    return out, rejected, clipped
 
 
 def check_arrays(arrays: list[np.ndarray], spec: ReplySpec, *, finite: bool = True) -> str | None:

@@ -28,7 +28,7 @@ Two families build on it:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,7 +227,8 @@ class DecentralizedCore(ServerCore):
         return chosen
 
     def train_round(self, server_round: int, replies: Iterable[Reply], *, sampled: Iterable[int],
-                    failed: Iterable[int] = (), on_bad_reply: str = "drop") -> RoundResult:
+                    failed: Iterable[int] = (), on_bad_reply: str = "drop",
+                    max_num_examples: int | Mapping[int, int] | None = None) -> RoundResult:
         """:meth:`ServerCore.train_round` with every expected peer counted: a peer that was not
         connected at :meth:`select` is a failure too (``failures``; ``absent`` counts them)."""
         rnd, absent = self._absent
@@ -241,12 +242,12 @@ class DecentralizedCore(ServerCore):
                                   "and failure_policy='stop'")
             try:
                 result = super().train_round(server_round, replies, sampled=sampled, failed=failed,
-                                             on_bad_reply="raise")
+                                             on_bad_reply="raise", max_num_examples=max_num_examples)
             except ReplyError as err:
                 raise PeerFailure(f"{err} (failure_policy='stop')") from err
         else:
             result = super().train_round(server_round, replies, sampled=sampled | set(absent), failed=failed,
-                                         on_bad_reply=on_bad_reply)
+                                         on_bad_reply=on_bad_reply, max_num_examples=max_num_examples)
         result["absent"] = len(absent)
         if "links" not in result:  # no valid reply, no mixing applied (0 links); the round's graph is still reported
             result.update(self.graph_metrics(server_round, sp.identity(self.num_partitions, format="csr")))
