@@ -134,9 +134,13 @@ def load_state(path: str | Path, *, max_bytes: int = MAX_STATE_BYTES) -> dict[st
     max_bytes : int (default: :data:`MAX_STATE_BYTES`, 16 GiB)
         The most bytes the arrays may declare in all; a positive integer.
 
-    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the path for a file
-    that is not a complete checkpoint (empty, truncated, another format) or declares more than it
-    holds or than ``max_bytes``.
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ValueError
+        Naming the path: the file is not a complete checkpoint (empty, truncated, another format)
+        or declares more than it holds or than ``max_bytes``.
     """
     path = Path(path)
     if not path.is_file():
