@@ -334,6 +334,10 @@ def _serve(cfg: ExperimentConfig, out, num_nodes: int):
 
     rc = {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(out)}
     grid = InProcessGrid(project_app.client_app, num_nodes, run_config=rc)
+    resolved = cfg.resolve()
+    if "epsilon" in resolved.params:  # a private method's nodes hold their own budget (the run's target)
+        for ctx in grid.contexts.values():
+            ctx.node_config.update({"doadp-epsilon": float(resolved.params["epsilon"]), "doadp-rounds": resolved.rounds})
     return project_app.serve(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
 
 
@@ -348,8 +352,8 @@ def test_the_serverapp_stops_a_run_that_trains_nothing_and_says_why(tmp_path):
 
 
 def test_the_serverapp_names_a_diverged_run(tmp_path, caplog):
-    # DPDO at step 1 on digits: 2.42 -> 8.8 after one round, 22.8 after five (measured in process)
-    cfg = ExperimentConfig(method="dpdo", lr=1.0, num_clients=4, rounds=3, progress=False)
+    # DPDO at step 1 and epsilon 1 on digits: 2.42 -> 8.8 after one round, 22.8 after five (measured in process)
+    cfg = ExperimentConfig(method="dpdo", lr=1.0, num_clients=4, rounds=3, progress=False, params={"epsilon": 1.0})
     _serve(cfg, tmp_path, 4)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["status"].startswith("degraded: the loss diverged: the final loss"), saved["status"]
