@@ -23,9 +23,17 @@ ROUNDS = 5
 NOISE_DOMINATED_AT_5_ITERATIONS = {"dpdo", "cpgt"}
 
 
+#: DPDO's default run on digits does not learn (under the noise-norm rule its step is 1/20 of DO-ADP's) and
+#: its loss rises every round (2.423 to 2.499 at client seed 1): the run says so, as the divergence rule asks.
+REPORTED_DIVERGED = {"dpdo"}
+
+
 def _run(method: str) -> list[dict]:
     res = run_experiment(ExperimentConfig(method=method, rounds=ROUNDS, client_seed=1, progress=False))
-    assert res["status"] == "ok", res["status"]
+    if method in REPORTED_DIVERGED:
+        assert res["status"].startswith("degraded: the loss diverged: the loss rose"), res["status"]
+    else:
+        assert res["status"] == "ok", res["status"]
     return [r for r in res["rounds"] if r.get("loss") is not None]
 
 

@@ -76,14 +76,14 @@ def _tables(method: str) -> int:
     return {"dfedcata": 3, "dfedavg": 2, "dpsgd": 2}[method]
 
 
-def _legacy_round(strategy, r: int, peers: int) -> dict:
+def _legacy_round(strategy, manager, r: int, peers: int) -> dict:
     """One round through the legacy Flower adapter as Flower's in-process server runs it: every
     ``FitIns`` (serialised) is built first and kept until the round ends, every peer replies with a
     serialised ``FitRes``, then the strategy aggregates (all messages in flight at once)."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
     parameters = strategy._returned if r > 1 else ndarrays_to_parameters(strategy.core_factory_arrays)
-    ins = strategy.configure_fit(r, parameters, _AllConnected(peers))
+    ins = strategy.configure_fit(r, parameters, manager)
     results = []
     for proxy, fit_ins in ins:
         arrays = parameters_to_ndarrays(fit_ins.parameters)
@@ -96,22 +96,6 @@ def _legacy_round(strategy, r: int, peers: int) -> dict:
     _, metrics = strategy.aggregate_fit(r, results, [])
     del ins, results
     return metrics
-
-
-class _Proxy:
-    def __init__(self, pid: int) -> None:
-        self.cid, self.pid = f"peer-{pid}", pid
-
-
-class _AllConnected:
-    def __init__(self, peers: int) -> None:
-        self.peers = peers
-
-    def wait_for(self, num_clients: int, timeout: int) -> bool:
-        return True
-
-    def num_available(self) -> int:
-        return self.peers
 
 
 def measure_memory(peers: int, params: int, topology: str, rounds: int, method: str, dtype: str, seed: int = 0,
@@ -147,13 +131,15 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
     if through == "legacy":
         from flwr_strategies.adapters.legacy import LegacyStrategy
 
-        proxies = {i: _Proxy(i) for i in range(peers)}
-        strategy = LegacyStrategy(core_factory=lambda arrays, n: core, partition_resolver=lambda cm: proxies,
-                                  min_available_clients=peers, fraction_evaluate=0.0)
+        from .aggregate import _client_manager
+
+        manager = _client_manager(peers)  # Flower's SimpleClientManager; the peers report their partition-id
+        strategy = LegacyStrategy(core_factory=lambda arrays, n: core, min_available_clients=peers,
+                                  fraction_evaluate=0.0)
         strategy.core_factory_arrays = core.global_arrays()
         for r in range(1, rounds + 1):
             w0, c0 = time.perf_counter(), time.process_time()
-            metrics = _legacy_round(strategy, r, peers)
+            metrics = _legacy_round(strategy, manager, r, peers)
             walls.append(time.perf_counter() - w0)
             cpus.append(time.process_time() - c0)
             links.append(int(metrics["links"]))
