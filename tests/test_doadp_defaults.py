@@ -26,7 +26,7 @@ from flwr_strategies.setup import SettingError
 from flwr_strategies.simulations.experiment import Experiment
 from flwr_strategies.simulations.runner import run_experiment
 from flwr_strategies.simulations.settings import ExperimentConfig
-from simulations.regen import DOADP_METHODS, learned
+from flwr_strategies.simulations.regen import DOADP_METHODS, learned
 
 PRIVATE = ("doadp", "dpdo", "dp-dda", "cpgt")
 LEARNS = ("doadp", "dmsgd", "dp-dda")
