@@ -80,8 +80,8 @@ def test_every_client_failing_exits_nonzero_and_keeps_results(tmp_path, capsys):
     assert saved["status"].startswith("failed") and saved["summary"]["client_updates"] == 0
     # an isolated failure is not a degraded run: partition 0 fails in round 1 and contributes in round 2
     two_rounds = [a if a != "1" else "2" for a in SMALL]
-    code = cli.main(["run", "--method", "fedavg", *two_rounds, "--fail", "1:0", "--out", str(tmp_path)])
-    saved = json.loads((tmp_path / "results.json").read_text())
+    code = cli.main(["run", "--method", "fedavg", *two_rounds, "--fail", "1:0", "--out", str(tmp_path / "isolated")])
+    saved = json.loads((tmp_path / "isolated" / "results.json").read_text())
     assert code == 0 and saved["status"] == "ok" and saved["summary"]["client_updates"] == 3
 
 
