@@ -15,7 +15,7 @@ Pieces (each usable alone, in the style of ``torch.optim``):
 - :class:`TopKPublicCopy`: the public copy ``xhat`` and the Top-k message of ``x - xhat`` with error
   feedback (the message is pending until the server confirms it);
 - :class:`DOADPAgent`: one agent's whole round (coin, batch, privatize, step, message) and its state
-  in ``context.state``; a ClientApp's train handler is five lines on it (see the README).
+  in ``context.state``; a ClientApp's train handler is five lines on it (see docs/client-pieces.md).
 
 The ready-made :class:`DOADPClient` (a ``NumPyClient``) is :class:`DOADPAgent` on the client's
 model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches such as a

@@ -174,7 +174,7 @@ class ScaffoldCorrection:
             raise FloatingPointError(
                 f"{err}: the {k} local steps{seen} diverged (the model or its gradients overflowed); lower the "
                 "learning rate (SCAFFOLD adds c - c_i to every gradient, so it tolerates a smaller step than "
-                "FedAvg: see the README's working ranges)") from None
+                "FedAvg: see 'Your optimizer and learning rate' in docs/switch.md)") from None
 
 
 def _as_numpy(c) -> np.ndarray:

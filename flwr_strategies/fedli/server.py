@@ -214,7 +214,7 @@ class FedLiLUServer(_DeltaServer):
                 "eta*||Delta||^2=%.4g): the clients moved far relative to their loss, so the step is Polyak-capped "
                 "and FedLi-LU learns more slowly than FedAvg at this client learning rate. The paper's clients run "
                 "plain SGD; with client momentum 0.9 on Flower's quickstart CNN, lr 0.01 learned and lr 0.05 kept "
-                "gamma < 1 from round 1 and lost accuracy (see the README's working ranges).",
+                "gamma < 1 from round 1 and lost accuracy (see 'Your optimizer and learning rate' in docs/switch.md).",
                 server_round, info["gamma"], f, self.config.dfw.server_eta * info["delta_norm"] ** 2)
             self._warned = True
 
