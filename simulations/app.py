@@ -62,15 +62,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
-from flwr_strategies.clients.doadp import (
-    SEED_KEY,
-    allow_private_eval,
-    client_budget_of,
-    client_seed_of,
-    private_eval_allowed,
-    set_client_budget,
-    set_client_seed,
-)
+from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
+    private_eval_allowed, set_client_budget, set_client_seed)
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.core.state import atomic_write
 from flwr_strategies.setup import SettingError

@@ -32,20 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.common import (
-    Context,
-    DisconnectRes,
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    GetParametersIns,
-    GetParametersRes,
-    GetPropertiesIns,
-    GetPropertiesRes,
-    ReconnectIns,
-    RecordDict,
-)
+from flwr.common import (Context, DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+    GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, RecordDict)
 from flwr.server.client_proxy import ClientProxy
 
 from .driver import CoreDriver, PartitionContexts

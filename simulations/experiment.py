@@ -19,17 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flwr.client import Client
-from flwr.common import (
-    Context,
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    GetParametersIns,
-    GetParametersRes,
-    GetPropertiesIns,
-    GetPropertiesRes,
-)
+from flwr.common import (Context, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns, GetParametersRes,
+    GetPropertiesIns, GetPropertiesRes)
 
 from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
@@ -221,9 +212,8 @@ def _simulated_node(context: Context, client_seed: int | None, allow_private_eva
     private-model evaluation, its privacy budget), written into its ``context.state`` where the node
     has none of its own (the project's app writes a SuperNode's own node config there first, and
     records a node without a budget as such; the strategy never sees it)."""
-    from flwr_strategies.clients.doadp import (
-        BUDGET_STATE_KEY, CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY, allow_private_eval as consent,
-        client_budget_of, set_client_budget, set_client_seed)
+    from flwr_strategies.clients.doadp import (BUDGET_STATE_KEY, CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY,
+        allow_private_eval as consent, client_budget_of, set_client_budget, set_client_seed)
 
     node = simulated_node_config(client_seed, allow_private_eval, pid, budget)
     if SEED_KEY in node and SECRET_KEY not in context.state:

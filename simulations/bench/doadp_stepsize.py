@@ -18,9 +18,10 @@ norm of the Gaussian noise one step adds to an agent's model.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from . import write_out
 
 
 def _net():
@@ -135,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {alpha:g} | {res['sigma']:.3f} | {res['step_noise_norm']:.2f} | {res['first_loss']:.2f} -> "
               f"{res['last_loss']:.4g} ({res['max_loss']:.4g}) | {res['private_avg_accuracy']:.3f} | "
               f"{res['public_accuracy']:.3f} | {res['seconds']:.0f} |", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
+    write_out(args.out, results)
     return 0
 
 

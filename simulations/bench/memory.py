@@ -20,21 +20,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import time
 
 import torch
 
+from . import rss_kib, run_child, write_out
+
 MODES = ("forward", "mezo", "backprop")
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _build(args):
@@ -103,7 +95,7 @@ def measure(args, mode: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = _rss_kib() * 1024
+        base = rss_kib() * 1024
     _one_step(mode, model, batch, engine, 0)  # warm-up (kernels, allocator)
     if cuda:
         torch.cuda.synchronize()
@@ -113,10 +105,7 @@ def measure(args, mode: str) -> dict:
     if cuda:
         torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / args.repeat
-    if cuda:
-        peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"mode": mode, "peak_bytes": int(peak), "before_bytes": int(base), "extra_bytes": int(max(0, peak - base)),
             "wall_s": wall, "model": name, "params": n_total, "lora_params": n_lora,
             "tokens": int(batch["input_ids"].numel()), "device": args.device,
@@ -158,9 +147,8 @@ def run(argv: list[str]) -> dict:
             torch.cuda.empty_cache()
             rows.append(measure(args, mode))
         else:
-            cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "memory", *argv, "--mode", mode]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            rows.append(run_child(["memory", *argv, "--mode", mode], f"the {mode} measurement",
+                                  env={**os.environ, "PYTHONWARNINGS": "ignore"}))
     r0 = rows[0]
     mib = lambda b: b / 2**20
     print(f"model: {r0['model']} ({r0['params']:,} params, {r0['lora_params']:,} LoRA), batch {args.batch_size} "
@@ -180,7 +168,5 @@ def run(argv: list[str]) -> dict:
           f"seed-and-scalar (H={args.steps}) {seed_up:,} B; ratio {lora_up / seed_up:.0f}x")
     res = {"rows": rows, "mezo_forward_peak_ratio": ratio_peak, "mezo_forward_extra_ratio": ratio_extra,
            "lora_upload_bytes": lora_up, "seed_upload_bytes": seed_up}
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(res, fh, indent=1)
+    write_out(args.out, res)
     return res

@@ -20,32 +20,19 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..experiment import ExperimentConfig
+from . import child_env, rss_kib, run_child, write_out
 
 DEFAULTS = {"method": "scaffold", "dataset": "synthetic", "clients": 10_000, "fraction": 0.01, "rounds": 4}
 
 
 def _rss_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0
-
-
-def _proc_rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class TreeMemory:
@@ -63,7 +50,7 @@ class TreeMemory:
         from ..deployment import _descendants
 
         pids = _descendants({os.getpid()})
-        sizes = [_proc_rss_kb(p) / 1024.0 for p in pids]
+        sizes = [rss_kib(p) / 1024.0 for p in pids]
         self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
         self.peak_single_mb = max(self.peak_single_mb, max(sizes, default=0.0))
         self.peak_processes = max(self.peak_processes, len(pids))
@@ -140,19 +127,10 @@ def _inprocess_state(outcome) -> tuple[float | None, int | None]:
 
 def federated(args: argparse.Namespace, backend: str) -> dict:
     """Run one backend in a fresh subprocess and return its figures."""
-    cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "scale", "--_one", backend,
-           "--method", args.method, "--dataset", args.dataset, "--clients", str(args.clients),
-           "--fraction", str(args.fraction), "--rounds", str(args.rounds), "--client-cpus", str(args.client_cpus),
-           "--mean-samples", str(args.mean_samples)]
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-    marker = "SCALE-RESULT "
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(marker)]
-    if res.returncode != 0 or not lines:
-        raise RuntimeError(f"bench scale ({backend}) failed with code {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
-    return json.loads(lines[-1][len(marker):])
+    return run_child(["scale", "--_one", backend, "--method", args.method, "--dataset", args.dataset, "--clients",
+                      str(args.clients), "--fraction", str(args.fraction), "--rounds", str(args.rounds), "--client-cpus",
+                      str(args.client_cpus), "--mean-samples", str(args.mean_samples)], f"bench scale ({backend})",
+                     env=child_env(), timeout=args.timeout, marker="SCALE-RESULT ")
 
 
 def decentralized(clients: int, params: int, topologies: list[str]) -> list[dict]:
@@ -224,7 +202,5 @@ def main(argv: list[str]) -> int:
         print("|---|---|---|---|---|---|")
         for r in out["decentralized"]:
             print(f"| {r['clients']} | {r['params']} | {r['topology']} | {r['nnz_W']} | {r['table_mb']:.0f} | {r['mix_ms']:.1f} |")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2))
+    write_out(args.out, out, indent=2)
     return 0
