@@ -1,47 +1,22 @@
 """The project's Flower app (``[tool.flwr.app.components]``): ``flwr run .``, the ``ray`` backend
-and real deployments all run these two objects.
+and real deployments all run these two objects (``docs/deployment.md`` describes their run config).
 
-**ServerApp** (``@app.main()``, the Message API). It first asks every node for its partition
-(``query.partition``) and learns the federation's size from the nodes' ``num-partitions``; then it
-runs the method on its Message-API strategy
-(:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
-with central evaluation on the experiment's test set. The per-round records have the keys of the
-in-process backend, and with ``out-dir`` set the ServerApp writes ``<out-dir>/results.json`` after
-every round (``status`` says whether the run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
-:func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
-the end, each file written atomically. ``out-dir`` stays inside the folder the node operator names
-in ``FLWR_STRATEGIES_OUTPUT_BASE`` where the ServerApp runs (else its working directory; a relative
-``out-dir`` is taken from there): one that leaves it (``..``, an absolute path elsewhere) is
-refused, as is a folder another run is writing to, or one holding another run's results unless the
-run config sets ``overwrite = true`` (:func:`output_folder`). A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
-actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
-with an error instead of going on with fewer clients.
+**ServerApp** (``@app.main()``, the Message API): learns which node holds which partition
+(:func:`identify_nodes`), then runs the method's Message-API strategy through Flower's
+``strategy.start(...)`` with central evaluation. With ``out-dir`` it writes ``results.json`` after every
+round (its ``status``: :func:`~.results.finished_status`) and ``final.npz`` at the end, atomically, in a
+folder confined to ``FLWR_STRATEGIES_OUTPUT_BASE`` and held for the run (:func:`output_folder`). A
+ServerApp that fails raises (Flower marks the run ``finished:failed``); a dead Ray client actor stops
+the run (:class:`ActorDied`).
 
-**ClientApp**: ``@app.train()`` / ``@app.evaluate()`` run the method's client on a pooled model
-(the same client code as every other path), ``@app.query("partition")`` answers the partition
-query, and the legacy messages of a legacy-API ServerApp go to the same clients through Flower's
-``NumPyClient`` handling.
+**ClientApp**: train/evaluate run the method's client on a pooled model, ``query.partition`` answers
+the partition query, and a legacy-API ServerApp's messages reach the same clients
+(:class:`ProjectClientApp`).
 
-**Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): the runner's
-experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``dataset``,
-``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
-``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
-``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``, ``overwrite``,
-``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
-it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
-``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
-``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
-
-**A client's secrets stay on its node.** The run config is the server's, so a client seed in it
-(``client-seed``, or ``client_seed`` inside ``experiment``) is refused on both sides. A SuperNode's
-own ``--node-config`` sets its DO-ADP seed (``doadp-client-seed``, a secret of at least 128 bits, for
-reproducible runs), its consent to private-model evaluation (``doadp-allow-private-eval``) and its
-privacy budget (``doadp-epsilon``, ``doadp-rounds``, optional ``doadp-delta`` and ``doadp-clip``); without
-them it draws from OS entropy, refuses to send its private model, and (a DO-ADP-family client) refuses to
-train, since it cannot check the noise the server asks for. The project's ``--backend ray`` gives its
-simulated SuperNodes those settings through :data:`~.settings.SIMULATED_NODES_ENV` (Flower's simulation
-runtime has no per-node config), the in-process backends through the experiment (the experimenter runs
-every simulated node).
+**Run config**: the runner's experiment keys (:func:`config_from_run_config`) plus ``out-dir``,
+``overwrite``, ``experiment`` (a whole config as JSON) and ``node-order``. A client's secrets stay on
+its node: a client seed in the run config is refused; a SuperNode's own ``--node-config`` gives its
+DO-ADP seed, consent and privacy budget (:func:`adopt_node_settings`).
 """
 
 from __future__ import annotations
@@ -165,18 +140,10 @@ class RunReport:
         if self.out_dir is None:
             return
         rounds = self.records()
-        data = {
-            "method": self.cfg.method,
-            "label": self.cfg.method,
-            "seed": self.cfg.seed,
-            "config": self.cfg.to_dict(),
-            "runtime": f"flwr run (ServerApp, {self.path})",
-            "status": status,
-            "timing": {"wall_s": time.perf_counter() - self._t0},
-            "summary": summarize(rounds, chance=self.chance),
-            "failure_log": list(getattr(self.source, "failure_log", [])),
-            "rounds": rounds,
-        }
+        data = {"method": self.cfg.method, "label": self.cfg.method, "seed": self.cfg.seed, "config": self.cfg.to_dict(),
+                "runtime": f"flwr run (ServerApp, {self.path})", "status": status,
+                "timing": {"wall_s": time.perf_counter() - self._t0}, "summary": summarize(rounds, chance=self.chance),
+                "failure_log": list(getattr(self.source, "failure_log", [])), "rounds": rounds}
         if error:
             data["error"] = error
         write_json(self.out_dir / "results.json", data)  # atomic: readers never see a half-written file
@@ -185,25 +152,20 @@ class RunReport:
         if self.out_dir is not None and arrays is not None:
             atomic_write(self.out_dir / "final.npz", lambda fh: np.savez(fh, *arrays))
 
-    def check_actors(self, server_round: int) -> None:
-        for entry in getattr(self.source, "failure_log", []):
-            if entry["round"] == server_round and any(m in entry["error"] for m in ACTOR_DEATH_MARKERS):
-                raise ActorDied(
-                    f"round {server_round}: a Ray client actor died ({entry['error'][:300]}). Flower's simulation "
-                    "runtime does not replace dead actors, so the remaining rounds would run with clients failing; "
-                    "the run stops here."
-                )
-
-    def check_claims(self, server_round: int) -> None:
-        for entry in getattr(self.source, "failure_log", []):
-            if entry["round"] == server_round and "claims partition" in entry["error"]:
-                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
-                                   f"addressed as ({entry['error']}); the node order is wrong, stopping the run")
-
     def __call__(self, record: dict[str, Any]) -> None:  # on_round_end
+        """Write the file, then stop the run when a Ray client actor died or a reply claims another partition."""
         self.write()
-        self.check_actors(int(record["round"]))
-        self.check_claims(int(record["round"]))
+        server_round = int(record["round"])
+        errors = [e["error"] for e in getattr(self.source, "failure_log", []) if e["round"] == server_round]
+        for error in errors:
+            if any(m in error for m in ACTOR_DEATH_MARKERS):
+                raise ActorDied(f"round {server_round}: a Ray client actor died ({error[:300]}). Flower's simulation "
+                                "runtime does not replace dead actors, so the remaining rounds would run with clients "
+                                "failing; the run stops here.")
+        for error in errors:
+            if "claims partition" in error:
+                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
+                                   f"addressed as ({error}); the node order is wrong, stopping the run")
 
 
 # ------------------------------------------------------------------------------ server side
@@ -221,7 +183,7 @@ def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout
     ``i`` is the ``i``-th node by registration time. This avoids 10,000 query messages, which Flower's
     in-memory state delivers in time proportional to nodes x pending messages. Every training
     reply's ``partition-id`` then confirms the order; a mismatch stops the run
-    (:meth:`RunReport.check_claims`).
+    (:class:`RunReport`).
     """
     if order not in NODE_ORDERS:
         raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
