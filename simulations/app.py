@@ -233,13 +233,9 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, repo
     strategy.nodes = probe  # the partitions are known already: no second query
     report.source, report.path = strategy.history, "Message API strategy"
     per_round = round_timeout(cfg)
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-        num_rounds=cfg.rounds,
-        timeout=per_round,
-        evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)),
-    )
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
+                            num_rounds=cfg.rounds, timeout=per_round,
+                            evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)))
     strategy.history.finalize()
     return result.arrays.to_numpy_ndarrays()
 

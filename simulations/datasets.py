@@ -366,14 +366,8 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
     xtr, ytr = to_tensor(xtr, ytr)
     xte, yte = to_tensor(xte, yte)
     notes.append(f"{name}: {len(ytr)} train / {len(yte)} test from {data_dir}")
-    return DatasetBundle(
-        name,
-        TensorData(xtr, ytr, random_crop_flip() if augment else None),
-        TensorData(xte, yte),
-        classes,
-        (3, 32, 32),
-        notes,
-    )
+    return DatasetBundle(name, TensorData(xtr, ytr, random_crop_flip() if augment else None), TensorData(xte, yte),
+                         classes, (3, 32, 32), notes)
 
 
 # -- Synthetic(alpha, beta) ------------------------------------------------------------------
@@ -450,12 +444,10 @@ def download_dataset(name: str, data_dir: str | os.PathLike | None) -> Path:
 
 # -- Flower Datasets ---------------------------------------------------------------------------
 #: The project's partition names and the Flower Datasets partitioner each maps to for ``hf:`` datasets.
-HF_PARTITIONERS = {
-    "iid": "IidPartitioner",
-    "dirichlet-class": "DirichletPartitioner (self_balancing, the same family as the project's)",
-    "pathological": "PathologicalPartitioner (class_assignment_mode='random')",
-    "label-count": "PathologicalPartitioner (class_assignment_mode='deterministic')",
-}
+HF_PARTITIONERS = {"iid": "IidPartitioner",
+                   "dirichlet-class": "DirichletPartitioner (self_balancing, the same family as the project's)",
+                   "pathological": "PathologicalPartitioner (class_assignment_mode='random')",
+                   "label-count": "PathologicalPartitioner (class_assignment_mode='deterministic')"}
 
 
 def hf_partitioner(kind: str, num_clients: int, label: str, *, alpha: float, classes_per_client: int, seed: int,
@@ -570,15 +562,9 @@ def load_hf_bundle(name: str, num_clients: int, partition: str, seed: int = 0, *
     std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-8)
     notes.append(f"{HF_PREFIX}{name} through Flower Datasets: {len(ytr)} train / {len(yte)} test, "
                  f"{HF_PARTITIONERS[partition]} over {num_clients} clients (seed {seed})")
-    return DatasetBundle(
-        f"{HF_PREFIX}{name}",
-        TensorData((train - mean) / std, torch.tensor(ytr)),
-        TensorData((test - mean) / std, torch.tensor(yte)),
-        num_classes,
-        tuple(int(d) for d in xtr.shape[1:]),
-        notes,
-        partitions=parts,
-    )
+    return DatasetBundle(f"{HF_PREFIX}{name}", TensorData((train - mean) / std, torch.tensor(ytr)),
+                         TensorData((test - mean) / std, torch.tensor(yte)), num_classes,
+                         tuple(int(d) for d in xtr.shape[1:]), notes, partitions=parts)
 
 
 def load_dataset(

@@ -235,8 +235,7 @@ def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
 def measure_fedavg(replies: int = 100, params: int = 1_000_000, arrays: int = 10, repeats: int = 7,
                    seed: int = 0) -> dict[str, Any]:
     """Both APIs, this library's FedAvg against Flower's, in this process."""
-    res = {"replies": replies, "params": params, "arrays": arrays, "repeats": repeats,
-           "model_bytes": params * 4}
+    res = {"replies": replies, "params": params, "arrays": arrays, "repeats": repeats, "model_bytes": params * 4}
     with _quiet_flower():
         res["legacy"] = _legacy_fedavg(replies, params, arrays, repeats, seed)
         gc.collect()

@@ -123,15 +123,12 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
         cpus.append(time.process_time() - c0)
         links.append(int(metrics["links"]))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {
-        "method": method, "through": through, "peers": peers, "params": params, "topology": topology, "rounds": rounds,
-        "dtype": dtype,
-        "table_bytes": table, "tables_held": _tables(method), "baseline_rss_bytes": base_kib * 1024,
-        "peak_rss_bytes": peak_kib * 1024, "tables_worth": (peak_kib - base_kib) * 1024 / table,
-        "setup_s": setup_s, "s_per_round": float(np.median(walls)), "cpu_s_per_round": float(np.median(cpus)),
-        "wall_s_rounds": walls, "links_per_round": float(np.mean(links)),
-        "consensus_distance": float(core.consensus_distance()),
-    }
+    return {"method": method, "through": through, "peers": peers, "params": params, "topology": topology,
+            "rounds": rounds, "dtype": dtype, "table_bytes": table, "tables_held": _tables(method),
+            "baseline_rss_bytes": base_kib * 1024, "peak_rss_bytes": peak_kib * 1024,
+            "tables_worth": (peak_kib - base_kib) * 1024 / table, "setup_s": setup_s,
+            "s_per_round": float(np.median(walls)), "cpu_s_per_round": float(np.median(cpus)), "wall_s_rounds": walls,
+            "links_per_round": float(np.mean(links)), "consensus_distance": float(core.consensus_distance())}
 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
@@ -167,12 +164,10 @@ def _modes_cfg(args: argparse.Namespace, sequential: bool):
     params = {"beta": args.beta, "lam": 0.05, "neighbours": args.neighbours}
     if sequential:
         params.update(sequential_inplace=True, extrapolation_anchor="prev_local")
-    return ExperimentConfig(
-        method="dfedcata", dataset="mnist", data_dir=args.data_dir, model="mlp", num_clients=args.clients,
-        rounds=args.rounds * (args.clients if sequential else 1), partition="dirichlet", alpha=0.3, lr=0.1,
-        lr_decay=0.998, local_epochs=1, batch_size=32, weight_decay=5e-4, grad_clip=10.0, seed=args.seed,
-        progress=False, params=params,
-    )
+    return ExperimentConfig(method="dfedcata", dataset="mnist", data_dir=args.data_dir, model="mlp",
+                            num_clients=args.clients, rounds=args.rounds * (args.clients if sequential else 1),
+                            partition="dirichlet", alpha=0.3, lr=0.1, lr_decay=0.998, local_epochs=1, batch_size=32,
+                            weight_decay=5e-4, grad_clip=10.0, seed=args.seed, progress=False, params=params)
 
 
 def _time_run(cfg) -> dict:

@@ -96,12 +96,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     dataset = args.dataset or ("mnist" if args.data_dir else "digits")
-    cfg = ExperimentConfig(
-        method="fedavg", dataset=dataset, data_dir=args.data_dir, num_clients=args.num_clients,
-        rounds=args.rounds, seed=0, fraction_fit=1.0, local_epochs=1, batch_size=32, lr=0.05,
-        model=args.model, device=args.device, progress=False,
-        client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus,
-    )
+    cfg = ExperimentConfig(method="fedavg", dataset=dataset, data_dir=args.data_dir, num_clients=args.num_clients,
+                           rounds=args.rounds, seed=0, fraction_fit=1.0, local_epochs=1, batch_size=32, lr=0.05,
+                           model=args.model, device=args.device, progress=False,
+                           client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus)
     exp = get_experiment(cfg)
     torch.set_num_threads(max(1, cfg.client_threads))
     print(f"workload: FedAvg, {dataset}, {exp.task.model_name}, {cfg.num_clients} clients, 1 local epoch, "

@@ -71,12 +71,10 @@ class TreeMemory:
 
 
 def scale_config(args: argparse.Namespace, backend: str) -> ExperimentConfig:
-    return ExperimentConfig(
-        method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
-        fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
-        client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
-        client_timeout=None if backend == "ray" else 3600.0,
-    )
+    return ExperimentConfig(method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
+                            fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
+                            client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
+                            client_timeout=None if backend == "ray" else 3600.0)
 
 
 def run_one(args: argparse.Namespace, backend: str) -> dict:
@@ -99,17 +97,14 @@ def run_one(args: argparse.Namespace, backend: str) -> dict:
         total = time.perf_counter() - t0
     rounds = outcome.rounds
     walls = [r["wall_s"] for r in rounds if r["round"] > 0]
-    return {
-        "backend": backend, "method": cfg.method, "clients": cfg.num_clients,
-        "sampled_per_round": rounds[1]["clients"], "rounds": cfg.rounds,
-        "round1_s": walls[0], "median_round_s": float(np.median(walls[1:] if len(walls) > 1 else walls)),
-        "total_s": total, "experiment_build_s": built,
-        "startup_s": None if backend == "inprocess" else timing["startup_s"],
-        "final_accuracy": rounds[-1].get("accuracy"), "failures": sum(r.get("failures", 0) for r in rounds),
-        "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
-        "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
-        "path": outcome.path,
-    }
+    return {"backend": backend, "method": cfg.method, "clients": cfg.num_clients,
+            "sampled_per_round": rounds[1]["clients"], "rounds": cfg.rounds, "round1_s": walls[0],
+            "median_round_s": float(np.median(walls[1:] if len(walls) > 1 else walls)), "total_s": total,
+            "experiment_build_s": built, "startup_s": None if backend == "inprocess" else timing["startup_s"],
+            "final_accuracy": rounds[-1].get("accuracy"), "failures": sum(r.get("failures", 0) for r in rounds),
+            "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
+            "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
+            "path": outcome.path}
 
 
 def _inprocess_state(outcome) -> tuple[float | None, int | None]:

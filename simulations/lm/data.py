@@ -65,12 +65,8 @@ def _record(r: dict, fmt: str) -> dict:
     if fmt == "gsm8k":
         return {"instruction": r["question"], "input": "",
                 "output": str(r["answer"]).replace("####", "The answer is"), "category": "none"}
-    rec = {
-        "instruction": r["instruction"],
-        "input": r.get("input", r.get("context", "")) or "",
-        "output": r.get("output", r.get("response", "")),
-        "category": r.get("category", "none"),
-    }
+    rec = {"instruction": r["instruction"], "input": r.get("input", r.get("context", "")) or "",
+           "output": r.get("output", r.get("response", "")), "category": r.get("category", "none")}
     if fmt == "codealpaca":  # the reference's category is the programming language in ``input``
         rec["category"] = str(r.get("input", "") or "none")
     return rec
