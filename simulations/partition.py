@@ -165,17 +165,9 @@ def natural(groups: np.ndarray | None, num_clients: int) -> list[np.ndarray]:
     return [np.flatnonzero(groups == i) for i in range(num_clients)]
 
 
-def make_partition(
-    kind: str,
-    labels: np.ndarray,
-    num_clients: int,
-    seed: int,
-    *,
-    alpha: float = 0.5,
-    classes_per_client: int = 2,
-    groups: np.ndarray | None = None,
-    min_size: int = 10,
-) -> list[np.ndarray]:
+def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *, alpha: float = 0.5,
+                   classes_per_client: int = 2, groups: np.ndarray | None = None,
+                   min_size: int = 10) -> list[np.ndarray]:
     """Dispatch by name; an unknown name raises ``KeyError`` listing the valid ones."""
     rng = np.random.default_rng(seed)
     kind = kind.lower()

@@ -40,24 +40,23 @@ def register_task(name: str, build: Callable[[Any], Task]) -> None:
     _TASKS[name] = build
 
 
-def task_choices(name: str) -> dict[str, tuple[str, ...]]:
-    """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
-    the task takes free-form values, such as a checkpoint path for ``--model``)."""
+def _builder(name: str) -> Callable[[Any], Task]:
     for module in _TASK_MODULES:
         importlib.import_module(module)
     if name not in _TASKS:
         raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
-    builder = _TASKS[name]
-    return {key: tuple(getattr(builder, key, ()) or ()) for key in ("datasets", "partitions", "models")}
+    return _TASKS[name]
+
+
+def task_choices(name: str) -> dict[str, tuple[str, ...]]:
+    """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
+    the task takes free-form values, such as a checkpoint path for ``--model``)."""
+    return {key: tuple(getattr(_builder(name), key, ()) or ()) for key in ("datasets", "partitions", "models")}
 
 
 def build_task(name: str, cfg: Any) -> Task:
     """Build task ``name`` for experiment config ``cfg``."""
-    for module in _TASK_MODULES:
-        importlib.import_module(module)
-    if name not in _TASKS:
-        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name](cfg)
+    return _builder(name)(cfg)
 
 
 class ClassificationTask:

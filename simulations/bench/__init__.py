@@ -49,6 +49,14 @@ def run_child(args: list[str], what: str, *, env: dict[str, str] | None = None, 
     return json.loads(lines[-1][len(marker):])
 
 
+def options(parser, **defaults: Any) -> None:
+    """Add ``--NAME`` (underscores become dashes) for each keyword, typed like its default (an int, a
+    float or a string; None: a string that defaults to None)."""
+    for name, default in defaults.items():
+        parser.add_argument("--" + name.replace("_", "-"), default=default,
+                            type=str if default is None else type(default))
+
+
 def write_out(path: str | None, data: Any, indent: int = 1) -> None:
     """Write ``data`` as JSON to ``path`` (``--out``; nothing when None), creating its folder."""
     if path:

@@ -61,7 +61,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from . import max_diff, rss_kib, run_child, timed, write_out  # noqa: E402
+from . import max_diff, options, rss_kib, run_child, timed, write_out  # noqa: E402
 
 __all__ = ["measure_fedavg", "measure_dfedcata", "measure_scaffold", "main"]
 
@@ -460,18 +460,10 @@ def _parser() -> argparse.ArgumentParser:
     for name, repeats, text in (("fedavg", 7, "FedAvg aggregate_train/aggregate_fit against Flower's (default)"),
                                 ("scaffold", 5, "SCAFFOLD's server step against a streaming NumPy step")):
         f = sub.add_parser(name, help=text)
-        f.add_argument("--replies", type=int, default=100)
-        f.add_argument("--params", type=int, default=1_000_000)
-        f.add_argument("--arrays", type=int, default=10)
-        f.add_argument("--repeats", type=int, default=repeats)
-        f.add_argument("--seed", type=int, default=0)
-        f.add_argument("--out")
+        options(f, replies=100, params=1_000_000, arrays=10, repeats=repeats, seed=0, out=None)
     d = sub.add_parser("dfedcata", help="DFedCata through both adapters, a round's messages in flight")
-    d.add_argument("--peers", type=int, default=50)
-    d.add_argument("--params", type=int, default=2_000_000)
-    d.add_argument("--rounds", type=int, default=2)
+    options(d, peers=50, params=2_000_000, rounds=2, out=None)
     d.add_argument("--api", default="all", choices=("all", "legacy", "message", "start"))
-    d.add_argument("--out")
     d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return p
 

@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from . import ROOT, child_env, rss_kib, run_child, write_out  # noqa: E402
+from . import ROOT, child_env, options, rss_kib, run_child, write_out  # noqa: E402
 OFFICIAL_REFERENCE_S = 2.41  # issue 15: official code, MNIST MLP, 20 clients, 1 epoch, batch 32, median s/round
 
 
@@ -291,28 +291,22 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench decentralized", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     m = sub.add_parser("memory", help="server memory and time at the paper's shape")
-    m.add_argument("--peers", type=int, default=100)
+    options(m, peers=100, topology="random", rounds=3, out=None)
     m.add_argument("--params", type=int, default=11_200_000, help="model size d (ResNet-18-GN: 11.2M)")
-    m.add_argument("--topology", default="random")
-    m.add_argument("--rounds", type=int, default=3)
     m.add_argument("--method", default="dfedcata", choices=("dfedcata", "dfedavg", "dpsgd"))
     m.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     m.add_argument("--through", default="core", choices=("core", "legacy"),
                    help="core: one message in flight; legacy: Flower's legacy adapter, all messages of a round in flight")
     m.add_argument("--force", action="store_true", help="run even if the machine seems short of memory")
-    m.add_argument("--out")
     m.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for name, helptext in (("modes", "synchronous vs sequential_inplace s/round"), ("official-child", argparse.SUPPRESS)):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--data-dir", help="MNIST idx files (default: ../shared/data/mnist)")
-        q.add_argument("--clients", type=int, default=20)
+        options(q, clients=20, beta=0.9, seed=0, out=None)
         q.add_argument("--rounds", type=int, default=5, help="algorithm rounds")
         q.add_argument("--neighbours", type=int, default=2, help="random graph picks per peer (official: 0.1 x clients)")
-        q.add_argument("--beta", type=float, default=0.9)
-        q.add_argument("--seed", type=int, default=0)
         q.add_argument("--official-dir", help="checkout of github.com/zzylyxx/DFedCata to run and time")
         q.add_argument("--repeat", type=int, default=1, help="time each mode this many times, keep the fastest")
-        q.add_argument("--out")
     return p
 
 

@@ -26,7 +26,7 @@ import resource
 import statistics
 import time
 
-from . import ROOT, child_env, rss_kib, run_child, write_out
+from . import ROOT, child_env, options, rss_kib, run_child, write_out
 
 
 def _rss_mib() -> float:
@@ -121,14 +121,9 @@ def _child(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulations bench doadp", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--agents", type=int, default=100)
+    options(ap, agents=100, rounds=4, k_frac=0.4, p=0.8, seed=0, out=None)
     ap.add_argument("--dim", type=int, default=1_000_000, help="model parameters d")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--k-frac", type=float, default=0.4)
-    ap.add_argument("--p", type=float, default=0.8)
     ap.add_argument("--path", choices=("core", "message", "both"), default="both")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from . import rss_kib, run_child, write_out
+from . import options, rss_kib, run_child, write_out
 
 MODES = ("forward", "mezo", "backprop")
 
@@ -116,14 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench memory", description=__doc__.split("\n")[0])
     p.add_argument("--model-dir", help="local causal-LM checkpoint (default: the cached tiny pretrained base)")
     p.add_argument("--hidden", type=int, default=0, help="instead: a random Llama of this hidden size (memory only)")
-    p.add_argument("--layers", type=int, default=4)
+    options(p, layers=4)
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="base model dtype")
     p.add_argument("--lora-r", type=int, default=128, help="LoRA rank (alpha = 2r; paper: 128 / 256)")
     p.add_argument("--adapter-dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="LoRA adapter dtype")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-len", type=int, default=320)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--repeat", type=int, default=5)
+    options(p, batch_size=8, max_len=320, device="cuda" if torch.cuda.is_available() else "cpu", repeat=5)
     p.add_argument("--steps", type=int, default=30, help="H, MeZO steps per round (for the upload bytes)")
     p.add_argument("--out", help="write the results as JSON")
     p.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from flwr_strategies.decentralized import Topology, mix, mixing_matrix  # noqa: E402
 
-from . import write_out  # noqa: E402
+from . import options, write_out  # noqa: E402
 
 
 def _best(fn, repeats: int) -> float:
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", type=int, nargs="+", default=[25, 50, 100])
     p.add_argument("--params", type=int, default=11_000_000, help="model size d (ResNet-18 ~ 11.2M)")
     p.add_argument("--topologies", nargs="+", default=["ring", "random"])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=None)
+    options(p, repeats=3, out=None)
     a = p.parse_args(argv)
     rows = run(a.clients, a.params, a.topologies, a.repeats)
     print(table(rows))

@@ -31,7 +31,7 @@ from flwr_strategies.clients.base import train_settings
 from flwr_strategies.clients.training import client_generator, get_weights, local_sgd, set_weights
 
 from ..experiment import ExperimentConfig, get_experiment
-from . import max_diff, timed, write_out
+from . import max_diff, options, timed, write_out
 
 
 def _inplace(x: np.ndarray, y, op: np.ufunc) -> np.ndarray:
@@ -83,14 +83,11 @@ def message_api_inprocess(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m simulations bench overhead", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", help="MNIST idx folder; without it: digits + MLP")
-    p.add_argument("--num-clients", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=5)
+    options(p, num_clients=20, rounds=5, device="cpu", client_gpus=0.0)
     p.add_argument("--model", help="override the model (e.g. cnn_cifar, resnet18_gn with --dataset cifar10)")
     p.add_argument("--dataset", help="override the dataset")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--repeat", type=int, default=3, help="runs of (a), (b) and (b2), interleaved; the fastest counts")
     p.add_argument("--client-cpus", type=float, default=None, help="Ray CPUs per client (default: all CPUs, one actor)")
-    p.add_argument("--client-gpus", type=float, default=0.0)
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
