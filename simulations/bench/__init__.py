@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: The folder holding the imported ``flwr_strategies`` (a checkout or site-packages), for child processes.
-ROOT = Path(__file__).resolve().parents[2]
+#: The folder holding the imported top-level package (a checkout or site-packages), for child processes.
+ROOT = Path(sys.modules[__name__.split(".")[0]].__file__).resolve().parents[1]
 
 
 def rss_kib(pid: int | str = "self") -> int:
