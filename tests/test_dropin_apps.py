@@ -11,14 +11,20 @@ SuperLink), then reads the accuracies Flower prints at the end of the run.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flwr_simulation import LocalSimulation
-from quickstart_fixture import APPS, apply_diff
+from quickstart_fixture import APPS, apply_diff, run_config, run_legacy_app, run_message_app
+from test_flower_quickstart_dropin import MATRIX
+
+from flwr_strategies.registry import list_methods
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 4
@@ -34,6 +40,13 @@ CASES = {"message": ["fedavg", "dfedcata", "fedli-ls", "scaffold", "fedmud", "do
 #: DO-ADP's local step is one private iteration (per-sample clipping + Gaussian noise at epsilon 1):
 #: in 5 iterations on this data it runs, but does not learn measurably; the others must.
 RUNS_WITHOUT_LEARNING = {"doadp"}
+#: Diffs that tests/test_flower_quickstart_dropin.py runs for several rounds on each API (and must
+#: learn there); every other registered method's diff runs here for one round in process.
+LEARNING_IN_PROCESS = {"fedavg", *MATRIX}
+METHODS = sorted(list_methods())
+ONE_ROUND = [(api, m) for api in APPS for m in METHODS if m not in LEARNING_IN_PROCESS]
+#: nodes of the one-round runs (the fewest every method accepts: its minimum of available clients)
+ONE_ROUND_NODES = 2
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -96,3 +109,49 @@ def test_diffs_are_small_and_included_in_the_docs():
             assert len(added) <= 16, f"{diff}: {len(added)} added lines"
             include = re.compile(r'^```diff\n--8<-- "' + re.escape(f"simulations/{app.name}/switch/{diff.name}") + r'"\n```$', re.M)
             assert any(include.search(page) for page in pages.values()), f"{diff} is not included in a docs page"
+
+
+def test_every_registered_method_has_a_diff_for_each_api():
+    for api, app in APPS.items():
+        assert sorted(d.stem for d in (app / "switch").glob("*.diff")) == METHODS, api
+
+
+@pytest.mark.parametrize("api,method", ONE_ROUND)
+def test_switched_app_runs_one_round_in_process(api, method, tmp_path):
+    """The diff applied with ``patch -p1`` to a copy of the project's app; its ServerApp and
+    ClientApps run one round on Flower's in-process grid (2 nodes, 1 local epoch): every client
+    answers, every reply is accepted, and the round changes the global model."""
+    app = switched_app(api, method, tmp_path)
+    if api == "message":
+        record, errors = run_message_app(app, ONE_ROUND_NODES, run_config(app, num_server_rounds=1, local_epochs=1,
+                                                                learning_rate=0.05, fraction_evaluate=0.0))
+        detail = f"{method}: {record} {errors[:2]}"
+        assert not errors and sorted(record) == [0, 1], detail
+        (acc0, loss0), (acc1, loss1) = record[0], record[1]
+        assert np.isfinite(loss1) and (acc1, loss1) != (acc0, loss0), detail
+        return
+    history, strategy, errors = run_legacy_app(app, ONE_ROUND_NODES, run_config(app, num_server_rounds=1, local_epochs=1,
+                                                                      learning_rate=0.05, fraction_evaluate=1.0))
+    rounds = [r for r in strategy.history.rounds if r["round"] > 0]
+    detail = f"{method}: {rounds} {dict(history.metrics_distributed)} {errors[:2]}"
+    assert not errors and len(rounds) == 1 and rounds[0]["failures"] == 0 and rounds[0]["rejected"] == 0, detail
+    if strategy.fraction_evaluate > 0:  # the private methods refuse federated evaluation
+        assert [r for r, _ in history.metrics_distributed["accuracy"]] == [1], detail
+
+
+def test_documented_try_command_applies_each_diff_to_a_fresh_copy(tmp_path):
+    """docs/switch.md's command copies the app and patches the copy: methods one after another
+    each get Flower's example with their own diff (patching the checkout in place fails on the
+    second). Run as printed, with ``flwr run`` replaced by a check of the copy."""
+    page = (ROOT / "docs" / "switch.md").read_text()
+    block = re.search(r"^(m=\S+; app=.*?)^```", page, re.S | re.M)
+    assert block, "docs/switch.md has no try command"
+    command = block.group(1).replace('flwr run "$app" --stream', 'grep -q flwr_strategies "$app/pytorchexample/server_app.py"')
+    assert command != block.group(1), "the try command no longer ends with flwr run"
+    for method in ("dfedcata", "scaffold", "dpdo"):  # one after another, as a user tries them
+        script = re.sub(r"^m=\S+;", f"m={method};", command)
+        res = subprocess.run(["bash", "-ec", script], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+        assert res.returncode == 0, f"{method}: {res.stdout}{res.stderr}"
+    assert not (APPS["message"] / "pytorchexample" / "server_app.py.orig").exists()
+    assert "flwr_strategies" not in (APPS["message"] / "pytorchexample" / "server_app.py").read_text()
