@@ -7,6 +7,11 @@ Flower's optimizer settings). ``switch/<method>.diff`` is the exact change that 
 method of this library (the documentation pages include the same files). Each test here copies the app, applies the
 diff with ``patch -p1`` and runs it with ``flwr run`` in Flower's simulation runtime (a private local
 SuperLink), then reads the accuracies Flower prints at the end of the run.
+
+Every registered method has a diff for each API (issue 27). The diffs that no learning run covers
+(here or in ``tests/test_flower_quickstart_dropin.py``) are applied to a copy of the app and run for
+one round on Flower's in-process grid; the docs' try command (copy, then patch the copy) is run for
+several methods in a row.
 """
 
 from __future__ import annotations
