@@ -160,3 +160,32 @@ def test_documented_try_command_applies_each_diff_to_a_fresh_copy(tmp_path):
         assert res.returncode == 0, f"{method}: {res.stdout}{res.stderr}"
     assert not (APPS["message"] / "pytorchexample" / "server_app.py.orig").exists()
     assert "flwr_strategies" not in (APPS["message"] / "pytorchexample" / "server_app.py").read_text()
+
+
+def test_fedprox_recipe_line_adds_the_gradient_of_the_proximal_term():
+    """FedProx's diffs add ``MoreauEnvelope(model, lam=proximal_mu).attach()`` after loading the
+    global weights: every gradient of the user's loop is then that of the loss plus FedProx's
+    ``(mu/2) ||w - w_global||^2`` (Li et al., MLSys 2020, Eq. 2), at any point the loop reaches."""
+    import copy
+
+    import torch
+
+    from flwr_strategies.clients.dfedcata import MoreauEnvelope
+
+    torch.manual_seed(0)
+    mu, x, y = 0.3, torch.randn(16, 5, dtype=torch.float64), torch.randint(0, 3, (16,))
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4, dtype=torch.float64), torch.nn.Tanh(),
+                                torch.nn.Linear(4, 3, dtype=torch.float64))
+    w_global = [p.detach().clone() for p in model.parameters()]
+    MoreauEnvelope(model, lam=mu).attach()
+    with torch.no_grad():  # a point of the local loop away from the global weights
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    with_recipe = [p.grad.clone() for p in model.parameters()]
+    plain = copy.deepcopy(model)  # the same weights without the hooks (they stay on the original's tensors)
+    loss = torch.nn.functional.cross_entropy(plain(x), y)
+    (loss + mu / 2 * sum(((p - g) ** 2).sum() for p, g in zip(plain.parameters(), w_global))).backward()
+    for got, want, p, g in zip(with_recipe, [p.grad for p in plain.parameters()], plain.parameters(), w_global):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        assert float((mu * (p - g)).abs().max()) > 1e-3  # the term is not negligible here
