@@ -64,12 +64,16 @@ from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, 
 from flwr_strategies.doadp.rng import check_client_seed
 from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 
-__all__ = ["DPDOAgent", "DPDDAAgent", "CPGTAgent", "DMSGDAgent", "ClientBudget", "IndexedData", "DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client"]
+__all__ = [
+    "BaselineAgent", "DPDOAgent", "DPDDAAgent", "CPGTAgent", "DMSGDAgent", "ClientBudget", "IndexedData",
+    "DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client",
+]
 
 
-class _BaselineAgent:
+class BaselineAgent:
     """One baseline agent's round on your own model and data (the shape of
-    :class:`~flwr_strategies.clients.doadp.DOADPAgent`)::
+    :class:`~flwr_strategies.clients.doadp.DOADPAgent`); the base of :class:`DPDOAgent`,
+    :class:`DPDDAAgent` and :class:`CPGTAgent`, which your ``ClientApp`` uses::
 
         agent = DPDOAgent(arrays, config, context.state, node_config=context.node_config)
         reply_arrays, metrics = agent.train(model, IndexedData(trainloader))
@@ -187,10 +191,10 @@ class _BaselineAgent:
             _save_ledger(state, {**self.ledger, "rounds": self.ledger["rounds"] + 1})
 
 
-class DPDOAgent(_BaselineAgent):
+class DPDOAgent(BaselineAgent):
     """DPDO agent (Huang et al. 2015): completes the previous iteration from the mixed broadcasts
     ``arrays[0]`` and broadcasts ``x + Laplace(b0 rn^t)`` (its first round starts from x0 =
-    ``arrays[0]``, sent with ``bl_init``). Parameters as :class:`_BaselineAgent`."""
+    ``arrays[0]``, sent with ``bl_init``). Parameters as :class:`BaselineAgent`."""
 
     key = "dpdo"
     label = "DPDO"
@@ -214,11 +218,11 @@ class DPDOAgent(_BaselineAgent):
         return [y], x, [x], {}
 
 
-class DPDDAAgent(_BaselineAgent):
+class DPDDAAgent(BaselineAgent):
     """DP-DDA agent (Liu et al. 2024): samples itself with probability p_s, adds its noisy gradient
     to the mixed dual variable ``arrays[0]``, broadcasts z and moves to
     ``x = -z / ((t+1) reg + beta0 sqrt(t+1))`` (x0 = ``arrays[1]`` while it has no state).
-    Parameters as :class:`_BaselineAgent`."""
+    Parameters as :class:`BaselineAgent`."""
 
     key = "dpdda"
     label = "DP-DDA"
@@ -245,10 +249,10 @@ class DPDDAAgent(_BaselineAgent):
         return [z], x_new, [x_new], {"dpdda_sampled": int(sampled)}
 
 
-class CPGTAgent(_BaselineAgent):
+class CPGTAgent(BaselineAgent):
     """CPGT agent (Xie et al. 2023): completes the previous iteration (model and tracker) from
     ``arrays``, then sends the Top-k compressed, Laplace-perturbed differences of both to its
-    references. Parameters as :class:`_BaselineAgent`."""
+    references. Parameters as :class:`BaselineAgent`."""
 
     key = "cpgt"
     label = "CPGT"
@@ -293,9 +297,9 @@ class _BaselineClient(TorchClient):
     """The ready-made agent of a baseline (legacy ``NumPyClient``; the Message API runs it through
     :func:`flwr_strategies.clients.app.numpy_client_app`): its :attr:`agent` on ``setup``'s model and
     training data, the agent's variables in ``setup.state``. Keyword arguments as
-    :class:`_BaselineAgent` (None: read from ``setup.node_config``/``setup.state``)."""
+    :class:`BaselineAgent` (None: read from ``setup.node_config``/``setup.state``)."""
 
-    agent: type[_BaselineAgent] = _BaselineAgent
+    agent: type[BaselineAgent] = BaselineAgent
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
                  budget: ClientBudget | None = None, loss_fn: Callable = torch.nn.functional.cross_entropy,
