@@ -38,13 +38,12 @@ ROUNDS = 5
 #: train()); the legacy example evaluates on the clients only (fraction-evaluate 1.0 to read it).
 RUN_CONFIG = {"message": {"num-server-rounds": ROUNDS, "learning-rate": 0.05, "local-epochs": 2, "fraction-evaluate": 0.0},
               "legacy": {"num-server-rounds": ROUNDS, "learning-rate": 0.05, "local-epochs": 2, "fraction-evaluate": 1.0}}
-#: One per client piece (the others share these pieces and differ only in the server line; all of
-#: them run in process in test_flower_quickstart_dropin.py).
-CASES = {"message": ["fedavg", "dfedcata", "fedli-ls", "scaffold", "fedmud", "doadp"],
-         "legacy": ["dfedcata", "scaffold", "fedmud", "doadp"]}
-#: DO-ADP's local step is one private iteration (per-sample clipping + Gaussian noise at epsilon 1):
-#: in 5 iterations on this data it runs, but does not learn measurably; the others must.
-RUNS_WITHOUT_LEARNING = {"doadp"}
+#: One ``flwr run`` per API, each with a client piece that keeps state between rounds in Flower's
+#: ``context.state`` (SCAFFOLD's control variate, FedMUD's factors), which only Flower's runtime
+#: carries from round to round. Every client piece learns on both APIs in process
+#: (test_flower_quickstart_dropin.py); a ``flwr run`` costs about a minute of start-up on 2 cores,
+#: the same for every method, so one per API shows the path.
+CASES = {"message": ["scaffold"], "legacy": ["fedmud"]}
 #: Diffs that tests/test_flower_quickstart_dropin.py runs for several rounds on each API (and must
 #: learn there); every other registered method's diff runs here for one round in process.
 LEARNING_IN_PROCESS = {"fedavg", *MATRIX}
@@ -95,12 +94,9 @@ def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_p
     detail = f"flwr run rc={rc} after {wall:.0f}s: {acc}\n{log[-6000:]}"
     assert rc == 0, detail
     assert "ClientAppException" not in log and "Traceback" not in log, detail  # every client handled every message
-    if api == "legacy" and method == "doadp":  # no federated evaluation (privacy), no central one in the example
-        return
     assert ROUNDS in acc, detail  # the last round is evaluated
-    if method not in RUNS_WITHOUT_LEARNING:  # Flower's example does not seed its model: a margin, not a level
-        first = acc[0] if 0 in acc else 0.1
-        assert acc[ROUNDS] >= first + 0.25, detail
+    first = acc[0] if 0 in acc else 0.1  # Flower's example does not seed its model: a margin, not a level
+    assert acc[ROUNDS] >= first + 0.25, detail
 
 
 def test_diffs_are_small_and_included_in_the_docs():
