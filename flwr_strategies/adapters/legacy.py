@@ -52,7 +52,7 @@ from flwr.server.strategy import Strategy
 from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
-from ..core.validation import Rejection
+from ..core.validation import Rejection, check_integer, check_number
 from .method import CoreFactory, MethodAdapter
 from .recorder import RoundSession, evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
@@ -195,14 +195,11 @@ class LegacyStrategy(MethodAdapter, Strategy):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if not (isinstance(fraction_fit, (int, float)) and 0.0 < fraction_fit <= 1.0):
-            raise ValueError(f"{name}: fraction_fit must be in (0, 1], got {fraction_fit!r}")
-        if not (isinstance(fraction_evaluate, (int, float)) and 0.0 <= fraction_evaluate <= 1.0):
-            raise ValueError(f"{name}: fraction_evaluate must be in [0, 1], got {fraction_evaluate!r}")
+        check_number(f"{name}: fraction_fit", fraction_fit, "in (0, 1]", lambda v: 0.0 < v <= 1.0)
+        check_number(f"{name}: fraction_evaluate", fraction_evaluate, "in [0, 1]", lambda v: 0.0 <= v <= 1.0)
         for key, value, low in (("min_fit_clients", min_fit_clients, 1), ("min_evaluate_clients", min_evaluate_clients, 0),
                                 ("min_available_clients", min_available_clients, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name}: {key} must be an integer >= {low}, got {value!r}")
+            check_integer(f"{name}: {key}", value, low)
         if inplace is not True:
             raise ValueError(f"{name}: inplace={inplace!r} is not available: the strategy aggregates with the "
                              "arithmetic of Flower's aggregate_inplace (inplace=True, Flower's default)")

@@ -48,7 +48,7 @@ from ..common import PARTITION_KEY
 from ..core.aggregation import SKIP_KEYS, weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ConfigFn
-from ..core.validation import Rejection
+from ..core.validation import Rejection, SettingError, check_integer, check_number
 from .liveness import UnreachableNodes
 from .method import CoreFactory, MethodAdapter
 from .recorder import RoundSession, evaluation_sample
@@ -317,16 +317,14 @@ class MessageStrategy(MethodAdapter, Strategy):
     ) -> None:
         name = type(self).__name__
         for key, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1], got {value!r}")
+            check_number(f"{name}: {key}", value, "in [0, 1]", lambda v: 0.0 <= v <= 1.0)
         for key, value, low in (("min_train_nodes", min_train_nodes, 0), ("min_evaluate_nodes", min_evaluate_nodes, 0),
                                 ("min_available_nodes", min_available_nodes, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name}: {key} must be an integer >= {low}, got {value!r}")
+            check_integer(f"{name}: {key}", value, low)
         for key, value in (("weighted_by_key", weighted_by_key), ("arrayrecord_key", arrayrecord_key),
                            ("configrecord_key", configrecord_key)):
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name}: {key} must be a non-empty string, got {value!r}")
+                raise SettingError(f"{name}: {key}", value, "a non-empty string")
         self.fraction_train = float(fraction_train)
         self.fraction_evaluate = float(fraction_evaluate)
         self.min_train_nodes = int(min_train_nodes)
