@@ -195,7 +195,7 @@ def watts_strogatz(m: int, rng: np.random.Generator, k: int = 8, p: float = 0.02
     return _from_edges(m, rows, cols, symmetric=False)
 
 
-def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_matrix:
+def random_k(m: int, rng: np.random.Generator | np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """The DFedCata reference recipe: node ``i`` draws ``neighbours - 1`` indices from
     ``0..m-1`` without replacement (self dropped); edge ``{i<j}`` exists iff ``i`` picked ``j``.
     Mean degree ~ ``(neighbours - 1)``."""
@@ -215,17 +215,7 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
 def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
     does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
-    check_integer("number of nodes", m, 1)
-    picks = min(int(neighbours) - 1, m)
-    if picks <= 0:
-        return sp.csr_matrix((m, m))
-    rows, cols = [], []
-    for i in range(m):
-        idx = rng.choice(m, picks, replace=False)
-        idx = idx[idx > i]
-        rows.append(np.full(idx.size, i))
-        cols.append(idx)
-    return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
+    return random_k(m, rng, neighbours)
 
 
 @dataclass(frozen=True)

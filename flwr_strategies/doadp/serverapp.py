@@ -22,7 +22,12 @@ from .strategy import AGENTS, DOADP_ARGUMENTS, GRAPH, NO_FEDERATED_EVALUATION, R
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 
 
-class _Private(MessageStrategy):
+class _Agents(MessageStrategy):
+    arguments = AGENTS
+    renamed = RENAMED
+
+
+class _Private(_Agents):
     federated_evaluation = NO_FEDERATED_EVALUATION
 
     def __init__(self, fraction_train: float = 1.0, fraction_evaluate: float = 0.0, *args: Any, **kwargs: Any) -> None:
@@ -38,16 +43,13 @@ class DOADP(Accounted, _Private):
     core_cls = DOADPServer
     hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
     arguments = DOADP_ARGUMENTS
-    renamed = RENAMED
 
 
-class DMSGD(MessageStrategy):
+class DMSGD(_Agents):
     """Non-private decentralized momentum SGD on the Message API; as :class:`flwr_strategies.DMSGD`."""
 
     core_cls = DMSGDServer
     hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class DPDO(_Private):
@@ -56,8 +58,6 @@ class DPDO(_Private):
 
     core_cls = DPDOServer
     hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class DPDDA(_Private):
@@ -66,8 +66,6 @@ class DPDDA(_Private):
 
     core_cls = DPDDAServer
     hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class CPGT(_Private):
@@ -76,5 +74,3 @@ class CPGT(_Private):
 
     core_cls = CPGTServer
     hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED

@@ -14,33 +14,30 @@ from .server import FedMUDServer
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
-class FedMUD(MessageStrategy):
+class _LowRank(MessageStrategy):
+    core_cls = FedMUDServer
+    arguments = {"model": REQUIRED}
+
+
+class FedMUD(_LowRank):
     """FedMUD (Li et al., ICML 2025) on the Message API; as :class:`flwr_strategies.FedMUD`."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedLMT(MessageStrategy):
+class FedLMT(_LowRank):
     """FedLMT (Liu et al., ICML 2024), as defined in FedMUD's paper, on the Message API."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedlmt"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedPara(MessageStrategy):
+class FedPara(_LowRank):
     """FedPara (Hyeon-Woo et al., ICLR 2022), as defined in FedMUD's paper, on the Message API."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedpara"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedHM(MessageStrategy):
+class FedHM(_LowRank):
     """FedHM (Yao et al., 2021), as defined in FedMUD's paper, on the Message API."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedhm"]}
-    arguments = {"model": REQUIRED}
