@@ -37,7 +37,7 @@ from flwr_strategies.adapters.recorder import RoundRecorder, RoundSession
 from flwr_strategies.core.messages import Instruction, Reply
 from flwr_strategies.core.server import ServerCore
 from flwr_strategies.common import PARTITION_KEY
-from flwr_strategies.core.validation import Rejection
+from flwr_strategies.core.validation import Rejection, check_integer
 
 from .timeouts import BoundedCaller
 
@@ -186,8 +186,7 @@ class CoreDriver:
     def run(self, num_rounds: int, *, state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rounds ``1..num_rounds`` (or, with ``state`` from ``core.state_dict()``, the rounds after
         it), with central evaluation at the starting round; returns the round records."""
-        if int(num_rounds) != num_rounds or num_rounds < 0:
-            raise ValueError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
+        check_integer("num_rounds", num_rounds, 0)
         if state is not None:
             self.core.load_state_dict(state, num_rounds=num_rounds)
         first = self.core.server_round + 1

@@ -22,7 +22,8 @@ the Flower side once for all of them:
   or dtypes tell, and cannot be told apart where they are equal. The Message API
   (:class:`~flwr_strategies.adapters.message.MessageStrategy`) reads replies by name;
 - central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
-- per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
+- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
+  (``self.session``), records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.criterion import Criterion
 from flwr.server.strategy import Strategy
 
-from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
+from ..common import PARTITION_KEY, payload_bytes
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.validation import Rejection, check_integer, check_number
+from ..sampling import PartitionIdMissing, resolve_partitions
 from .method import CoreFactory, MethodAdapter
 from .recorder import RoundSession, evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
@@ -168,29 +170,17 @@ class LegacyStrategy(MethodAdapter, Strategy):
     """
 
     def __init__(
-        self,
-        *,
-        fraction_fit: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_fit_clients: int = 2,
-        min_evaluate_clients: int = 2,
-        min_available_clients: int = 2,
-        evaluate_fn: LegacyEvalFn | None = None,
+        self, *, fraction_fit: float = 1.0, fraction_evaluate: float = 1.0, min_fit_clients: int = 2,
+        min_evaluate_clients: int = 2, min_available_clients: int = 2, evaluate_fn: LegacyEvalFn | None = None,
         on_fit_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
-        on_evaluate_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
-        accept_failures: bool = True,
+        on_evaluate_config_fn: Callable[[int], dict[str, Scalar]] | None = None, accept_failures: bool = True,
         initial_parameters: Parameters | list[np.ndarray] | Mapping[str, Any] | None = None,
         fit_metrics_aggregation_fn: MetricsAggregationFn | None = None,
-        evaluate_metrics_aggregation_fn: MetricsAggregationFn | None = None,
-        inplace: bool = True,
-        seed: int = 0,
-        on_bad_reply: str = "drop",
-        wait_timeout: float = 600.0,
+        evaluate_metrics_aggregation_fn: MetricsAggregationFn | None = None, inplace: bool = True, seed: int = 0,
+        on_bad_reply: str = "drop", wait_timeout: float = 600.0,
         partition_resolver: Callable[[ClientManager], dict[int, ClientProxy]] | None = None,
-        criterion: Criterion | None = None,
-        on_round_end: Callable[[dict[str, Any]], None] | None = None,
-        core_factory: CoreFactory | None = None,
-        max_num_examples: int | Mapping[int, int] | None = None,
+        criterion: Criterion | None = None, on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        core_factory: CoreFactory | None = None, max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         super().__init__()
@@ -345,20 +335,15 @@ class LegacyStrategy(MethodAdapter, Strategy):
             return
         self.sync_global(parameters_to_ndarrays(parameters), rnd)
 
-    def configure_fit(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, FitIns]]:
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         self._global(server_round, parameters, client_manager)
         proxies = self.candidates(client_manager)  # the round's record opens after the wait for the clients
         return self.session.configure(self.core, self.method_round(server_round), proxies, lambda ins, config: (
             proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
 
-    def aggregate_fit(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[tuple[ClientProxy, FitRes] | BaseException],
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[Parameters | None, dict[str, Scalar]]:
         rnd = self.method_round(server_round)
         items: list[Reply | Rejection | int] = []
         for proxy, res in results:
@@ -392,9 +377,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self._returned = _parameters(self.core.model_arrays())
         return self._returned, numeric_metrics(metrics)
 
-    def configure_evaluate(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, EvaluateIns]]:
+    def configure_evaluate(self, server_round: int, parameters: Parameters,
+                           client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
         if self.fraction_evaluate == 0.0 or self.core is None:
             return []
         rnd = self.method_round(server_round)
@@ -408,12 +392,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self.history.record(rnd)["bytes_down"] += payload_bytes(parameters) * len(chosen)
         return [(proxies[pid], EvaluateIns(parameters, {**config, PARTITION_KEY: pid})) for pid in chosen]
 
-    def aggregate_evaluate(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, EvaluateRes]],
-        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
-    ) -> tuple[float | None, dict[str, Scalar]]:
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]) -> tuple[float | None, dict[str, Scalar]]:
         rnd = self.method_round(server_round)
         rec = self.history.record(rnd)
         ok = [(p, r) for p, r in results if r.status.code == Code.OK and np.isfinite(r.loss) and r.num_examples > 0]

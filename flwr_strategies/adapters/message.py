@@ -26,7 +26,8 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   ``initial_arrays``), any other reply the names ``"0"``, ``"1"``... that ``ArrayRecord(list)``
   gives. The same names in another order are put back in the order sent, as Flower's FedAvg matches
   arrays by name; any other names are rejected, naming the expected and the received ones;
-- per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
+- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
+  (``self.session``), records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
   ``start()``'s ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
 """
 
@@ -240,7 +241,10 @@ class MessageStrategy(MethodAdapter, Strategy):
 
     Takes the arguments of Flower's Message-API ``FedAvg`` with Flower's names, meanings and
     defaults, plus the method's hyperparameters as keyword arguments (the fields of the method's
-    config dataclass, listed in its docstring). Runs on Flower's ``Strategy.start()``.
+    config dataclass, listed in its docstring). Runs on Flower's ``Strategy.start()``. A method's
+    Message-API class shares the declaration of its legacy class:
+    ``class DFedCata(MessageStrategy, like=legacy.DFedCata)`` takes its ``core_cls``,
+    ``hyperparameters``, ``arguments``, ``renamed`` and ``federated_evaluation``.
 
     Parameters
     ----------
@@ -293,26 +297,20 @@ class MessageStrategy(MethodAdapter, Strategy):
         ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
+    def __init_subclass__(cls, like: type[MethodAdapter] | None = None, **kwargs: Any) -> None:
+        if like is not None:  # the legacy class's declaration: one declaration for both APIs
+            for attr in ("core_cls", "hyperparameters", "arguments", "renamed", "federated_evaluation"):
+                setattr(cls, attr, getattr(like, attr))
+        super().__init_subclass__(**kwargs)
+
     def __init__(
-        self,
-        fraction_train: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_train_nodes: int = 2,
-        min_evaluate_nodes: int = 2,
-        min_available_nodes: int = 2,
-        weighted_by_key: str = "num-examples",
-        arrayrecord_key: str = "arrays",
-        configrecord_key: str = "config",
-        train_metrics_aggr_fn: MetricsAggrFn | None = None,
-        evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
-        *,
-        seed: int = 0,
-        on_bad_reply: str = "drop",
-        on_train_config_fn: ConfigFn | None = None,
-        wait_timeout: float = 600.0,
-        on_round_end: Callable[[dict[str, Any]], None] | None = None,
-        core_factory: CoreFactory | None = None,
-        max_num_examples: int | Mapping[int, int] | None = None,
+        self, fraction_train: float = 1.0, fraction_evaluate: float = 1.0, min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2, min_available_nodes: int = 2, weighted_by_key: str = "num-examples",
+        arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+        train_metrics_aggr_fn: MetricsAggrFn | None = None, evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
+        *, seed: int = 0, on_bad_reply: str = "drop", on_train_config_fn: ConfigFn | None = None,
+        wait_timeout: float = 600.0, on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        core_factory: CoreFactory | None = None, max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         name = type(self).__name__

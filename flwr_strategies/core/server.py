@@ -40,6 +40,7 @@ from .validation import (
     check_max_num_examples,
     check_number,
     check_policy,
+    nonfinite_problem,
     nonfinite_replies,
     screen,
 )
@@ -74,18 +75,17 @@ def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray],
     for j, (a, b) in enumerate(zip(out, like)):
         if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
             raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
-    return out
+    return _check_arrays(out, what)
 
 
 def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    """``arrays`` as a list after checking it is not empty and every array is finite."""
     out = [np.asarray(a) for a in arrays]
     if not out:
         raise ValueError(f"{what} is empty: pass the model's arrays")
-    for j, a in enumerate(out):
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
+    problem = nonfinite_problem(out)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
     return out
 
 

@@ -94,10 +94,8 @@ class ArmijoConfig:
         check_number("fallback_step", self.fallback_step, "a finite number >= 0", lambda v: v >= 0)
         check_number("grad_tol", self.grad_tol, "a finite number >= 0", lambda v: v >= 0)
         if self.growth_rule not in GROWTH_RULES:
-            raise ValueError(f"`growth_rule` must be one of {GROWTH_RULES}, got {self.growth_rule!r}")
-        if isinstance(self.sls_batches_per_epoch, bool) or not isinstance(self.sls_batches_per_epoch, int) \
-                or self.sls_batches_per_epoch < 1:
-            raise ValueError(f"`sls_batches_per_epoch` must be an integer >= 1, got {self.sls_batches_per_epoch!r}")
+            raise SettingError("growth_rule", self.growth_rule, f"one of {GROWTH_RULES}")
+        check_integer("sls_batches_per_epoch", self.sls_batches_per_epoch, 1)
 
     @classmethod
     def code(cls, **overrides) -> ArmijoConfig:

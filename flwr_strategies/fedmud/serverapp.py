@@ -7,37 +7,23 @@ Arguments: Flower's Message-API ``FedAvg`` arguments, the plain ``model`` and an
 
 from __future__ import annotations
 
-from ..adapters import REQUIRED, MessageStrategy
-from .config import METHOD_CONFIGS
-from .server import FedMUDServer
+from ..adapters import MessageStrategy
+from . import strategy as legacy
 
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
-class _LowRank(MessageStrategy):
-    core_cls = FedMUDServer
-    arguments = {"model": REQUIRED}
-
-
-class FedMUD(_LowRank):
+class FedMUD(MessageStrategy, like=legacy.FedMUD):
     """FedMUD (Li et al., ICML 2025) on the Message API; as :class:`flwr_strategies.FedMUD`."""
 
-    hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
 
-
-class FedLMT(_LowRank):
+class FedLMT(MessageStrategy, like=legacy.FedLMT):
     """FedLMT (Liu et al., ICML 2024), as defined in FedMUD's paper, on the Message API."""
 
-    hyperparameters = {"config": METHOD_CONFIGS["fedlmt"]}
 
-
-class FedPara(_LowRank):
+class FedPara(MessageStrategy, like=legacy.FedPara):
     """FedPara (Hyeon-Woo et al., ICLR 2022), as defined in FedMUD's paper, on the Message API."""
 
-    hyperparameters = {"config": METHOD_CONFIGS["fedpara"]}
 
-
-class FedHM(_LowRank):
+class FedHM(MessageStrategy, like=legacy.FedHM):
     """FedHM (Yao et al., 2021), as defined in FedMUD's paper, on the Message API."""
-
-    hyperparameters = {"config": METHOD_CONFIGS["fedhm"]}
