@@ -61,9 +61,7 @@ class PartitionContexts:
     """
 
     def __init__(self, num_partitions: int, run_config: dict | None = None) -> None:
-        if int(num_partitions) < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions!r}")
-        self.num_partitions = int(num_partitions)
+        self.num_partitions = check_integer("num_partitions", num_partitions, 1)
         self.run_config = dict(run_config or {})
         self._contexts: dict[int, Context] = {}
 

@@ -65,19 +65,9 @@ PARTITION_QUERY = "query.partition"
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
 def config_record(values: dict[str, Any]) -> ConfigRecord:
     """A ``ConfigRecord`` of ``values`` (NumPy scalars become Python scalars; None is dropped)."""
-    return ConfigRecord({k: _plain(v) for k, v in values.items() if v is not None})
+    return ConfigRecord({k: v.item() if isinstance(v, np.generic) else v for k, v in values.items() if v is not None})
 
 
 def _array(a: np.ndarray) -> Array:
