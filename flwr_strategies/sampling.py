@@ -1,4 +1,4 @@
-"""Reproducible client sampling for Flower's legacy server.
+"""Reproducible client sampling and client identity for Flower's legacy server.
 
 Flower's ``SimpleClientManager.sample`` draws with the global ``random`` module over client ids,
 and simulated node ids are random each run, so the same seed does not pick the same data twice.
@@ -8,15 +8,58 @@ partition id they hold and draws with its own seeded NumPy generator.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 
 import numpy as np
-from flwr.server.client_manager import SimpleClientManager
+from flwr.common import Code, GetPropertiesIns
+from flwr.server.client_manager import ClientManager, SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.criterion import Criterion
 
-from .common import resolve_partitions
+from .common import PARTITION_KEY
+
+
+class PartitionIdMissing(RuntimeError):
+    """A connected client does not report its ``partition-id`` property."""
+
+
+def _query_partition(proxy: ClientProxy, timeout: float | None) -> int:
+    res = proxy.get_properties(GetPropertiesIns(config={}), timeout=timeout, group_id=None)
+    if res.status.code != Code.OK or PARTITION_KEY not in res.properties:
+        raise PartitionIdMissing(
+            f"client {proxy.cid} did not report its '{PARTITION_KEY}' property "
+            f"(status {res.status.code}: {res.status.message})"
+        )
+    return int(res.properties[PARTITION_KEY])
+
+
+def resolve_partitions(client_manager: ClientManager, timeout: float | None = None) -> dict[int, ClientProxy]:
+    """All connected clients keyed by the partition id they hold.
+
+    The partition id is asked from each client once (``get_properties``), concurrently, and cached
+    on the client manager. When ``client_manager`` is a
+    :class:`flwr_strategies.sampling.PartitionClientManager`, this first waits until all expected
+    partitions are connected. Two clients claiming the same partition is an error.
+    """
+    expected = getattr(client_manager, "num_partitions", None)
+    if expected:
+        client_manager.wait_for(expected, timeout=int(timeout or 86400))
+    cache: dict[str, int] = client_manager.__dict__.setdefault("_partition_cache", {})
+    proxies = client_manager.all()
+    unknown = [p for cid, p in proxies.items() if cid not in cache]
+    if unknown:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(unknown))) as pool:
+            for proxy, pid in zip(unknown, pool.map(lambda p: _query_partition(p, timeout), unknown)):
+                cache[proxy.cid] = pid
+    by_partition: dict[int, ClientProxy] = {}
+    for cid, proxy in proxies.items():
+        pid = cache[cid]
+        if pid in by_partition:
+            raise RuntimeError(f"two clients ({by_partition[pid].cid}, {cid}) claim partition {pid}")
+        by_partition[pid] = proxy
+    return dict(sorted(by_partition.items()))
 
 
 class PartitionClientManager(SimpleClientManager):

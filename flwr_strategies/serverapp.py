@@ -11,31 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {
-    "FedAvg": "flwr_strategies.baselines.serverapp",
-    "FedProx": "flwr_strategies.baselines.serverapp",
-    "FedAdam": "flwr_strategies.baselines.serverapp",
-    "FedSAM": "flwr_strategies.baselines.serverapp",
-    "DFedCata": "flwr_strategies.dfedcata.serverapp",
-    "DFedAvg": "flwr_strategies.dfedcata.serverapp",
-    "DPSGD": "flwr_strategies.dfedcata.serverapp",
-    "FedLiLS": "flwr_strategies.fedli.serverapp",
-    "FedLiLU": "flwr_strategies.fedli.serverapp",
-    "FedExP": "flwr_strategies.fedli.serverapp",
-    "Scaffold": "flwr_strategies.fedli.serverapp",
-    "FedMUD": "flwr_strategies.fedmud.serverapp",
-    "FedLMT": "flwr_strategies.fedmud.serverapp",
-    "FedPara": "flwr_strategies.fedmud.serverapp",
-    "FedHM": "flwr_strategies.fedmud.serverapp",
-    "FedMeZO": "flwr_strategies.fedmezo.serverapp",
-    "LoRAFedAvg": "flwr_strategies.fedmezo.serverapp",
-    "DOADP": "flwr_strategies.doadp.serverapp",
-    "DMSGD": "flwr_strategies.doadp.serverapp",
-    "DPDO": "flwr_strategies.doadp.serverapp",
-    "DPDDA": "flwr_strategies.doadp.serverapp",
-    "CPGT": "flwr_strategies.doadp.serverapp",
-    "MessageStrategy": "flwr_strategies.adapters.message",
-}
+_EXPORTS = {name: f"flwr_strategies.{folder}.serverapp" for folder, names in (
+    ("baselines", "FedAvg FedProx FedAdam FedSAM"), ("dfedcata", "DFedCata DFedAvg DPSGD"),
+    ("fedli", "FedLiLS FedLiLU FedExP Scaffold"), ("fedmud", "FedMUD FedLMT FedPara FedHM"),
+    ("fedmezo", "FedMeZO LoRAFedAvg"), ("doadp", "DOADP DMSGD DPDO DPDDA CPGT")) for name in names.split()}
+_EXPORTS["MessageStrategy"] = "flwr_strategies.adapters.message"
 
 __all__ = sorted(_EXPORTS)
 

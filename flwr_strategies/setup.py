@@ -6,44 +6,13 @@ strategies and clients never read command-line or run-config state themselves.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-
-class SettingError(ValueError):
-    """A setting that cannot run. The message names the setting and the value.
-
-    Attributes ``name`` (the setting), ``value`` (what was given) and ``requirement`` (what would be
-    valid) let front ends name the setting their own way (a CLI flag, a run-config key).
-    """
-
-    def __init__(self, name: str, value: Any, requirement: str) -> None:
-        self.name = name
-        self.value = value
-        self.requirement = requirement
-        super().__init__(f"{name} must be {requirement}, got {value!r}")
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_number(name: str, value: Any, requirement: str, ok: Callable[[float], bool]) -> None:
-    """Raise :class:`SettingError` unless ``value`` is a finite real number with ``ok(value)``."""
-    if not _is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
-        raise SettingError(name, value, requirement)
-
-
-def _check_integer(name: str, value: Any, minimum: int) -> None:
-    """Raise :class:`SettingError` unless ``value`` is an integer >= ``minimum``."""
-    integral = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if not integral or int(value) < minimum:
-        raise SettingError(name, value, f"an integer >= {minimum}")
-
+from .core.validation import SettingError, check_integer, check_number
 
 #: ``TrainConfig.lr`` for a method that derives its step size from its own rule.
 AUTO_LR = "auto"
@@ -86,19 +55,19 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.lr != AUTO_LR:
-            _check_number("lr", self.lr, "a finite number > 0, or 'auto'", lambda v: v > 0)
+            check_number("lr", self.lr, "a finite number > 0, or 'auto'", lambda v: v > 0)
         if self.local_steps is None and self.local_epochs is None:
             raise SettingError("local_epochs", None, "an integer >= 1 when local_steps is not set")
         if self.local_steps is not None:
-            _check_integer("local_steps", self.local_steps, 1)
+            check_integer("local_steps", self.local_steps, 1)
         if self.local_epochs is not None:
-            _check_integer("local_epochs", self.local_epochs, 1)
-        _check_integer("batch_size", self.batch_size, 1)
-        _check_number("momentum", self.momentum, "a finite number in [0, 1)", lambda v: 0.0 <= v < 1.0)
-        _check_number("weight_decay", self.weight_decay, "a finite number >= 0", lambda v: v >= 0)
-        _check_number("lr_decay", self.lr_decay, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
+            check_integer("local_epochs", self.local_epochs, 1)
+        check_integer("batch_size", self.batch_size, 1)
+        check_number("momentum", self.momentum, "a finite number in [0, 1)", lambda v: 0.0 <= v < 1.0)
+        check_number("weight_decay", self.weight_decay, "a finite number >= 0", lambda v: v >= 0)
+        check_number("lr_decay", self.lr_decay, "a number in (0, 1]", lambda v: 0.0 < v <= 1.0)
         if self.grad_clip is not None:
-            _check_number("grad_clip", self.grad_clip, "a finite number > 0, or None for no clipping", lambda v: v > 0)
+            check_number("grad_clip", self.grad_clip, "a finite number > 0, or None for no clipping", lambda v: v > 0)
 
     def lr_at(self, server_round: int) -> float:
         """Learning rate of round ``server_round`` (1-based); ``lr="auto"`` has none here (the

@@ -2,12 +2,10 @@
 called directly, in one process, with no Flower messages in between.
 
 The core is framework-neutral, so nothing needs Flower's transport when server and clients live in
-the same process. :class:`CoreDriver` makes exactly the calls the two Flower adapters make
-(:class:`~flwr_strategies.adapters.legacy.LegacyStrategy`,
-:class:`~flwr_strategies.adapters.message.MessageStrategy`): ``select``, ``configure_train``, one
-client ``fit`` per instruction, ``train_round`` (shared reply validation, then the core's atomic
-aggregation), the shared round record (:meth:`~flwr_strategies.adapters.recorder.RoundRecorder.training`),
-``evaluate``. Clients get the same arrays (fresh copies, as deserialisation gives
+the same process. :class:`CoreDriver` runs its rounds through the round session both Flower
+adapters use (:class:`~flwr_strategies.adapters.recorder.RoundSession`: ``select``,
+``configure_train``, one client ``fit`` per instruction, ``train_round`` with the shared reply
+validation and the core's atomic aggregation, the shared round record), then ``evaluate``. Clients get the same arrays (fresh copies, as deserialisation gives
 them) and the same config (``partition-id`` added) as on those paths, so the per-round numbers are
 bit-identical; ``tests/test_inprocess_driver.py`` checks this against both adapters.
 
@@ -35,11 +33,11 @@ from typing import Any
 import numpy as np
 from flwr.common import Context, RecordDict, log
 
-from flwr_strategies.adapters.recorder import RoundRecorder, arrays_nbytes, bytes_entries
-from flwr_strategies.core.messages import Reply
+from flwr_strategies.adapters.recorder import RoundRecorder, RoundSession
+from flwr_strategies.core.messages import Instruction, Reply
 from flwr_strategies.core.server import ServerCore
 from flwr_strategies.common import PARTITION_KEY
-from flwr_strategies.core.validation import Rejection, ReplyError, check_max_num_examples, check_policy
+from flwr_strategies.core.validation import Rejection, check_integer
 
 from .timeouts import BoundedCaller
 
@@ -63,9 +61,7 @@ class PartitionContexts:
     """
 
     def __init__(self, num_partitions: int, run_config: dict | None = None) -> None:
-        if int(num_partitions) < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions!r}")
-        self.num_partitions = int(num_partitions)
+        self.num_partitions = check_integer("num_partitions", num_partitions, 1)
         self.run_config = dict(run_config or {})
         self._contexts: dict[int, Context] = {}
 
@@ -135,10 +131,9 @@ class CoreDriver:
         self.client_fit = client_fit
         self.contexts = contexts
         self.evaluate_fn = evaluate_fn
-        self.on_bad_reply = check_policy(on_bad_reply)
-        self.max_num_examples = check_max_num_examples(max_num_examples)
-        self.call = BoundedCaller(client_timeout)
         self.history = RoundRecorder(on_round_end)
+        self.session = RoundSession(self.history, type(core).__name__, on_bad_reply, max_num_examples)
+        self.call = BoundedCaller(client_timeout)
         self.partitions = list(range(contexts.num_partitions))
 
     @property
@@ -150,71 +145,46 @@ class CoreDriver:
         return self.history.failure_log
 
     # ------------------------------------------------------------------ one round
-    def _fit(self, rnd: int, pid: int, arrays: list[np.ndarray], config: dict[str, Any]):
-        ctx = self.contexts[pid]
-        sent = [np.array(a, copy=True) for a in arrays]  # what deserialisation would give the client
-        return self.call(lambda: self.client_fit(ctx, sent, config), what=f"partition {pid} fit in round {rnd}")
+    def _fit(self, rnd: int, ins: Instruction, config: dict[str, Any]) -> Reply | Rejection | int:
+        """One client's round: its reply, the rejection of a reply claiming another partition, or
+        (it raised or did not return in time) its partition id."""
+        pid, ctx = int(ins.partition_id), self.contexts[int(ins.partition_id)]
+        sent = [np.array(a, copy=True) for a in ins.arrays]  # what deserialisation would give the client
+        try:
+            arrays, num_examples, metrics = self.call(lambda: self.client_fit(ctx, sent, config),
+                                                      what=f"partition {pid} fit in round {rnd}")
+        except Exception as err:  # a raising or hung client is a failed client
+            self.history.log_failure(rnd, "fit", f"partition {pid}: {type(err).__name__}: {err}")
+            log(WARNING, "Round %s: partition %s failed: %s: %s", rnd, pid, type(err).__name__, err)
+            return pid
+        metrics = dict(metrics or {})
+        claimed = metrics.get(PARTITION_KEY)
+        if claimed is not None and (not isinstance(claimed, (int, np.integer)) or int(claimed) != pid):
+            return Rejection(pid, f"reply claims partition {claimed!r}")
+        return Reply(pid, [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays], num_examples, metrics)
 
     def train(self, rnd: int) -> None:
-        """Round ``rnd``: sample, configure, call the clients, validate, aggregate."""
-        core = self.core
-        rec = self.history.record(rnd)
-        instructions = core.configure_train(rnd, core.select(rnd, self.partitions))
-        sampled = [ins.partition_id for ins in instructions]
-        replies: list[Reply] = []
-        rejected: list[Rejection] = []
-        failed: list[int] = []
-        for ins in instructions:
-            pid = int(ins.partition_id)
-            config = {"server-round": rnd, **ins.config, PARTITION_KEY: pid}
-            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
-            try:
-                arrays, num_examples, metrics = self._fit(rnd, pid, ins.arrays, config)
-            except Exception as err:  # a raising or hung client is a failed client
-                failed.append(pid)
-                self.history.log_failure(rnd, "fit", f"partition {pid}: {type(err).__name__}: {err}")
-                log(WARNING, "Round %s: partition %s failed: %s: %s", rnd, pid, type(err).__name__, err)
-                continue
-            metrics = dict(metrics or {})
-            claimed = metrics.get(PARTITION_KEY)
-            if claimed is not None and (not isinstance(claimed, (int, np.integer)) or int(claimed) != pid):
-                rejected.append(Rejection(pid, f"reply claims partition {claimed!r}"))
-                continue
-            arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
-            rec["bytes_up"] += arrays_nbytes(arrays) + bytes_entries(metrics)
-            replies.append(Reply(pid, arrays, num_examples, metrics))
-        rec["clients"] = len(instructions)
-        instructions = ins = None  # the start points may be views of a buffer the core now releases
-        core.instructions_sent(rnd)
-        if rejected and self.on_bad_reply == "raise":
-            raise ReplyError(f"{type(core).__name__} round {rnd}: {rejected[0]}")
-        result = core.train_round(rnd, replies, sampled=sampled, failed=failed, on_bad_reply=self.on_bad_reply,
-                                  max_num_examples=self.max_num_examples)
-        self.history.training(rnd, result, rejected, len(replies), logged=failed)
+        """Round ``rnd``: sample, configure, call the clients, validate, aggregate (:class:`RoundSession`)."""
+        items = self.session.configure(self.core, rnd, self.partitions, lambda ins, config: self._fit(rnd, ins, config))
+        self.session.train(self.core, rnd, *self.session.sort(rnd, items))
 
     def evaluate(self, rnd: int) -> None:
         """Central evaluation of the core's model after round ``rnd`` (when the core evaluates);
         round 0 scores the initial model, as Flower's run loop does."""
         if self.evaluate_fn is None or not self.core.should_evaluate(rnd):
             return
-        rec = self.history.record(rnd)
+        self.history.record(rnd)
         if rnd == 0:
             res = self.evaluate_fn(0, [np.array(a, copy=True) for a in self.core.initial_arrays], {})
         else:
             res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
-        if res is None:
-            return
-        loss, metrics = res
-        rec["loss"] = float(loss)
-        for key, value in (metrics or {}).items():
-            rec[key] = value
+        self.session.evaluated(rnd, res)
 
     # ------------------------------------------------------------------ the run
     def run(self, num_rounds: int, *, state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rounds ``1..num_rounds`` (or, with ``state`` from ``core.state_dict()``, the rounds after
         it), with central evaluation at the starting round; returns the round records."""
-        if int(num_rounds) != num_rounds or num_rounds < 0:
-            raise ValueError(f"num_rounds must be an integer >= 0, got {num_rounds!r}")
+        check_integer("num_rounds", num_rounds, 0)
         if state is not None:
             self.core.load_state_dict(state, num_rounds=num_rounds)
         first = self.core.server_round + 1

@@ -188,7 +188,7 @@ def test_nan_reply_through_the_legacy_strategy_is_dropped():
     strategy = FedMUD(model=net, initial_parameters=_init(net), target_ratio=0.5)
     core = strategy.core
     ins = core.configure_train(1, [0, 1])
-    strategy._sampled[1] = [0, 1]
+    strategy.session.sampled[1] = [0, 1]
     strategy._pid_of_cid = {"a": 0, "b": 1}
 
     class Proxy:

@@ -257,7 +257,7 @@ def test_legacy_api_honours_the_users_fit_metrics_aggregation():
         return {"max_loss": max(m["train_loss"] for _, m in rows)}
 
     s = flwr_strategies.FedAvg(initial_parameters=[np.zeros(2, np.float32)], fit_metrics_aggregation_fn=mine)
-    s._sampled[1] = [0, 1]
+    s.session.sampled[1] = [0, 1]
     s._pid_of_cid = {"a": 0, "b": 1}
 
     class Proxy:

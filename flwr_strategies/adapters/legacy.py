@@ -22,7 +22,8 @@ the Flower side once for all of them:
   or dtypes tell, and cannot be told apart where they are equal. The Message API
   (:class:`~flwr_strategies.adapters.message.MessageStrategy`) reads replies by name;
 - central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
-- per-round records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
+- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
+  (``self.session``), records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
 """
 
 from __future__ import annotations
@@ -49,12 +50,13 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.criterion import Criterion
 from flwr.server.strategy import Strategy
 
-from ..common import PARTITION_KEY, PartitionIdMissing, payload_bytes, resolve_partitions
+from ..common import PARTITION_KEY, payload_bytes
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
-from ..core.validation import Rejection, ReplyError, check_max_num_examples
+from ..core.validation import Rejection, check_integer, check_number
+from ..sampling import PartitionIdMissing, resolve_partitions
 from .method import CoreFactory, MethodAdapter
-from .recorder import arrays_nbytes, bytes_entries
+from .recorder import RoundSession, evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["LegacyStrategy"]
@@ -168,42 +170,26 @@ class LegacyStrategy(MethodAdapter, Strategy):
     """
 
     def __init__(
-        self,
-        *,
-        fraction_fit: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_fit_clients: int = 2,
-        min_evaluate_clients: int = 2,
-        min_available_clients: int = 2,
-        evaluate_fn: LegacyEvalFn | None = None,
+        self, *, fraction_fit: float = 1.0, fraction_evaluate: float = 1.0, min_fit_clients: int = 2,
+        min_evaluate_clients: int = 2, min_available_clients: int = 2, evaluate_fn: LegacyEvalFn | None = None,
         on_fit_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
-        on_evaluate_config_fn: Callable[[int], dict[str, Scalar]] | None = None,
-        accept_failures: bool = True,
+        on_evaluate_config_fn: Callable[[int], dict[str, Scalar]] | None = None, accept_failures: bool = True,
         initial_parameters: Parameters | list[np.ndarray] | Mapping[str, Any] | None = None,
         fit_metrics_aggregation_fn: MetricsAggregationFn | None = None,
-        evaluate_metrics_aggregation_fn: MetricsAggregationFn | None = None,
-        inplace: bool = True,
-        seed: int = 0,
-        on_bad_reply: str = "drop",
-        wait_timeout: float = 600.0,
+        evaluate_metrics_aggregation_fn: MetricsAggregationFn | None = None, inplace: bool = True, seed: int = 0,
+        on_bad_reply: str = "drop", wait_timeout: float = 600.0,
         partition_resolver: Callable[[ClientManager], dict[int, ClientProxy]] | None = None,
-        criterion: Criterion | None = None,
-        on_round_end: Callable[[dict[str, Any]], None] | None = None,
-        core_factory: CoreFactory | None = None,
-        max_num_examples: int | Mapping[int, int] | None = None,
+        criterion: Criterion | None = None, on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        core_factory: CoreFactory | None = None, max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        self.max_num_examples = check_max_num_examples(max_num_examples, f"{name}: max_num_examples")
-        if not (isinstance(fraction_fit, (int, float)) and 0.0 < fraction_fit <= 1.0):
-            raise ValueError(f"{name}: fraction_fit must be in (0, 1], got {fraction_fit!r}")
-        if not (isinstance(fraction_evaluate, (int, float)) and 0.0 <= fraction_evaluate <= 1.0):
-            raise ValueError(f"{name}: fraction_evaluate must be in [0, 1], got {fraction_evaluate!r}")
+        check_number(f"{name}: fraction_fit", fraction_fit, "in (0, 1]", lambda v: 0.0 < v <= 1.0)
+        check_number(f"{name}: fraction_evaluate", fraction_evaluate, "in [0, 1]", lambda v: 0.0 <= v <= 1.0)
         for key, value, low in (("min_fit_clients", min_fit_clients, 1), ("min_evaluate_clients", min_evaluate_clients, 0),
                                 ("min_available_clients", min_available_clients, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name}: {key} must be an integer >= {low}, got {value!r}")
+            check_integer(f"{name}: {key}", value, low)
         if inplace is not True:
             raise ValueError(f"{name}: inplace={inplace!r} is not available: the strategy aggregates with the "
                              "arithmetic of Flower's aggregate_inplace (inplace=True, Flower's default)")
@@ -221,6 +207,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self.inplace = True
         self._init_method(hyperparameters=hyperparameters, seed=seed, on_bad_reply=on_bad_reply,
                           core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout)
+        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
         if self.core_cls is not None:
             self._check_flower_arguments(self.core_cls, **self._fractions())
         self.initial_parameters: Parameters | None = None
@@ -348,81 +335,50 @@ class LegacyStrategy(MethodAdapter, Strategy):
             return
         self.sync_global(parameters_to_ndarrays(parameters), rnd)
 
-    def configure_fit(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, FitIns]]:
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         self._global(server_round, parameters, client_manager)
-        proxies = self.candidates(client_manager)
-        rnd = self.method_round(server_round)
-        rec = self.history.record(rnd)  # opened after waiting for the clients: the wait is not the round's
-        sampled = self.core.select(rnd, proxies)
-        instructions = self.core.configure_train(rnd, sampled)
-        self._sampled[rnd] = [ins.partition_id for ins in instructions]
-        out = []
-        for ins in instructions:
-            config = {"server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
-            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
-            out.append((proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
-        instructions = ins = None  # the start points may be views of a buffer the core now releases
-        self.core.instructions_sent(rnd)
-        rec["clients"] = len(out)
-        return out
+        proxies = self.candidates(client_manager)  # the round's record opens after the wait for the clients
+        return self.session.configure(self.core, self.method_round(server_round), proxies, lambda ins, config: (
+            proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
 
-    def aggregate_fit(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[tuple[ClientProxy, FitRes] | BaseException],
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[Parameters | None, dict[str, Scalar]]:
         rnd = self.method_round(server_round)
-        rec = self.history.record(rnd)
-        replies: list[Reply] = []
-        rejected: list[Rejection] = []
-        failed: list[int] = []
+        items: list[Reply | Rejection | int] = []
         for proxy, res in results:
             pid = self._pid_of_cid.get(proxy.cid)
             if pid is None:
-                rejected.append(Rejection(None, f"reply from unknown client {proxy.cid}"))
+                items.append(Rejection(None, f"reply from unknown client {proxy.cid}"))
             elif res.status.code != Code.OK:
-                failed.append(pid)
+                items.append(pid)
                 self.history.log_failure(rnd, "fit", f"partition {pid}: {res.status.code.name} {res.status.message}")
             else:
-                item = _decode(pid, res)
-                if isinstance(item, Rejection):
-                    rejected.append(item)
-                else:
-                    rec["bytes_up"] += arrays_nbytes(item.arrays) + bytes_entries(item.metrics)
-                    replies.append(item)
+                items.append(_decode(pid, res))
         for f in failures:
             if isinstance(f, BaseException):
                 self.history.log_failure(rnd, "fit", f"{type(f).__name__}: {f}")
-            else:
-                pid = self._pid_of_cid.get(f[0].cid)
-                if pid is not None:
-                    failed.append(pid)
-                self.history.log_failure(rnd, "fit", f"partition {pid}: {f[1].status.code.name} {f[1].status.message}")
-        if rejected and self.on_bad_reply == "raise":
-            raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
+                continue
+            pid = self._pid_of_cid.get(f[0].cid)
+            items.extend([] if pid is None else [pid])
+            self.history.log_failure(rnd, "fit", f"partition {pid}: {f[1].status.code.name} {f[1].status.message}")
+        replies, rejected, failed = self.session.sort(rnd, items)
         if failures and not self.accept_failures:
-            rec["failures"] += len(failures) + len(failed)
+            self.history.record(rnd)["failures"] += len(failures) + len(failed)
             return None, {}
-        result = self.core.train_round(rnd, replies, sampled=self._sampled.pop(rnd, []), failed=failed,
-                                       on_bad_reply=self.on_bad_reply, max_num_examples=self.max_num_examples)
-        metrics = self.history.training(rnd, result, rejected, len(replies), logged=failed,
-                                        anonymous=sum(isinstance(f, BaseException) for f in failures))
+        result, metrics = self.session.train(self.core, rnd, replies, rejected, failed,
+                                             anonymous=sum(isinstance(f, BaseException) for f in failures))
         if self.fit_metrics_aggregation_fn is not None:
             bad = {r.partition_id for r in result.rejections}
             user = self.fit_metrics_aggregation_fn([(r.num_examples, r.metrics) for r in replies
-                                                    if r.partition_id not in bad])
-            metrics.update(user or {})
-            for key, value in (user or {}).items():
-                rec[f"fit_{key}"] = value
+                                                    if r.partition_id not in bad]) or {}
+            metrics.update(user)
+            self.session.record(rnd, user, "fit_")
         self._returned = _parameters(self.core.model_arrays())
         return self._returned, numeric_metrics(metrics)
 
-    def configure_evaluate(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, EvaluateIns]]:
+    def configure_evaluate(self, server_round: int, parameters: Parameters,
+                           client_manager: ClientManager) -> list[tuple[ClientProxy, EvaluateIns]]:
         if self.fraction_evaluate == 0.0 or self.core is None:
             return []
         rnd = self.method_round(server_round)
@@ -430,22 +386,14 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if not self.core.should_evaluate(rnd):
             return []
         proxies = self.candidates(client_manager)
-        ids = sorted(proxies)
-        k = min(len(ids), max(int(len(ids) * self.fraction_evaluate), self.min_evaluate_clients))
-        rng = np.random.default_rng([self.seed, rnd, 0xE7A1])
-        chosen = [ids[int(i)] for i in np.sort(rng.choice(len(ids), size=k, replace=False))]
+        chosen = evaluation_sample(sorted(proxies), rnd, self.fraction_evaluate, self.min_evaluate_clients, self.seed)
         config = dict(self.on_evaluate_config_fn(rnd)) if self.on_evaluate_config_fn is not None else {}
         config["server-round"] = rnd
-        rec = self.history.record(rnd)
-        rec["bytes_down"] += payload_bytes(parameters) * len(chosen)
+        self.history.record(rnd)["bytes_down"] += payload_bytes(parameters) * len(chosen)
         return [(proxies[pid], EvaluateIns(parameters, {**config, PARTITION_KEY: pid})) for pid in chosen]
 
-    def aggregate_evaluate(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, EvaluateRes]],
-        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
-    ) -> tuple[float | None, dict[str, Scalar]]:
+    def aggregate_evaluate(self, server_round: int, results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]) -> tuple[float | None, dict[str, Scalar]]:
         rnd = self.method_round(server_round)
         rec = self.history.record(rnd)
         ok = [(p, r) for p, r in results if r.status.code == Code.OK and np.isfinite(r.loss) and r.num_examples > 0]
@@ -460,9 +408,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
             metrics = dict(self.evaluate_metrics_aggregation_fn(rows) or {})
         else:
             metrics = weighted_mean_metrics(rows)
-        rec["federated_loss"] = loss
-        for key, value in metrics.items():
-            rec[f"federated_{key}"] = value
+        self.session.record(rnd, {"loss": loss, **metrics}, "federated_")
         return loss, metrics
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
@@ -480,11 +426,4 @@ class LegacyStrategy(MethodAdapter, Strategy):
             if not self.core.should_evaluate(rnd):
                 return None
             res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
-        if res is None:
-            return None
-        loss, metrics = res
-        rec = self.history.record(rnd)
-        rec["loss"] = float(loss)
-        for key, value in (metrics or {}).items():
-            rec[key] = value
-        return float(loss), dict(metrics or {})
+        return self.session.evaluated(rnd, res)

@@ -26,7 +26,8 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   ``initial_arrays``), any other reply the names ``"0"``, ``"1"``... that ``ArrayRecord(list)``
   gives. The same names in another order are put back in the order sent, as Flower's FedAvg matches
   arrays by name; any other names are rejected, naming the expected and the received ones;
-- per-round records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
+- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
+  (``self.session``), records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
   ``start()``'s ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
 """
 
@@ -48,10 +49,10 @@ from ..common import PARTITION_KEY
 from ..core.aggregation import SKIP_KEYS, weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.server import ConfigFn
-from ..core.validation import Rejection, ReplyError, check_max_num_examples
+from ..core.validation import Rejection, SettingError, check_integer, check_number
 from .liveness import UnreachableNodes
 from .method import CoreFactory, MethodAdapter
-from .recorder import arrays_nbytes, bytes_entries
+from .recorder import RoundSession, evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory", "reply_names"]
@@ -64,19 +65,9 @@ PARTITION_QUERY = "query.partition"
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
 def config_record(values: dict[str, Any]) -> ConfigRecord:
     """A ``ConfigRecord`` of ``values`` (NumPy scalars become Python scalars; None is dropped)."""
-    return ConfigRecord({k: _plain(v) for k, v in values.items() if v is not None})
+    return ConfigRecord({k: v.item() if isinstance(v, np.generic) else v for k, v in values.items() if v is not None})
 
 
 def _array(a: np.ndarray) -> Array:
@@ -240,7 +231,10 @@ class MessageStrategy(MethodAdapter, Strategy):
 
     Takes the arguments of Flower's Message-API ``FedAvg`` with Flower's names, meanings and
     defaults, plus the method's hyperparameters as keyword arguments (the fields of the method's
-    config dataclass, listed in its docstring). Runs on Flower's ``Strategy.start()``.
+    config dataclass, listed in its docstring). Runs on Flower's ``Strategy.start()``. A method's
+    Message-API class shares the declaration of its legacy class:
+    ``class DFedCata(MessageStrategy, like=legacy.DFedCata)`` takes its ``core_cls``,
+    ``hyperparameters``, ``arguments``, ``renamed`` and ``federated_evaluation``.
 
     Parameters
     ----------
@@ -293,41 +287,32 @@ class MessageStrategy(MethodAdapter, Strategy):
         ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
+    def __init_subclass__(cls, like: type[MethodAdapter] | None = None, **kwargs: Any) -> None:
+        if like is not None:  # the legacy class's declaration: one declaration for both APIs
+            for attr in ("core_cls", "hyperparameters", "arguments", "renamed", "federated_evaluation"):
+                setattr(cls, attr, getattr(like, attr))
+        super().__init_subclass__(**kwargs)
+
     def __init__(
-        self,
-        fraction_train: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_train_nodes: int = 2,
-        min_evaluate_nodes: int = 2,
-        min_available_nodes: int = 2,
-        weighted_by_key: str = "num-examples",
-        arrayrecord_key: str = "arrays",
-        configrecord_key: str = "config",
-        train_metrics_aggr_fn: MetricsAggrFn | None = None,
-        evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
-        *,
-        seed: int = 0,
-        on_bad_reply: str = "drop",
-        on_train_config_fn: ConfigFn | None = None,
-        wait_timeout: float = 600.0,
-        on_round_end: Callable[[dict[str, Any]], None] | None = None,
-        core_factory: CoreFactory | None = None,
-        max_num_examples: int | Mapping[int, int] | None = None,
+        self, fraction_train: float = 1.0, fraction_evaluate: float = 1.0, min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2, min_available_nodes: int = 2, weighted_by_key: str = "num-examples",
+        arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+        train_metrics_aggr_fn: MetricsAggrFn | None = None, evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
+        *, seed: int = 0, on_bad_reply: str = "drop", on_train_config_fn: ConfigFn | None = None,
+        wait_timeout: float = 600.0, on_round_end: Callable[[dict[str, Any]], None] | None = None,
+        core_factory: CoreFactory | None = None, max_num_examples: int | Mapping[int, int] | None = None,
         **hyperparameters: Any,
     ) -> None:
         name = type(self).__name__
-        self.max_num_examples = check_max_num_examples(max_num_examples, f"{name}: max_num_examples")
         for key, value in (("fraction_train", fraction_train), ("fraction_evaluate", fraction_evaluate)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: {key} must be in [0, 1], got {value!r}")
+            check_number(f"{name}: {key}", value, "in [0, 1]", lambda v: 0.0 <= v <= 1.0)
         for key, value, low in (("min_train_nodes", min_train_nodes, 0), ("min_evaluate_nodes", min_evaluate_nodes, 0),
                                 ("min_available_nodes", min_available_nodes, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name}: {key} must be an integer >= {low}, got {value!r}")
+            check_integer(f"{name}: {key}", value, low)
         for key, value in (("weighted_by_key", weighted_by_key), ("arrayrecord_key", arrayrecord_key),
                            ("configrecord_key", configrecord_key)):
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name}: {key} must be a non-empty string, got {value!r}")
+                raise SettingError(f"{name}: {key}", value, "a non-empty string")
         self.fraction_train = float(fraction_train)
         self.fraction_evaluate = float(fraction_evaluate)
         self.min_train_nodes = int(min_train_nodes)
@@ -343,6 +328,7 @@ class MessageStrategy(MethodAdapter, Strategy):
             self.min_evaluate_nodes = 0  # as Flower's FedAvg
         self._init_method(hyperparameters=hyperparameters, seed=seed, on_bad_reply=on_bad_reply,
                           core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout)
+        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
         if self.core_cls is not None:
             self._check_flower_arguments(self.core_cls, **self._fractions())
         self.nodes = NodeDirectory(self.min_available_nodes, self.wait_timeout, configrecord_key)
@@ -428,35 +414,27 @@ class MessageStrategy(MethodAdapter, Strategy):
         else:
             self._follow(arrays, self.method_round(server_round))
         rnd = self.method_round(server_round)
-        rec = self.history.record(rnd)
+        self.history.record(rnd)
         if self.fraction_train == 0.0:
             return []
-        core = self.core
         connected = self._reachable_nodes(grid, rnd, training=True)
         available = [pid for pid, node in self.node_of_partition.items() if node in connected]
-        instructions = core.configure_train(rnd, core.select(rnd, available))
-        self._sampled[rnd] = [ins.partition_id for ins in instructions]
-        user = dict(config or {})
         shared: dict[int, tuple[ArrayRecord, list[str]]] = {}
-        messages = []
         layouts = self._layouts[rnd] = {}
-        for ins in instructions:
+
+        def message(ins, cfg: dict[str, Any]) -> Message:
             key = id(ins.arrays)
             if key not in shared:
                 record = self._array_record(ins.arrays, ins.model_layout)
                 shared[key] = (record, list(record.keys()))
             layouts[int(ins.partition_id)] = shared[key][1]  # what its reply is read against
-            cfg = {**user, "server-round": rnd, **ins.config, PARTITION_KEY: int(ins.partition_id)}
-            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(cfg)
             content = RecordDict({self.arrayrecord_key: shared[key][0], self.configrecord_key: config_record(cfg)})
-            messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],
-                                    message_type=MessageType.TRAIN))
-        instructions = ins = None  # the start points may be views of a buffer the core now releases
-        core.instructions_sent(rnd)
+            return Message(content, dst_node_id=self.node_of_partition[ins.partition_id], message_type=MessageType.TRAIN)
+
+        messages = self.session.configure(self.core, rnd, available, message, base=dict(config or {}))
         # the grid gives each message its id when it pushes it: the error reply that Flower's
         # SuperLink sends for an unreachable node names it only as the reply to one of these
         self._sent[rnd] = [(msg.metadata, self.partition_of_node[msg.metadata.dst_node_id]) for msg in messages]
-        rec["clients"] = len(messages)
         return messages
 
     def _reachable_nodes(self, grid: Grid, rnd: int, training: bool) -> set[int]:
@@ -529,38 +507,20 @@ class MessageStrategy(MethodAdapter, Strategy):
         rnd = self.method_round(server_round)
         if self.fraction_train == 0.0:
             return None, None
-        rec = self.history.record(rnd)
-        valid: list[Reply] = []
-        rejected: list[Rejection] = []
-        failed: list[int] = []
-        accepted: dict[int, RecordDict] = {}
         replies = list(replies)
-        for msg in replies:
-            item = self._decode(rnd, msg)
-            if isinstance(item, Reply):
-                rec["bytes_up"] += arrays_nbytes(item.arrays) + bytes_entries(item.metrics)
-                valid.append(item)
-                accepted[item.partition_id] = msg.content
-            elif isinstance(item, Rejection):
-                rejected.append(item)
-            else:
-                failed.append(item)
-        if rejected and self.on_bad_reply == "raise":
-            raise ReplyError(f"{type(self).__name__} round {rnd}: {rejected[0]}")
-        self.unreachable.note(rnd, self._sent.get(rnd, []), replies)
-        self._sent.pop(rnd, None)
+        items = [self._decode(rnd, msg) for msg in replies]
+        accepted = {item.partition_id: msg.content for item, msg in zip(items, replies) if isinstance(item, Reply)}
+        valid, rejected, failed = self.session.sort(rnd, items)
+        self.unreachable.note(rnd, self._sent.pop(rnd, []), replies)
         self._layouts.pop(rnd, None)
-        result = self.core.train_round(rnd, valid, sampled=self._sampled.pop(rnd, []), failed=failed,
-                                       on_bad_reply=self.on_bad_reply, max_num_examples=self.max_num_examples)
-        metrics = self.history.training(rnd, result, rejected, len(valid), logged=[*failed, *self._left_out.pop(rnd, [])])
+        result, metrics = self.session.train(self.core, rnd, valid, rejected, failed, logged=self._left_out.pop(rnd, []))
         if self.train_metrics_aggr_fn is not None:
             for r in result.rejections:
                 accepted.pop(r.partition_id, None)
             contents = [accepted[p] for p in sorted(accepted)]
             user = dict(self.train_metrics_aggr_fn(contents, self.weighted_by_key) or {}) if contents else {}
             metrics.update(user)
-            for key, value in user.items():
-                rec[f"fit_{key}"] = value
+            self.session.record(rnd, user, "fit_")
         if self.core.full_participation:
             _release_arrays(replies)
         self._returned = self.global_array_record()
@@ -576,11 +536,9 @@ class MessageStrategy(MethodAdapter, Strategy):
             return []
         connected = self._reachable_nodes(grid, rnd, training=False)
         ids = sorted(pid for pid, node in self.node_of_partition.items() if node in connected)
-        k = min(len(ids), max(int(len(ids) * self.fraction_evaluate), self.min_evaluate_nodes))
-        rng = np.random.default_rng([self.seed, rnd, 0xE7A1])
-        chosen = [ids[int(i)] for i in np.sort(rng.choice(len(ids), size=k, replace=False))]
-        rec = self.history.record(rnd)
-        rec["bytes_down"] += sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays.values()) * len(chosen)
+        chosen = evaluation_sample(ids, rnd, self.fraction_evaluate, self.min_evaluate_nodes, self.seed)
+        self.history.record(rnd)["bytes_down"] += sum(
+            int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays.values()) * len(chosen)
         out = []
         for pid in chosen:
             cfg = {**dict(config or {}), "server-round": rnd, PARTITION_KEY: pid}
@@ -612,8 +570,7 @@ class MessageStrategy(MethodAdapter, Strategy):
             else:
                 skip = SKIP_KEYS | {self.weighted_by_key}
                 out = MetricRecord(weighted_mean_metrics([(n, v) for _, n, v, _ in rows], skip=skip))
-            for key, value in dict(out or {}).items():
-                rec[f"federated_{key}"] = value
+            self.session.record(rnd, dict(out or {}), "federated_")
         if not self._central:
             self.history.finish()
         return out
@@ -652,15 +609,9 @@ class MessageStrategy(MethodAdapter, Strategy):
                 rnd = self.method_round(server_round)
                 self._follow(arrays, rnd)
                 res = self.core.evaluate(rnd, as_pair) if self.core.should_evaluate(rnd) else None
-            rec = self.history.record(rnd)
-            out = None
-            if res is not None:
-                loss, metrics = res
-                rec["loss"] = float(loss)
-                for key, value in metrics.items():
-                    rec[key] = value
-                out = MetricRecord({**numeric_metrics(metrics), "loss": float(loss)})
+            self.history.record(rnd)
+            res = self.session.evaluated(rnd, res)
             self.history.finish()
-            return out
+            return None if res is None else MetricRecord({**numeric_metrics(res[1]), "loss": res[0]})
 
         return evaluate

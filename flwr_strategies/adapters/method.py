@@ -209,7 +209,6 @@ class MethodAdapter:
         #: Hyperparameters a resume permitted to differ from the checkpoint (:meth:`load_state_dict`).
         self.changed_on_resume: list[dict[str, Any]] = []
         self._names: list[str] | None = None
-        self._sampled: dict[int, list[int]] = {}
 
     def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``

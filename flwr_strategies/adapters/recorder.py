@@ -1,8 +1,11 @@
-"""The round record: what a run sent, received, rejected and scored, one record per round.
+"""The round session and its record: one round loop around a core, one record per round.
 
-Both Flower adapters and the in-process driver keep a :class:`RoundRecorder` as ``history`` and
-close every training round with :meth:`RoundRecorder.training`, so a round is recorded the same
-way on every path. One record per round: ``round, accuracy, loss, bytes_up, bytes_down, clients,
+Both Flower adapters and the in-process driver run every training round through one
+:class:`RoundSession` (NumPy in and out, no Flower types): it configures the core's instructions,
+takes the replies each path decoded, rejects per ``on_bad_reply``, lets the core validate and
+aggregate (:meth:`~flwr_strategies.core.server.ServerCore.train_round`, with the weight cap) and
+records the round in its :class:`RoundRecorder` (``history``), so a round runs and is recorded the
+same way on every path. One record per round: ``round, accuracy, loss, bytes_up, bytes_down, clients,
 failures, rejected, nonfinite, wall_s, elapsed_s``, the core's training metrics prefixed ``fit_``,
 federated evaluation prefixed ``federated_`` and central evaluation's metrics unprefixed. Bytes
 are the array payloads actually sent and received (``nbytes``, no serialisation headers) plus
@@ -17,6 +20,7 @@ the run as failed.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,11 +28,14 @@ from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.common import log
 
-from ..core.validation import Rejection
+from ..common import PARTITION_KEY
+from ..core.messages import Instruction, Reply
+from ..core.validation import Rejection, ReplyError, check_max_num_examples, check_policy
 
-__all__ = ["RoundRecorder", "NoProgressError", "arrays_nbytes", "bytes_entries"]
+__all__ = ["RoundRecorder", "RoundSession", "NoProgressError", "arrays_nbytes", "bytes_entries", "evaluation_sample"]
+
+log = logging.getLogger("flwr").log  # Flower's logger (flwr.common.log), without importing Flower
 
 #: Consecutive rounds without any aggregated client update after which a run stops.
 STALLED_ROUNDS = 2
@@ -239,3 +246,79 @@ class RoundRecorder:
         """Close the last round and return every record."""
         self.finish()
         return self.rounds
+
+
+def evaluation_sample(ids: list[int], server_round: int, fraction: float, minimum: int, seed: int) -> list[int]:
+    """The ``max(int(len(ids) * fraction), minimum)`` of ``ids`` (at most all) that evaluate in
+    ``server_round`` (Flower's FedAvg count), seeded by ``(seed, server_round)``, ascending."""
+    k = min(len(ids), max(int(len(ids) * fraction), minimum))
+    rng = np.random.default_rng([seed, server_round, 0xE7A1])
+    return [ids[int(i)] for i in np.sort(rng.choice(len(ids), size=k, replace=False))]
+
+
+class RoundSession:
+    """The training round around a core: :meth:`configure`, then (the path delivers the
+    instructions and decodes the replies) :meth:`sort` and :meth:`train`.
+
+    ``history`` is the run's :class:`RoundRecorder`, ``name`` who runs the rounds (named in
+    errors); ``on_bad_reply`` and ``max_num_examples`` are
+    :meth:`~flwr_strategies.core.server.ServerCore.train_round`'s.
+    """
+
+    def __init__(self, history: RoundRecorder, name: str, on_bad_reply: str = "drop",
+                 max_num_examples: int | Mapping[int, int] | None = None) -> None:
+        self.history, self.name = history, name
+        self.on_bad_reply = check_policy(on_bad_reply)
+        self.max_num_examples = check_max_num_examples(max_num_examples, f"{name}: max_num_examples")
+        self.sampled: dict[int, list[int]] = {}  # round -> partitions, from configure to train
+
+    def configure(self, core: Any, server_round: int, available: Iterable[int],
+                  send: Callable[[Instruction, dict[str, Any]], Any], base: Mapping[str, Any] | None = None) -> list:
+        """``send(instruction, config)`` for each partition the core samples from ``available``
+        (``config``: ``base``, ``server-round``, the instruction's, ``partition-id``); then the core
+        may release the instructions' buffers. Returns what ``send`` returned."""
+        rec = self.history.record(server_round)
+        instructions = core.configure_train(server_round, core.select(server_round, available))
+        self.sampled[server_round] = [ins.partition_id for ins in instructions]
+        out = []
+        for ins in instructions:
+            config = {**(base or {}), "server-round": server_round, **ins.config, PARTITION_KEY: int(ins.partition_id)}
+            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
+            out.append(send(ins, config))
+        instructions = ins = None  # the start points may be views of a buffer the core now releases
+        core.instructions_sent(server_round)
+        rec["clients"] = len(out)
+        return out
+
+    def sort(self, server_round: int, items: Iterable[Reply | Rejection | int]) -> tuple[list, list, list]:
+        """``(replies, rejected, failed)`` of the decoded ``items`` (each a :class:`Reply`, a
+        :class:`Rejection` or a failed partition id); ``"raise"`` raises on the first rejection."""
+        out: tuple[list, list, list] = ([], [], [])
+        for item in items:
+            out[0 if isinstance(item, Reply) else 1 if isinstance(item, Rejection) else 2].append(item)
+        self.history.record(server_round)["bytes_up"] += sum(arrays_nbytes(r.arrays) + bytes_entries(r.metrics)
+                                                             for r in out[0])
+        if out[1] and self.on_bad_reply == "raise":
+            raise ReplyError(f"{self.name} round {server_round}: {out[1][0]}")
+        return out
+
+    def train(self, core: Any, server_round: int, replies: list[Reply], rejected: list[Rejection],
+              failed: list[int], *, logged: Iterable[int] = (), anonymous: int = 0) -> tuple[Any, dict[str, Any]]:
+        """The core's validated, aggregated round (``train_round``) recorded (:meth:`RoundRecorder.training`,
+        whose ``logged`` and ``anonymous`` these are): ``(result, metrics)``."""
+        result = core.train_round(server_round, replies, sampled=self.sampled.pop(server_round, []), failed=failed,
+                                  on_bad_reply=self.on_bad_reply, max_num_examples=self.max_num_examples)
+        return result, self.history.training(server_round, result, rejected, len(replies),
+                                             logged=[*failed, *logged], anonymous=anonymous)
+
+    def record(self, server_round: int, metrics: Mapping[str, Any] | None, prefix: str = "") -> None:
+        """Add ``metrics`` to the round's record, each key prefixed (``fit_``, ``federated_``)."""
+        self.history.record(server_round).update({f"{prefix}{k}": v for k, v in (metrics or {}).items()})
+
+    def evaluated(self, server_round: int, res: tuple[float, Mapping[str, Any]] | None):
+        """Record central evaluation's ``(loss, metrics)`` (None: nothing ran); returns it as ``(float, dict)``."""
+        if res is None:
+            return None
+        loss, metrics = float(res[0]), dict(res[1] or {})
+        self.record(server_round, {"loss": loss, **metrics})
+        return loss, metrics

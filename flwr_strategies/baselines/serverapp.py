@@ -7,34 +7,23 @@ and the hyperparameters of the legacy class of the same name (:mod:`.strategy`).
 from __future__ import annotations
 
 from ..adapters import MessageStrategy
-from .config import FedAdamConfig, FedProxConfig
-from .server import FedAdamServer, FedAvgServer, FedProxServer
+from . import strategy as legacy
 
 __all__ = ["FedAvg", "FedProx", "FedAdam", "FedSAM"]
 
 
-class FedAvg(MessageStrategy):
+class FedAvg(MessageStrategy, like=legacy.FedAvg):
     """FedAvg (McMahan et al., AISTATS 2017) on the Message API; as :class:`flwr_strategies.FedAvg`."""
 
-    core_cls = FedAvgServer
 
-
-class FedProx(MessageStrategy):
+class FedProx(MessageStrategy, like=legacy.FedProx):
     """FedProx (Li et al., MLSys 2020) on the Message API; ``proximal_mu`` as :class:`flwr_strategies.FedProx`."""
 
-    core_cls = FedProxServer
-    hyperparameters = {"config": FedProxConfig}
 
-
-class FedAdam(MessageStrategy):
+class FedAdam(MessageStrategy, like=legacy.FedAdam):
     """FedAdam (Reddi et al., ICLR 2021) on the Message API; ``eta``, ``beta_1``, ``beta_2``, ``tau``
     as :class:`flwr_strategies.FedAdam`."""
 
-    core_cls = FedAdamServer
-    hyperparameters = {"config": FedAdamConfig}
 
-
-class FedSAM(MessageStrategy):
+class FedSAM(MessageStrategy, like=legacy.FedSAM):
     """FedSAM on the Message API: FedAvg's server, SAM local steps on the clients."""
-
-    core_cls = FedAvgServer

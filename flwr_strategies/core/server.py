@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,8 +36,11 @@ from .validation import (
     ReplyError,
     all_finite,
     cap_num_examples,
+    check_integer,
     check_max_num_examples,
+    check_number,
     check_policy,
+    nonfinite_problem,
     nonfinite_replies,
     screen,
 )
@@ -73,18 +75,17 @@ def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray],
     for j, (a, b) in enumerate(zip(out, like)):
         if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
             raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
-    return out
+    return _check_arrays(out, what)
 
 
 def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    """``arrays`` as a list after checking it is not empty and every array is finite."""
     out = [np.asarray(a) for a in arrays]
     if not out:
         raise ValueError(f"{what} is empty: pass the model's arrays")
-    for j, a in enumerate(out):
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise ValueError(f"{what}: array {j} contains NaN or infinite values")
+    problem = nonfinite_problem(out)
+    if problem is not None:
+        raise ValueError(f"{what}: {problem}")
     return out
 
 
@@ -131,18 +132,10 @@ class ServerCore(ABC):
         on_train_config: ConfigFn | None = None,
     ) -> None:
         self.initial_arrays = _check_arrays(initial_arrays, "initial_arrays")
-        if num_partitions is not None and (int(num_partitions) != num_partitions or num_partitions < 1):
-            raise ValueError(f"num_partitions must be an integer >= 1, got {num_partitions!r}")
-        if not (isinstance(fraction_train, (int, float)) and math.isfinite(fraction_train) and 0.0 < fraction_train <= 1.0):
-            raise ValueError(f"fraction_train must be in (0, 1], got {fraction_train!r}")
-        if int(min_train) != min_train or min_train < 1:
-            raise ValueError(f"min_train must be an integer >= 1, got {min_train!r}")
-        if int(seed) != seed or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-        self.num_partitions = None if num_partitions is None else int(num_partitions)
-        self.fraction_train = float(fraction_train)
-        self.min_train = int(min_train)
-        self.seed = int(seed)
+        self.num_partitions = None if num_partitions is None else check_integer("num_partitions", num_partitions, 1)
+        self.fraction_train = check_number("fraction_train", fraction_train, "in (0, 1]", lambda v: 0.0 < v <= 1.0)
+        self.min_train = check_integer("min_train", min_train, 1)
+        self.seed = check_integer("seed", seed, 0)
         self.on_train_config = on_train_config
         self.model_spec = tuple(ArraySpec.like(a) for a in self.initial_arrays)
         self.server_round = 0  # last completed training round

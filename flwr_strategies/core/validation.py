@@ -36,7 +36,7 @@ bound per partition from the partitions they built
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .server import ServerCore
 
 __all__ = [
-    "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "all_finite", "cap_num_examples",
-    "check_max_num_examples", "check_policy", "check_reply", "nonfinite_problem", "nonfinite_replies", "require_finite",
-    "screen", "diverged_replies",
+    "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "SettingError", "all_finite",
+    "cap_num_examples", "check_integer", "check_max_num_examples", "check_number", "check_policy", "check_reply",
+    "is_int", "is_real", "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "diverged_replies",
 ]
 
 BAD_REPLY_POLICIES = ("drop", "raise")
@@ -132,8 +132,43 @@ def check_policy(on_bad_reply: str) -> str:
     return on_bad_reply
 
 
-def _is_int(value: Any) -> bool:
+class SettingError(ValueError):
+    """A setting that cannot run. The message names the setting and the value.
+
+    Attributes ``name`` (the setting), ``value`` (what was given) and ``requirement`` (what would be
+    valid) let front ends name the setting their own way (a CLI flag, a run-config key).
+    """
+
+    def __init__(self, name: str, value: Any, requirement: str) -> None:
+        self.name = name
+        self.value = value
+        self.requirement = requirement
+        super().__init__(f"{name} must be {requirement}, got {value!r}")
+
+
+def is_int(value: Any) -> bool:
+    """True for Python and NumPy integers (not booleans)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: Any) -> bool:
+    """True for Python and NumPy integers and floats (not booleans)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_number(name: str, value: Any, requirement: str, ok: Callable[[float], bool] = lambda v: True) -> float:
+    """``value`` as a float; :class:`SettingError` (``"{name} must be {requirement}, got {value!r}"``)
+    unless it is a finite real number with ``ok(value)``."""
+    if not is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
+        raise SettingError(name, value, requirement)
+    return float(value)
+
+
+def check_integer(name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` as an int; :class:`SettingError` unless it is an integer >= ``minimum``."""
+    if not is_int(value) or int(value) < minimum:
+        raise SettingError(name, value, f"an integer >= {minimum}")
+    return int(value)
 
 
 def check_max_num_examples(value: Any, name: str = "max_num_examples") -> int | dict[int, int] | None:
@@ -146,13 +181,13 @@ def check_max_num_examples(value: Any, name: str = "max_num_examples") -> int | 
     """
     if value is None:
         return None
-    if _is_int(value):
+    if is_int(value):
         if value < 1:
             raise ValueError(f"{name} must be an integer >= 1, a {{partition_id: bound}} mapping or None, got {value!r}")
         return int(value)
     if isinstance(value, Mapping):
         for pid, bound in value.items():
-            if not _is_int(pid) or pid < 0 or not _is_int(bound) or bound < 1:
+            if not is_int(pid) or pid < 0 or not is_int(bound) or bound < 1:
                 raise ValueError(f"{name} maps partition ids (integers >= 0) to bounds (integers >= 1), "
                                  f"got {pid!r}: {bound!r}")
         return {int(p): int(b) for p, b in value.items()}
@@ -240,7 +275,7 @@ def check_reply(
     ``finite=False`` leaves out the one check that reads every value (NaN and infinities in the
     arrays): for a core whose aggregate shows them (see :func:`screen`)."""
     pid = reply.partition_id
-    if not _is_int(pid):
+    if not is_int(pid):
         return f"partition id {pid!r} is not an integer"
     if pid < 0 or (num_partitions is not None and pid >= num_partitions):
         upper = "" if num_partitions is None else f"..{num_partitions - 1}"
@@ -249,7 +284,7 @@ def check_reply(
         return f"partition {pid} was not sampled this round"
     if pid in seen:
         return f"second reply from partition {pid} this round"
-    if not _is_int(reply.num_examples) or reply.num_examples < 0:
+    if not is_int(reply.num_examples) or reply.num_examples < 0:
         return f"num_examples {reply.num_examples!r} is not an integer >= 0"
     problem = check_arrays(reply.arrays, spec, finite=finite)
     if problem is not None:
@@ -306,7 +341,7 @@ def screen(
 
     for pos, reply in enumerate(replies):
         pid = reply.partition_id
-        if not finite and _is_int(pid) and int(pid) in seen:
+        if not finite and is_int(pid) and int(pid) in seen:
             # a first reply that holds NaN is rejected, and then this one is not a second reply
             k = seen[int(pid)]
             first_pos, first = valid[k]
@@ -315,7 +350,7 @@ def screen(
                 valid[k] = None
                 del seen[int(pid)]
                 fail(first_pos, Rejection(int(pid), why))
-        if _is_int(pid) and 0 <= pid and (core.num_partitions is None or pid < core.num_partitions):
+        if is_int(pid) and 0 <= pid and (core.num_partitions is None or pid < core.num_partitions):
             spec = core.reply_spec(server_round, int(pid))
         else:
             spec = ReplySpec()
@@ -331,7 +366,7 @@ def screen(
         elif not finite:  # the first problem in the full order of checks
             problem = check_reply(reply, spec, num_partitions=core.num_partitions, sampled=sampled_set, seen=seen)
         if problem is not None:
-            fail(pos, Rejection(int(pid) if _is_int(pid) else None, problem))
+            fail(pos, Rejection(int(pid) if is_int(pid) else None, problem))
             continue
         seen[int(pid)] = len(valid)
         valid.append((pos, reply))

@@ -52,6 +52,8 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
+from ..core.validation import check_integer
+
 __all__ = [
     "Topology",
     "TOPOLOGIES",
@@ -93,14 +95,9 @@ def _from_edges(m: int, rows, cols, symmetric: bool = True) -> sp.csr_matrix:
     return a
 
 
-def _check_m(m: int, minimum: int = 1) -> None:
-    if int(m) != m or m < minimum:
-        raise ValueError(f"number of nodes must be an integer >= {minimum}, got {m!r}")
-
-
 def ring(m: int) -> sp.csr_matrix:
     """Undirected ring: ``i`` linked to ``i-1`` and ``i+1`` (mod m)."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     i = np.arange(m)
     return _from_edges(m, i, (i + 1) % m)
 
@@ -114,7 +111,7 @@ def _square_factor(m: int) -> int:
 
 def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
     """2-D torus (up/down/left/right, wrapping). ``rows`` must divide ``m``."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     r = _square_factor(m) if rows is None else int(rows)
     if r <= 0 or m % r:
         raise ValueError(f"grid rows={rows!r} must be a positive divisor of m={m}")
@@ -129,7 +126,7 @@ def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
 
 def exponential(m: int, symmetric: bool = False) -> sp.csr_matrix:
     """Exponential graph: offsets ``2^k < m``; one-sided (directed) unless ``symmetric``."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     offsets = [1 << k for k in range(max(1, math.ceil(math.log2(m)))) if (1 << k) < m]
     i = np.arange(m)
     rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
@@ -139,7 +136,7 @@ def exponential(m: int, symmetric: bool = False) -> sp.csr_matrix:
 
 def full(m: int) -> sp.csr_matrix:
     """Complete graph."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     a = np.ones((m, m)) - np.eye(m)
     return sp.csr_matrix(a)
 
@@ -148,7 +145,7 @@ def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
     """Circulant graph: ``i`` linked to ``(i +- j) mod m`` for ``j = 1..(neighbours - 1) / 2``
     (Huo et al., Sec. V: ``{(i, (i +- j) mod n) | j = 1, 2, 3}``, i.e. ``neighbours = 7``). The
     offsets wrap around, so ``neighbours > m`` gives the complete graph."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     h = (int(neighbours) - 1) // 2
     i = np.arange(m)
     rows = np.concatenate([i for _ in range(h)]) if h else np.array([], dtype=int)
@@ -158,7 +155,7 @@ def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
 
 def erdos_renyi(m: int, rng: np.random.Generator, p: float = 0.1) -> sp.csr_matrix:
     """G(m, p): every unordered pair is an edge independently with probability ``p``."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"erdos_renyi p must be in [0, 1], got {p!r}")
     iu, ju = np.triu_indices(m, k=1)
@@ -170,7 +167,7 @@ def watts_strogatz(m: int, rng: np.random.Generator, k: int = 8, p: float = 0.02
     """Watts-Strogatz small world: ring lattice with ``k`` nearest neighbours (k even), each
     lattice edge ``(i, i+s)`` rewired with probability ``p`` to a uniformly drawn new endpoint
     (no self loops, no duplicate edges)."""
-    _check_m(m, 2)
+    check_integer("number of nodes", m, 2)
     if k % 2 or not 0 < k < m:
         raise ValueError(f"watts_strogatz k must be even and in (0, m), got k={k!r}, m={m}")
     if not 0.0 <= p <= 1.0:
@@ -198,11 +195,11 @@ def watts_strogatz(m: int, rng: np.random.Generator, k: int = 8, p: float = 0.02
     return _from_edges(m, rows, cols, symmetric=False)
 
 
-def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_matrix:
+def random_k(m: int, rng: np.random.Generator | np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """The DFedCata reference recipe: node ``i`` draws ``neighbours - 1`` indices from
     ``0..m-1`` without replacement (self dropped); edge ``{i<j}`` exists iff ``i`` picked ``j``.
     Mean degree ~ ``(neighbours - 1)``."""
-    _check_m(m)
+    check_integer("number of nodes", m, 1)
     picks = min(int(neighbours) - 1, m)
     if picks <= 0:
         return sp.csr_matrix((m, m))
@@ -218,17 +215,7 @@ def random_k(m: int, rng: np.random.Generator, neighbours: int = 10) -> sp.csr_m
 def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
     """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
     does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
-    _check_m(m)
-    picks = min(int(neighbours) - 1, m)
-    if picks <= 0:
-        return sp.csr_matrix((m, m))
-    rows, cols = [], []
-    for i in range(m):
-        idx = rng.choice(m, picks, replace=False)
-        idx = idx[idx > i]
-        rows.append(np.full(idx.size, i))
-        cols.append(idx)
-    return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
+    return random_k(m, rng, neighbours)
 
 
 @dataclass(frozen=True)
@@ -300,7 +287,7 @@ class Topology:
         key = canonical_topology(name)
         if key == "fixed":
             raise ValueError("a fixed topology is built with Topology.from_adjacency(adjacency)")
-        _check_m(num_nodes)
+        check_integer("number of nodes", num_nodes, 1)
         gen = TOPOLOGIES[key]
         unknown = set(params) - set(gen.defaults)
         if unknown:

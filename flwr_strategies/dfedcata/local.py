@@ -30,7 +30,6 @@ DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvg
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from ..core.local import Objective, batch_stream, train_steps
+from ..core.validation import check_number
 
 __all__ = [
     "MoreauEnvelope",
@@ -52,12 +52,6 @@ __all__ = [
 #: ``loss_fn(model, x, y) -> loss`` of one minibatch (default: cross-entropy of ``model(x)``).
 LossFn = Objective
 CLIP_SCOPES = ("data", "official")
-
-
-def _finite(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 def _trainable(model_or_params: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -97,7 +91,7 @@ class MoreauEnvelope:
     """
 
     def __init__(self, model: torch.nn.Module | Iterable[torch.Tensor], lam: float) -> None:
-        lam = _finite("lam", lam)
+        lam = check_number("lam", lam, "a finite number")
         if lam < 0:
             raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
         self.lam = lam
@@ -190,16 +184,16 @@ class LocalSGD(torch.optim.Optimizer):
         clip_scope: str = "data",
         moreau: MoreauEnvelope | None = None,
     ) -> None:
-        lr = _finite("lr", lr)
+        lr = check_number("lr", lr, "a finite number")
         if lr <= 0:
             raise ValueError(f"lr must be > 0, got {lr!r}")
-        momentum = _finite("momentum", momentum)
+        momentum = check_number("momentum", momentum, "a finite number")
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-        weight_decay = _finite("weight_decay", weight_decay)
+        weight_decay = check_number("weight_decay", weight_decay, "a finite number")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        if clip_norm is not None and not (_finite("clip_norm", clip_norm) > 0):
+        if clip_norm is not None and not (check_number("clip_norm", clip_norm, "a finite number") > 0):
             raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
         if clip_scope not in CLIP_SCOPES:
             raise ValueError(f"clip_scope must be one of {CLIP_SCOPES}, got {clip_scope!r}")
@@ -289,7 +283,7 @@ class SAM:
     closure = "gradient"
 
     def __init__(self, optimizer: torch.optim.Optimizer, rho: float) -> None:
-        rho = _finite("rho", rho)
+        rho = check_number("rho", rho, "a finite number")
         if rho < 0:
             raise ValueError(f"rho (SAM radius) must be >= 0, got {rho!r}")
         self.optimizer = optimizer
@@ -324,24 +318,14 @@ class SAM:
 
 
 # ---------------------------------------------------------------------------------- loops
-def run_local(
-    model: torch.nn.Module,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    *,
-    lr: float,
-    lam: float = 0.0,
-    momentum: float = 0.0,
-    rho: float = 0.0,
-    weight_decay: float = 0.0,
-    clip_norm: float | None = None,
-    clip_scope: str = "data",
-    loss_fn: LossFn | None = None,
-) -> dict[str, float]:
+def run_local(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
+              lam: float = 0.0, momentum: float = 0.0, rho: float = 0.0, weight_decay: float = 0.0,
+              clip_norm: float | None = None, clip_scope: str = "data", loss_fn: LossFn | None = None) -> dict[str, float]:
     """Run the local rule in place on ``model`` over ``batches``; its current weights are the
     start point and the proximal anchor. Built from :class:`MoreauEnvelope`, :class:`LocalSGD` and
     :class:`SAM`. ``loss_fn(model, x, y)`` defaults to the cross-entropy of ``model(x)``. Returns
     ``{"train_loss": mean minibatch loss (at x, before the step), "steps": number of steps}``."""
-    lam = _finite("lam", lam)
+    lam = check_number("lam", lam, "a finite number")
     if lam < 0:
         raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
     params = _trainable(model)
@@ -352,40 +336,17 @@ def run_local(
     return train_steps(model, batches, sam if sam.rho > 0 else opt, objective=loss_fn)
 
 
-def local_update(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    lr: float,
-    batch_size: int,
-    generator: torch.Generator,
-    epochs: int | None = None,
-    steps: int | None = None,
-    lam: float = 0.0,
-    momentum: float = 0.0,
-    rho: float = 0.0,
-    weight_decay: float = 0.0,
-    clip_norm: float | None = None,
-    clip_scope: str = "data",
-    loss_fn: LossFn | None = None,
-    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
-) -> dict[str, float]:
+def local_update(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, batch_size: int,
+                 generator: torch.Generator, epochs: int | None = None, steps: int | None = None, lam: float = 0.0,
+                 momentum: float = 0.0, rho: float = 0.0, weight_decay: float = 0.0, clip_norm: float | None = None,
+                 clip_scope: str = "data", loss_fn: LossFn | None = None,
+                 augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None) -> dict[str, float]:
     """:func:`run_local` on in-memory tensors ``x``, ``y`` with seeded minibatches (``epochs``
     passes or ``steps`` batches of ``batch_size``; order and ``augment(xb, generator)`` from
-    ``generator``). The arguments are checked before any step."""
-    lr = _finite("lr", lr)
-    lam = _finite("lam", lam)
-    if lr <= 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+    ``generator``). The arguments are checked before any step (here, and by :func:`run_local`'s rules)."""
+    lr, lam = check_number("lr", lr, "a finite number"), check_number("lam", lam, "a finite number")
     if lam < 0 or lr * lam >= 1:
         raise ValueError(f"need lam >= 0 and lr*lam < 1, got lam={lam!r}, lr={lr!r}")
-    if not 0 <= _finite("momentum", momentum) < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    if _finite("rho", rho) < 0:
-        raise ValueError(f"rho must be >= 0, got {rho!r}")
-    if clip_norm is not None and not _finite("clip_norm", clip_norm) > 0:
-        raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
     if (epochs is None) == (steps is None):
         raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
     data = SimpleNamespace(x=x, y=y, augment=augment)

@@ -12,36 +12,20 @@ trains every round) and the hyperparameters of the legacy class of the same name
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..adapters import MessageStrategy
-from .config import DFedCataConfig
-from .server import DFedAvgServer, DFedCataServer, DPSGDServer
-from .strategy import GRAPH
+from . import strategy as legacy
 
 __all__ = ["DFedCata", "DFedAvg", "DPSGD"]
 
 
-class DFedCata(MessageStrategy):
+class DFedCata(MessageStrategy, like=legacy.DFedCata):
     """DFedCata (arXiv:2410.07272) on the Message API; hyperparameters as :class:`flwr_strategies.DFedCata`.
     With ``sequential_inplace``, ``num_rounds`` counts turns (peers x algorithm rounds)."""
 
-    core_cls = DFedCataServer
-    hyperparameters = {"config": DFedCataConfig, "graph": GRAPH}
-    arguments = {"dtype": np.float32}
 
-
-class DFedAvg(MessageStrategy):
+class DFedAvg(MessageStrategy, like=legacy.DFedAvg):
     """DFedAvg (also the server of DFedAvgM and DFedSAM) on the Message API; as :class:`flwr_strategies.DFedAvg`."""
 
-    core_cls = DFedAvgServer
-    hyperparameters = {"graph": GRAPH}
-    arguments = {"dtype": np.float32}
 
-
-class DPSGD(MessageStrategy):
+class DPSGD(MessageStrategy, like=legacy.DPSGD):
     """D-PSGD (Lian et al., NeurIPS 2017) on the Message API; as :class:`flwr_strategies.DPSGD`."""
-
-    core_cls = DPSGDServer
-    hyperparameters = {"graph": GRAPH}
-    arguments = {"dtype": np.float32}

@@ -19,8 +19,6 @@ import numpy as np
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
-from ..privacy.accountant import calibrate_sigma
-from ..privacy.doadp_accountant import doadp_sigma
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 from .config import CPGTConfig, DPDDAConfig, DPDOConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
@@ -245,16 +243,8 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
         self.init_ledger()
-        c = self.config
-        T = self.num_rounds
-        if c.sigma is not None:
-            sigma = float(c.sigma)
-        elif c.calibration == "accountant":
-            sigma = calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling)
-        else:
-            sigma = doadp_sigma(c.epsilon, c.delta0, T, c.p_s, self.d, self.d, self.q, c.clip,
-                                batch_size=self.batch_size, allow_low_p=True)
-        self.sigma = float(sigma)
+        c, T = self.config, self.num_rounds
+        self.sigma = self.calibrated_sigma(c.p_s, self.d, allow_low_p=True)
         self.planned_epsilon = self.mechanism().epsilon(T, c.delta)
         if self.planned_epsilon > c.epsilon * (1 + 1e-9):
             raise ValueError(

@@ -43,7 +43,8 @@ from ..core.messages import Reply
 from ..core.server import EvalFn
 from ..core.validation import ReplyError
 from ..decentralized.server import DecentralizedCore
-from ..privacy.accountant import GaussianSteps, composed_certified_epsilon
+from ..privacy.accountant import GaussianSteps, calibrate_sigma, composed_certified_epsilon
+from ..privacy.doadp_accountant import doadp_sigma
 
 __all__ = ["PublicTableCore", "DatasetSizeError", "GaussianLedger", "REPORT_KEY"]
 
@@ -321,6 +322,18 @@ class GaussianLedger:
     ``sigma``, ``config.clip``, ``config.sampling``, ``config.delta`` and a per-agent step count
     (:meth:`step_counts`).
     """
+
+    def calibrated_sigma(self, p: float, k: int, **theorem1: Any) -> float:
+        """The noise std: ``config.sigma`` when given, else calibrated for ``num_rounds`` by the
+        accountant (``calibration="accountant"``) or by Theorem 1's chain for activation ``p`` and
+        ``k`` of ``d`` coordinates (``theorem1``: further :func:`doadp_sigma` keywords)."""
+        c, T = self.config, self.num_rounds
+        if c.sigma is not None:
+            return float(c.sigma)
+        if c.calibration == "accountant":
+            return float(calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling))
+        return float(doadp_sigma(c.epsilon, c.delta0, T, p, k, self.d, self.q, c.clip, batch_size=self.batch_size,
+                                 **theorem1))
 
     def init_ledger(self) -> None:
         self.past: list[dict[str, Any]] = []  # earlier segments: sigma, clip, batch_size, sampling, rounds, steps

@@ -16,15 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def synthetic_binary(
-    n_agents: int,
-    q: int,
-    d: int,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    seed: int = 0,
-    iid: bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_binary(n_agents: int, q: int, d: int, alpha: float = 1.0, beta: float = 1.0, seed: int = 0,
+                     iid: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Return ``A (n, q, d)`` unit-norm features and ``B (n, q)`` labels in {-1, +1}.
 
     Parameters

@@ -42,9 +42,8 @@ import numpy as np
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
-from ..privacy.accountant import calibrate_sigma
 from ..privacy.flower_accountant import AmplifiedAccountant, check_budget, doadp_event, privacy_config_for
-from ..privacy.doadp_accountant import doadp_privacy, doadp_sigma
+from ..privacy.doadp_accountant import doadp_privacy
 from .config import DMSGDConfig, DOADPConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 
@@ -141,17 +140,9 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         return self.active_steps
 
     def _calibrate(self) -> float:
-        c = self.config
-        T = self.num_rounds
-        if c.sigma is not None:
-            sigma = float(c.sigma)
-        elif c.calibration == "accountant":
-            sigma = calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling)
-        else:
-            sigma = doadp_sigma(c.epsilon, c.delta0, T, c.p, self.k, self.d, self.q, c.clip,
-                                batch_size=self.batch_size, clip_mode=c.clip_mode, mode="paper",
-                                allow_low_p=c.allow_low_p)
-        self.sigma = sigma
+        c, T = self.config, self.num_rounds
+        self.sigma = sigma = self.calibrated_sigma(c.p, self.k, clip_mode=c.clip_mode, mode="paper",
+                                                   allow_low_p=c.allow_low_p)
         certified = self.mechanism().epsilon(T, c.delta)
         if certified > c.epsilon * (1 + 1e-9):
             source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"

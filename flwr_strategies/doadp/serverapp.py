@@ -14,67 +14,38 @@ from __future__ import annotations
 from typing import Any
 
 from ..adapters import MessageStrategy
-from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
-from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
-from .server import DMSGDServer, DOADPServer
-from .strategy import AGENTS, DOADP_ARGUMENTS, GRAPH, NO_FEDERATED_EVALUATION, RENAMED, Accounted
+from . import strategy as legacy
+from .strategy import Accounted
 
 __all__ = ["DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"]
 
 
 class _Private(MessageStrategy):
-    federated_evaluation = NO_FEDERATED_EVALUATION
-
     def __init__(self, fraction_train: float = 1.0, fraction_evaluate: float = 0.0, *args: Any, **kwargs: Any) -> None:
         super().__init__(fraction_train, fraction_evaluate, *args, **kwargs)
 
 
-class DOADP(Accounted, _Private):
+class DOADP(Accounted, _Private, like=legacy.DOADP):
     """DO-ADP (Huo et al., arXiv 2506.07102) on the Message API; arguments as
     :class:`flwr_strategies.DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0, and
     other values are refused: the clients would score the public model on their training data).
     ``accountant`` / ``privacy_spent()`` as on Flower's DP wrappers."""
 
-    core_cls = DOADPServer
-    hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
-    arguments = DOADP_ARGUMENTS
-    renamed = RENAMED
 
-
-class DMSGD(MessageStrategy):
+class DMSGD(MessageStrategy, like=legacy.DMSGD):
     """Non-private decentralized momentum SGD on the Message API; as :class:`flwr_strategies.DMSGD`."""
 
-    core_cls = DMSGDServer
-    hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
-
-class DPDO(_Private):
+class DPDO(_Private, like=legacy.DPDO):
     """DPDO (Huang et al. 2015) on the Message API; as :class:`flwr_strategies.DPDO` (``fraction_evaluate``
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
-    core_cls = DPDOServer
-    hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
-
-class DPDDA(_Private):
+class DPDDA(_Private, like=legacy.DPDDA):
     """DP-DDA (Liu et al. 2024) on the Message API; as :class:`flwr_strategies.DPDDA` (``fraction_evaluate``
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
 
-    core_cls = DPDDAServer
-    hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
-
-class CPGT(_Private):
+class CPGT(_Private, like=legacy.CPGT):
     """CPGT (Xie et al. 2023) on the Message API; as :class:`flwr_strategies.CPGT` (``fraction_evaluate``
     defaults to 0.0, not Flower's 1.0: federated evaluation is refused)."""
-
-    core_cls = CPGTServer
-    hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED

@@ -36,7 +36,12 @@ NO_FEDERATED_EVALUATION = (
     "evaluate_fn on data that is not training data")
 
 
-class _Private(LegacyStrategy):
+class _Agents(LegacyStrategy):
+    arguments = AGENTS
+    renamed = RENAMED
+
+
+class _Private(_Agents):
     federated_evaluation = NO_FEDERATED_EVALUATION
 
     def __init__(self, *, fraction_evaluate: float = 0.0, **kwargs: Any) -> None:
@@ -109,10 +114,9 @@ public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
     core_cls = DOADPServer
     hyperparameters = {"config": DOADPConfig, "graph": GRAPH}
     arguments = DOADP_ARGUMENTS
-    renamed = RENAMED
 
 
-class DMSGD(LegacyStrategy):
+class DMSGD(_Agents):
     """Decentralized momentum SGD (eq. (2) of Huo et al.), NOT private: DO-ADP's network with p = 1,
     k = d, no clipping and no noise. Arguments and graph as :class:`DOADP`, hyperparameters the fields of
     :class:`~flwr_strategies.doadp.config.DMSGDConfig` (``gamma``, ``beta``, ``eval_every``,
@@ -120,8 +124,6 @@ class DMSGD(LegacyStrategy):
 
     core_cls = DMSGDServer
     hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class DPDO(_Private):
@@ -133,8 +135,6 @@ class DPDO(_Private):
 
     core_cls = DPDOServer
     hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class DPDDA(_Private):
@@ -146,8 +146,6 @@ class DPDDA(_Private):
 
     core_cls = DPDDAServer
     hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED
 
 
 class CPGT(_Private):
@@ -159,5 +157,3 @@ class CPGT(_Private):
 
     core_cls = CPGTServer
     hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
-    arguments = AGENTS
-    renamed = RENAMED

@@ -30,11 +30,3 @@ def c_const(rho: float, p: float, k: int, d: int) -> float:
 def momentum_bound(p: float, G: float, sigma: float, d: int, beta: float) -> float:
     """Lemma 2: ``E ||m_{i,t}||^2 <= p (G^2 + sigma^2 d) / (1 - beta)^2``."""
     return float(p * (G**2 + sigma**2 * d) / (1.0 - beta) ** 2)
-
-
-def theorem2_bound(*, f0_gap, alpha, p, T, L, beta, G, varsigma2, sigma, d, n, c) -> float:
-    """Right-hand side of Theorem 2 (average squared gradient norm of xbar_t)."""
-    a = 2 * (1 - beta) * f0_gap / (alpha * p * T)
-    b = alpha * L * (beta + 2 + 4 * beta**2 * p) * (G**2 + varsigma2 + sigma**2 * d) / (n * (1 - beta) ** 3)
-    e = 8 * alpha**2 * p * (G**2 + sigma**2 * d) * L**2 / ((1 - beta) ** 2 * c**2)
-    return float(a + b + e)

@@ -21,17 +21,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.validation import SettingError, check_integer, check_number
+
 __all__ = ["ArmijoConfig", "ArmijoStepResult", "GROWTH_RULES", "armijo_step", "reset_step_size"]
 
 #: ``"paper"``: grow by ``delta ** (b / n_i)`` from step 2 (step 1 starts at ``eta_max``);
 #: ``"sls"``: grow by ``delta ** (1 / sls_batches_per_epoch)`` at every step, step 1 included (the
 #: ``sls`` package and the official code).
 GROWTH_RULES = ("paper", "sls")
-
-
-def _check_open_unit(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 < value < 1.0):
-        raise ValueError(f"`{name}` must lie in the open interval (0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -87,25 +84,18 @@ class ArmijoConfig:
     sls_batches_per_epoch: int = 500
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.eta_max, (int, float)) and math.isfinite(self.eta_max) and self.eta_max > 0):
-            raise ValueError(f"`eta_max` (maximum step size) must be finite and > 0, got {self.eta_max!r}")
-        _check_open_unit("armijo_c", self.armijo_c)
-        _check_open_unit("backtrack_factor", self.backtrack_factor)
-        if not (math.isfinite(self.growth_factor) and self.growth_factor >= 1.0):
-            raise ValueError(f"`growth_factor` must be finite and >= 1, got {self.growth_factor!r}")
+        check_number("eta_max", self.eta_max, "a finite number > 0 (the maximum step size)", lambda v: v > 0)
+        check_number("armijo_c", self.armijo_c, "a number in (0, 1)", lambda v: 0.0 < v < 1.0)
+        check_number("backtrack_factor", self.backtrack_factor, "a number in (0, 1)", lambda v: 0.0 < v < 1.0)
+        check_number("growth_factor", self.growth_factor, "a finite number >= 1", lambda v: v >= 1.0)
         if self.reset_option not in (0, 1, 2) or isinstance(self.reset_option, bool):
-            raise ValueError(f"`reset_option` must be 0, 1 or 2 (paper numbering), got {self.reset_option!r}")
-        if not (isinstance(self.max_backtracks, int) and self.max_backtracks >= 1):
-            raise ValueError(f"`max_backtracks` must be an integer >= 1, got {self.max_backtracks!r}")
-        if not (math.isfinite(self.fallback_step) and self.fallback_step >= 0):
-            raise ValueError(f"`fallback_step` must be finite and >= 0, got {self.fallback_step!r}")
-        if not (math.isfinite(self.grad_tol) and self.grad_tol >= 0):
-            raise ValueError(f"`grad_tol` must be finite and >= 0, got {self.grad_tol!r}")
+            raise SettingError("reset_option", self.reset_option, "0, 1 or 2 (paper numbering)")
+        check_integer("max_backtracks", self.max_backtracks, 1)
+        check_number("fallback_step", self.fallback_step, "a finite number >= 0", lambda v: v >= 0)
+        check_number("grad_tol", self.grad_tol, "a finite number >= 0", lambda v: v >= 0)
         if self.growth_rule not in GROWTH_RULES:
-            raise ValueError(f"`growth_rule` must be one of {GROWTH_RULES}, got {self.growth_rule!r}")
-        if isinstance(self.sls_batches_per_epoch, bool) or not isinstance(self.sls_batches_per_epoch, int) \
-                or self.sls_batches_per_epoch < 1:
-            raise ValueError(f"`sls_batches_per_epoch` must be an integer >= 1, got {self.sls_batches_per_epoch!r}")
+            raise SettingError("growth_rule", self.growth_rule, f"one of {GROWTH_RULES}")
+        check_integer("sls_batches_per_epoch", self.sls_batches_per_epoch, 1)
 
     @classmethod
     def code(cls, **overrides) -> ArmijoConfig:

@@ -10,40 +10,27 @@ and the hyperparameters of the legacy class of the same name (:mod:`.strategy`):
 from __future__ import annotations
 
 from ..adapters import MessageStrategy
-from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
-from .server import FedExPServer, FedLiLSServer, FedLiLUServer, ScaffoldServer
+from . import strategy as legacy
 
 __all__ = ["FedLiLS", "FedLiLU", "FedExP", "Scaffold"]
 
 
-class FedLiLS(MessageStrategy):
+class FedLiLS(MessageStrategy, like=legacy.FedLiLS):
     """FedLi-LS (Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning") on
     the Message API; hyperparameters as :class:`flwr_strategies.FedLiLS`."""
 
-    core_cls = FedLiLSServer
-    hyperparameters = {"config": FedLiLSConfig}
 
-
-class FedLiLU(MessageStrategy):
+class FedLiLU(MessageStrategy, like=legacy.FedLiLU):
     """FedLi-LU (same paper, Algorithm 2) on the Message API; hyperparameters as
     :class:`flwr_strategies.FedLiLU`."""
 
-    core_cls = FedLiLUServer
-    hyperparameters = {"config": FedLiLUConfig}
 
-
-class FedExP(MessageStrategy):
+class FedExP(MessageStrategy, like=legacy.FedExP):
     """FedExP (Jhunjhunwala, Wang, Joshi, ICLR 2023) on the Message API; hyperparameters as
     :class:`flwr_strategies.FedExP`."""
 
-    core_cls = FedExPServer
-    hyperparameters = {"config": FedExPConfig}
 
-
-class Scaffold(MessageStrategy):
+class Scaffold(MessageStrategy, like=legacy.Scaffold):
     """SCAFFOLD (Karimireddy et al., ICML 2020, option II) on the Message API; hyperparameters as
     :class:`flwr_strategies.Scaffold`. Clients keep ``c_i`` in ``context.state``
     (:class:`flwr_strategies.clients.fedli.ScaffoldSession`)."""
-
-    core_cls = ScaffoldServer
-    hyperparameters = {"config": ScaffoldConfig}

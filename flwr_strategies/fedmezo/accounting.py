@@ -15,11 +15,6 @@ def payload_bytes(n_params: int, bytes_per_param: int = 2) -> int:
     return int(n_params) * int(bytes_per_param)
 
 
-def seed_payload_bytes(steps: int, per_pair: int = 16) -> int:
-    """Upload size of the seed-and-scalar extension (int64 seed + float64 scalar per step)."""
-    return int(steps) * int(per_pair)
-
-
 def gamma(d: int, r: float, n: int = 1) -> float:
     """``(d r + d - 2) / (n (d + 2))`` (paper's low-rank gradient factor)."""
     return (d * r + d - 2) / (n * (d + 2))

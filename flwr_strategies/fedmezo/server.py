@@ -72,8 +72,8 @@ class LoRAServer(ServerCore):
         The whole initial model (``state_dict`` order): frozen base and initial adapters.
     trainable : Sequence[int]
         Positions of the tuned arrays (LoRA A and B) in ``initial_arrays``.
-    config : FedMeZOConfig | LoRAFedAvgConfig
-        The method's hyperparameters.
+    config : FedMeZOConfig | LoRAFedAvgConfig | None (default: None)
+        The method's hyperparameters, an instance of :attr:`config_cls` (None: its paper defaults).
     final_round : int | None (default: None)
         Last round of the run, always evaluated (None: only every ``eval_every`` rounds).
     **kwargs
@@ -81,8 +81,14 @@ class LoRAServer(ServerCore):
         fraction_train, min_train, seed, on_train_config).
     """
 
-    def __init__(self, initial_arrays, *, trainable: Sequence[int], config, final_round: int | None = None,
+    #: The method's config dataclass.
+    config_cls: type = FedMeZOConfig
+
+    def __init__(self, initial_arrays, *, trainable: Sequence[int], config: Any = None, final_round: int | None = None,
                  **kwargs: Any) -> None:
+        config = config if config is not None else self.config_cls()
+        if not isinstance(config, self.config_cls):
+            raise TypeError(f"config must be a {self.config_cls.__name__}, got {type(config).__name__}")
         super().__init__(initial_arrays, **kwargs)
         self.trainable = _check_trainable(list(trainable), self.initial_arrays)
         if final_round is not None and (isinstance(final_round, bool) or int(final_round) != final_round
@@ -227,28 +233,14 @@ class FedMeZOServer(LoRAServer):
     gets ``eta_i = eta0 + alpha * Phi_i``, where ``Phi_i`` in [-1, 1] normalises a heterogeneity
     signal from the previous round(s) (paper Proposition 3.7).
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        The whole initial model (frozen base and initial adapters, ``state_dict`` order).
-    trainable : Sequence[int]
-        Positions of the LoRA arrays (:func:`lora_positions` finds them by name).
-    config : FedMeZOConfig (default: FedMeZOConfig())
-        Hyperparameters (paper defaults).
-    final_round : int | None (default: None)
-        Last round, always evaluated.
-    **kwargs
-        :class:`~flwr_strategies.core.server.ServerCore` arguments.
+    Parameters as :class:`LoRAServer` (``trainable``: :func:`lora_positions` finds the LoRA arrays
+    by name), ``config`` a :class:`FedMeZOConfig`.
     """
 
-    def __init__(self, initial_arrays, *, trainable: Sequence[int], config: FedMeZOConfig | None = None,
-                 final_round: int | None = None, **kwargs: Any) -> None:
-        config = config if config is not None else FedMeZOConfig()
-        if not isinstance(config, FedMeZOConfig):
-            raise TypeError(f"config must be a FedMeZOConfig, got {type(config).__name__}")
-        super().__init__(initial_arrays, trainable=trainable, config=config, final_round=final_round, **kwargs)
-        self.lr_rule = PersonalisedLR(config.lr_strategy, eta0=config.lr, alpha=config.alpha,
-                                      window=config.lr_window, seed=self.seed)
+    def __init__(self, initial_arrays, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
+        c = self.config
+        self.lr_rule = PersonalisedLR(c.lr_strategy, eta0=c.lr, alpha=c.alpha, window=c.lr_window, seed=self.seed)
         self._replayed: dict[int, list[np.ndarray]] = {}
 
     def client_rates(self, server_round: int, partition_ids: list[int]) -> dict[int, float]:
@@ -340,23 +332,7 @@ class LoRAFedAvgServer(LoRAServer):
 
     Clients run plain SGD on the LoRA adapters; the server averages them like FedMeZO.
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        The whole initial model.
-    trainable : Sequence[int]
-        Positions of the LoRA arrays.
-    config : LoRAFedAvgConfig (default: LoRAFedAvgConfig())
-        Hyperparameters (paper defaults).
-    final_round : int | None (default: None)
-        Last round, always evaluated.
-    **kwargs
-        :class:`~flwr_strategies.core.server.ServerCore` arguments.
+    Parameters as :class:`LoRAServer`, ``config`` a :class:`LoRAFedAvgConfig`.
     """
 
-    def __init__(self, initial_arrays, *, trainable: Sequence[int], config: LoRAFedAvgConfig | None = None,
-                 final_round: int | None = None, **kwargs: Any) -> None:
-        config = config if config is not None else LoRAFedAvgConfig()
-        if not isinstance(config, LoRAFedAvgConfig):
-            raise TypeError(f"config must be a LoRAFedAvgConfig, got {type(config).__name__}")
-        super().__init__(initial_arrays, trainable=trainable, config=config, final_round=final_round, **kwargs)
+    config_cls = LoRAFedAvgConfig

@@ -14,22 +14,14 @@ its ``state_dict`` names.
 from __future__ import annotations
 
 from ..adapters import MessageStrategy
-from .config import FedMeZOConfig, LoRAFedAvgConfig
-from .server import FedMeZOServer, LoRAFedAvgServer
-from .strategy import _LoRA
+from . import strategy as legacy
 
 __all__ = ["FedMeZO", "LoRAFedAvg"]
 
 
-class FedMeZO(_LoRA, MessageStrategy):
+class FedMeZO(legacy._LoRA, MessageStrategy, like=legacy.FedMeZO):
     """FedMeZO (Ling et al., KDD 2024) on the Message API; as :class:`flwr_strategies.FedMeZO`."""
 
-    core_cls = FedMeZOServer
-    hyperparameters = {"config": FedMeZOConfig}
 
-
-class LoRAFedAvg(_LoRA, MessageStrategy):
+class LoRAFedAvg(legacy._LoRA, MessageStrategy, like=legacy.LoRAFedAvg):
     """LoRA FedAvg (FedMeZO's backprop baseline) on the Message API; as :class:`flwr_strategies.LoRAFedAvg`."""
-
-    core_cls = LoRAFedAvgServer
-    hyperparameters = {"config": LoRAFedAvgConfig}

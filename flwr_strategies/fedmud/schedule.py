@@ -6,14 +6,14 @@ re-initialises the factors iff ``t >= 2 and (t - 1) % s == 0``; round 1 never pu
 
 from __future__ import annotations
 
+from ..core.validation import check_integer
+
 __all__ = ["validate_reset_interval", "is_push_round"]
 
 
 def validate_reset_interval(reset_interval) -> int:
     """Return ``reset_interval`` as int if it is an integer >= 1, else raise ``ValueError``."""
-    if isinstance(reset_interval, bool) or int(reset_interval) != reset_interval or int(reset_interval) < 1:
-        raise ValueError(f"reset_interval must be an integer >= 1, got {reset_interval!r}")
-    return int(reset_interval)
+    return check_integer("reset_interval", reset_interval, 1)
 
 
 def is_push_round(server_round: int, reset_interval: int) -> bool:

@@ -7,40 +7,23 @@ Arguments: Flower's Message-API ``FedAvg`` arguments, the plain ``model`` and an
 
 from __future__ import annotations
 
-from ..adapters import REQUIRED, MessageStrategy
-from .config import METHOD_CONFIGS
-from .server import FedMUDServer
+from ..adapters import MessageStrategy
+from . import strategy as legacy
 
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
-class FedMUD(MessageStrategy):
+class FedMUD(MessageStrategy, like=legacy.FedMUD):
     """FedMUD (Li et al., ICML 2025) on the Message API; as :class:`flwr_strategies.FedMUD`."""
 
-    core_cls = FedMUDServer
-    hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
-    arguments = {"model": REQUIRED}
 
-
-class FedLMT(MessageStrategy):
+class FedLMT(MessageStrategy, like=legacy.FedLMT):
     """FedLMT (Liu et al., ICML 2024), as defined in FedMUD's paper, on the Message API."""
 
-    core_cls = FedMUDServer
-    hyperparameters = {"config": METHOD_CONFIGS["fedlmt"]}
-    arguments = {"model": REQUIRED}
 
-
-class FedPara(MessageStrategy):
+class FedPara(MessageStrategy, like=legacy.FedPara):
     """FedPara (Hyeon-Woo et al., ICLR 2022), as defined in FedMUD's paper, on the Message API."""
 
-    core_cls = FedMUDServer
-    hyperparameters = {"config": METHOD_CONFIGS["fedpara"]}
-    arguments = {"model": REQUIRED}
 
-
-class FedHM(MessageStrategy):
+class FedHM(MessageStrategy, like=legacy.FedHM):
     """FedHM (Yao et al., 2021), as defined in FedMUD's paper, on the Message API."""
-
-    core_cls = FedMUDServer
-    hyperparameters = {"config": METHOD_CONFIGS["fedhm"]}
-    arguments = {"model": REQUIRED}

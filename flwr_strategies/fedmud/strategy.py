@@ -21,7 +21,12 @@ from .server import FedMUDServer
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
-class FedMUD(LegacyStrategy):
+class _LowRank(LegacyStrategy):
+    core_cls = FedMUDServer
+    arguments = {"model": REQUIRED}
+
+
+class FedMUD(_LowRank):
     """FedMUD (Li et al., ICML 2025): clients learn a low-rank *update* of frozen base weights;
     only its factors travel. Default: FedMUD+BKD+AAD at whole-model ratio 1/32, reset every round.
 
@@ -36,36 +41,28 @@ class FedMUD(LegacyStrategy):
         one's meaning, default and range).
     """
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedLMT(LegacyStrategy):
+class FedLMT(_LowRank):
     """FedLMT (Liu et al., ICML 2024) as defined in FedMUD's paper: pre-decomposed weights ``W = UV``,
     both factors ``Uniform(-a, a)`` once, never reset, factors averaged directly. Arguments as
     :class:`FedMUD` (its FedMUDConfig defaults: ``METHOD_CONFIGS["fedlmt"]``)."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedlmt"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedPara(LegacyStrategy):
+class FedPara(_LowRank):
     """FedPara (Hyeon-Woo et al., ICLR 2022) as defined in FedMUD's paper: ``W = (X1 Y1) * (X2 Y2)`` on
     the ``m x n`` view, four random trainable factors, never reset. Arguments as :class:`FedMUD`
     (defaults: ``METHOD_CONFIGS["fedpara"]``)."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedpara"]}
-    arguments = {"model": REQUIRED}
 
 
-class FedHM(LegacyStrategy):
+class FedHM(_LowRank):
     """FedHM (Yao et al., 2021) as defined in FedMUD's paper: the server factorises its full weights by
     truncated SVD every round and averages the clients' recovered products. Arguments as
     :class:`FedMUD` (defaults: ``METHOD_CONFIGS["fedhm"]``)."""
 
-    core_cls = FedMUDServer
     hyperparameters = {"config": METHOD_CONFIGS["fedhm"]}
-    arguments = {"model": REQUIRED}
