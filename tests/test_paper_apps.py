@@ -16,12 +16,13 @@ import re
 import subprocess
 import tomllib
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from flwr_simulation import CENTRAL, LocalSimulation, central_accuracies
-from flwr_strategies.simulations.deployment import LocalDeployment
+from flwr_simulation import CENTRAL
+from flwr_strategies.simulations.deployment import LocalDeployment, LocalSimulation
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ROOT / "simulations" / "apps"
@@ -51,15 +52,6 @@ def data(tmp_path_factory):
             "mnist": str(reduced.write_digits(folder / "mnist", "mnist")),
             "instructions": str(mezo.write_instructions(folder / "instructions", n=200)),
             "tiny-lm": str(mezo.tiny_model())}
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    """One private simulation SuperLink for the module's runs."""
-    sim = LocalSimulation(tmp_path_factory.mktemp("sim"))
-    sim.env.update({**OFFLINE, "HF_HOME": str(sim.home / "hf_home")})
-    yield sim
-    sim.close()
 
 
 @pytest.mark.parametrize("app", ALL_APPS)
@@ -98,23 +90,48 @@ def run_config(app: str, data: dict) -> dict:
     return config
 
 
+def simulate(app: str, data: dict, workdir: Path) -> tuple[int, str, str]:
+    """The app's 2-round run under ``flwr run`` on a private simulation SuperLink: (returncode, log,
+    failure detail). The SuperLink is started and awaited first (``flwr run`` would start one lazily,
+    but gives it only 15 s, too little on a loaded machine)."""
+    sim = LocalSimulation(workdir, env={**OFFLINE, "HF_HOME": str(workdir / "hf_home")})
+    with sim:
+        res = sim.flwr_run(APPS / app, run_config(app, data), timeout=600,
+                           federation_config={"num-supernodes": RUNS[app][0]})
+        log = res.stdout + res.stderr
+        return res.returncode, log, f"rc={res.returncode}, central {CENTRAL.findall(log)}\n{log[-6000:]}\n{sim.all_logs()}"
+
+
+def deploy(app: str, data: dict, workdir: Path, rounds: int) -> tuple[str, str, str]:
+    """The app unchanged on a local SuperLink with one SuperNode per partition (``partition-id`` and
+    ``num-partitions`` in each node's config): (run status, output, failure detail)."""
+    dep = LocalDeployment(num_supernodes=RUNS[app][0], workdir=workdir)
+    dep.env.update({**OFFLINE, "HF_HOME": str(workdir / "hf_home")})
+    with dep:
+        res = dep.flwr_run(APPS / app, {**run_config(app, data), "num-server-rounds": rounds}, timeout=600)
+        status = dep.run_status(dep.run_id(res))
+        out = res.stdout + res.stderr
+        return status, out, f"status {status}\n{out[-4000:]}\n{dep.all_logs(1500)}"
+
+
+#: Rounds of the deployment run (each message starts a ClientApp process there: the slow part).
+DEPLOYED_ROUNDS = 1
+
+
 @pytest.fixture(scope="module")
-def simulated(data, sim):
-    """``app -> (returncode, log, detail)`` of the app's 2-round simulation, run once per module."""
-    done = {}
-
-    def run(app: str):
-        if app not in done:
-            rc, log, wall = sim.run(APPS / app, RUNS[app][0], run_config(app, data), timeout=400)
-            done[app] = rc, log, f"rc={rc} after {wall:.0f}s, central {CENTRAL.findall(log)}\n{log[-6000:]}"
-        return done[app]
-
-    return run
+def runs(data, tmp_path_factory):
+    """Every app's simulation and the FedLi deployment, run at the same time (each on its own
+    SuperLink; at most 3 at once): most of a run's time is process start-up, not computation."""
+    with ThreadPoolExecutor(max_workers=3) as pool:  # the longest first
+        jobs = {"deployed": pool.submit(deploy, "fedli", data, tmp_path_factory.mktemp("deploy"), DEPLOYED_ROUNDS)}
+        for app in ("fedmezo", "fedmud", "doadp", "fedli", "dfedcata"):
+            jobs[app] = pool.submit(simulate, app, data, tmp_path_factory.mktemp(f"sim-{app}"))
+        return {name: job.result() for name, job in jobs.items()}
 
 
 @pytest.mark.parametrize("app", ALL_APPS)
-def test_app_runs_in_simulation(app, simulated):
-    rc, log, detail = simulated(app)
+def test_app_runs_in_simulation(app, runs):
+    rc, log, detail = runs[app]
     assert rc == 0 and "Traceback" not in log, detail
     central = {int(r): (float(a), float(loss)) for r, a, loss in CENTRAL.findall(log)}
     # FedMeZO evaluates every eval-every (10) rounds and after the last one
@@ -131,21 +148,15 @@ def test_app_runs_in_simulation(app, simulated):
         assert acc2 >= acc0 + 0.2, detail
 
 
-def test_fedli_app_runs_unchanged_in_a_local_deployment(data, simulated, tmp_path):
-    """The FedLi-LS app against a SuperLink with 2 SuperNodes (``partition-id`` from each node's
-    config) prints the simulation's numbers: every seed (model, partition, shuffling, line search)
-    comes from the run config, so the two runtimes compute the same rounds."""
-    rc, log, detail = simulated("fedli")
-    assert rc == 0, detail
-    in_simulation = CENTRAL.findall(log)
-    dep = LocalDeployment(num_supernodes=RUNS["fedli"][0], workdir=tmp_path)
-    dep.env.update({**OFFLINE, "HF_HOME": str(tmp_path / "hf_home")})
-    with dep:
-        res = dep.flwr_run(APPS / "fedli", run_config("fedli", data), timeout=400)
-        status = dep.run_status(dep.run_id(res))
-        detail = f"status {status}\n{res.stdout[-4000:]}\n{res.stderr[-2000:]}\n{dep.all_logs(1500)}"
-    deployed = CENTRAL.findall(res.stdout + res.stderr)
+def test_fedli_app_runs_unchanged_in_a_local_deployment(runs):
+    """The FedLi-LS app against a SuperLink with 2 SuperNodes prints the simulation's numbers: every
+    seed (model, partition, shuffling, line search) comes from the run config, so both runtimes
+    compute the same rounds (the deployment runs the first ``DEPLOYED_ROUNDS`` of them)."""
+    rc, log, sim_detail = runs["fedli"]
+    assert rc == 0, sim_detail
+    status, out, detail = runs["deployed"]
     assert status == "finished:completed", detail
-    assert deployed == in_simulation and len(deployed) == 3, f"simulation {in_simulation}\ndeployment {deployed}\n{detail}"
-    accuracy = central_accuracies(res.stdout + res.stderr)
-    assert accuracy[2] >= accuracy[0] + 0.2, detail
+    deployed, simulated = CENTRAL.findall(out), CENTRAL.findall(log)[: DEPLOYED_ROUNDS + 1]
+    assert deployed == simulated and len(deployed) == DEPLOYED_ROUNDS + 1, \
+        f"simulation {simulated}\ndeployment {deployed}\n{detail}"
+    assert float(deployed[-1][1]) > float(deployed[0][1]), detail  # it trained
