@@ -15,6 +15,7 @@ never from the server. ``partition-id`` and ``num-partitions`` come from the nod
 simulation (Flower sets them) and in deployment.
 """
 
+import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr_strategies.clients.app import message_config, partition_query, train_reply
@@ -42,7 +43,8 @@ def train(msg: Message, context: Context) -> Message:
     if len(loader.dataset) != int(run["local-dataset-size"]):
         raise ValueError(f"run config local-dataset-size={run['local-dataset-size']} but partition {pid} of {parts} "
                          f"holds {len(loader.dataset)} records: the noise would be calibrated for the wrong q")
-    arrays, metrics = agent.train(Net(), IndexedData(loader, keys=("x", "y")))
+    model = Net().to(torch.device("cuda:0" if torch.cuda.is_available() else "cpu"))
+    arrays, metrics = agent.train(model, IndexedData(loader, keys=("x", "y")))
     reply = train_reply(msg, context, arrays, len(loader.dataset), metrics)
     agent.save(context.state)  # commit the agent's state once the reply exists
     return reply
