@@ -1,0 +1,1 @@
+"""FedMeZO (arXiv:2402.05926) as a Flower app built on flwr-strategies."""

@@ -1,0 +1,1 @@
+"""FedMUD (ICML 2025) as a Flower app built on flwr-strategies."""
