@@ -245,7 +245,11 @@ class LegacyStrategy(MethodAdapter, Strategy):
     def _proxies(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
         """The connected clients by partition id (after waiting for ``min_available_clients``)."""
         deadline = time.monotonic() + self.wait_timeout
-        while not client_manager.wait_for(self.min_available_clients, timeout=max(1, int(min(10.0, self.wait_timeout)))):
+        # num_available() first: under Flower's Grid compatibility layer it registers the nodes that
+        # connected (as sample() does), where wait_for alone waits for its 5-second refresh
+        step = max(1, int(min(10.0, self.wait_timeout)))
+        while (client_manager.num_available() < self.min_available_clients
+               and not client_manager.wait_for(self.min_available_clients, timeout=step)):
             if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"{type(self).__name__}: only {client_manager.num_available()} of min_available_clients="
