@@ -230,9 +230,15 @@ def print_defaults(method: str) -> None:
         print(f"  {_flag(name):<22} {describe(rec['value'], name):<40} {rec['source']}")
     sources = cfg.provenance.get("params", {})
     if cfg.params:
-        print("method hyperparameters (--set KEY=VALUE):")
+        strategy = spec.strategy.split(":")[1] if spec.strategy else "the method"
+        print(f"method hyperparameters (--set KEY=VALUE; the defaults {strategy} and its configs declare, "
+              "* = the method's named override of one):")
+        declared = spec.declaration()
         for key, value in cfg.params.items():
-            print(f"  {key:<22} {describe(value, key):<40} {sources.get(key, 'unstated')}")
+            shown = ("* " if key in spec.overrides else "") + describe(value, key)
+            print(f"  {key:<22} {shown:<40} {sources.get(key, 'unstated')}")
+        for key in spec.overrides:
+            print(f"  * {key}: declared default {describe(declared[key][0], key)}, overridden for {spec.name}")
 
 
 def cmd_defaults(args: argparse.Namespace) -> int:

@@ -34,24 +34,11 @@ def _fedadam(setup: ServerSetup, params: dict) -> FedAdamServer:
     return FedAdamServer(setup.initial_parameters, config=config, **core_kwargs(setup))
 
 
-#: Where each hyperparameter's default comes from (``extra["param_provenance"]``).
-FEDPROX_PROVENANCE = {
-    "proximal_mu": "project: from FedProx's own grid {0.001, 0.01, 0.1, 1} (Li et al., MLSys 2020); "
-                   "neither FedLi nor DFedCata reports its mu",
-}
-FEDADAM_PROVENANCE = {
-    "eta": "project: from the FedLi paper's server-lr grid {0.01, 0.1, 1} (App. C), which reports no FedAdam "
-           "winner; Flower's FedAdam uses 0.1",
-    "beta_1": "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_1 = 0.9)",
-    "beta_2": "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_2 = 0.99)",
-    "tau": "project: Flower's Message-API FedAdam default (tau = 1e-3); Reddi et al. tune tau per task",
-}
-
-
 register_method(MethodSpec(
     name="fedavg",
     summary="FedAvg: average of locally trained models, weighted by examples",
     paper="McMahan et al., AISTATS 2017",
+    strategy="flwr_strategies.baselines.strategy:FedAvg",
     build_core=_fedavg,
     client="flwr_strategies.clients.base:build_torch_client",
 ))
@@ -59,17 +46,15 @@ register_method(MethodSpec(
     name="fedprox",
     summary="FedProx: FedAvg with a proximal term mu/2||w-w_g||^2 in local training (mu=0.01)",
     paper="Li et al., MLSys 2020",
-    defaults={"proximal_mu": FedProxConfig().proximal_mu},
+    strategy="flwr_strategies.baselines.strategy:FedProx",
     build_core=_fedprox,
     client="flwr_strategies.clients.fedprox:build_fedprox_client",
-    extra={"param_provenance": FEDPROX_PROVENANCE},
 ))
 register_method(MethodSpec(
     name="fedadam",
     summary="FedAdam: Adam on the server over the averaged update (eta=0.01, tau=1e-3)",
     paper="Reddi et al., ICLR 2021",
-    defaults={k: getattr(FedAdamConfig(), k) for k in ("eta", "beta_1", "beta_2", "tau")},
+    strategy="flwr_strategies.baselines.strategy:FedAdam",
     build_core=_fedadam,
     client="flwr_strategies.clients.base:build_torch_client",
-    extra={"param_provenance": FEDADAM_PROVENANCE},
 ))

@@ -45,20 +45,7 @@ PAPER = ("Li, Zhang, Liu, Yin, Shen, Cao, 'Boosting the Performance of Decentral
          "Catalyst Acceleration', arXiv:2410.07272")
 CLIENT = "flwr_strategies.clients.dfedcata:build_decentralized_client"
 
-GRAPH_DEFAULTS: dict[str, Any] = {
-    "topology": "random",
-    "neighbours": 10,
-    "topology_p": -1.0,
-    "ws_k": 8,
-    "weights": "auto",
-    "allow_row_stochastic": False,
-    "allow_disconnected": "auto",
-    "failure_policy": "renormalize",
-    "client_eval_every": 1,
-    "client_eval_max": 0,
-}
-
-_APP_A = "paper: App. A-A (implementation details)"
+_APP_A = "paper: DFedCata App. A-A (implementation details)"
 
 #: The paper's training settings (App. A-A, CIFAR-10) where it gives them, the official code's else.
 DECENTRALIZED_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -78,41 +65,21 @@ FEDSAM_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
     "fraction_fit": (0.1, f"{_APP_A}: 10% of the clients train in centralized methods"),
 }
 
-#: Where each graph setting's default comes from.
-GRAPH_PROVENANCE: dict[str, str] = {
-    "topology": "paper: App. A-B (a random bidirectional graph redrawn every round)",
-    "neighbours": "paper: App. A-B (each client picks 10 neighbours per round)",
-    "topology_p": "paper: Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)",
-    "ws_k": "paper: Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)",
-    "weights": "project: Metropolis-Hastings on irregular graphs (uniform on regular ones) keeps the average; "
-               "the official code averages uniformly over {i} + N_i (server/DFedCata.py), only row-stochastic "
-               "there (--set weights=uniform, dfedcata-code preset)",
-    "allow_row_stochastic": "project: refuse mixing that does not preserve the average unless asked",
-    "allow_disconnected": "project: auto = accept a disconnected round only on graphs redrawn every round",
-    "failure_policy": "project: live peers renormalise their rows when a neighbour fails (the paper has no failures)",
-    "client_eval_every": "project: score the peers' own models every round (the paper scores their average)",
-    "client_eval_max": "project: 0 = score every peer",
+#: The values the command line runs instead of the strategy classes' declared defaults.
+_EVAL_PEERS = {"client_eval_every": (1, "project: the command line scores the peers' own models every round (the "
+                                        "results tables report them); the strategy classes only on request (0)")}
+_SAM = {"rho": (0.1, "paper: host paper (DFedCata) App. A-A: SAM perturbation rho = 0.1")}
+OVERRIDES: dict[str, dict[str, tuple[Any, str]]] = {
+    "dfedcata": _EVAL_PEERS,
+    "dfedavg": _EVAL_PEERS,
+    "dfedavgm": {**_EVAL_PEERS, "local_momentum": (0.9, "official code: train_1.py --mu 0.9 (client momentum; the "
+                                                        "DFedCata paper gives none)")},
+    "dfedsam": {**_EVAL_PEERS, **_SAM},
+    "dpsgd": {**_EVAL_PEERS, "steps_per_round": (1, "project: one SGD step per round, Lian et al.'s D-PSGD (the host "
+                                                    "paper gives no local steps; its D-PSGD accuracy fits one step)")},
+    "fedsam": _SAM,
 }
-_CATA_PROVENANCE: dict[str, str] = {
-    "beta": f"{_APP_A}: beta = 0.99 (Table IV)",
-    "lam": "paper: Sec. V-E, Fig. 5(d): lambda = 0.05 is best",
-    "extrapolation_anchor": "paper: Algorithm 1 (extrapolate between consecutive mixed models); "
-                            "the official code's prev_local is in the dfedcata-code preset",
-    "sequential_inplace": "paper: Algorithm 1 (clients in parallel); the official code's in-place order is in "
-                          "the dfedcata-code preset",
-    "clip_scope": "project: clip the data gradient only; the official code clips g - lam*anchor "
-                  "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)",
-}
-PARAM_PROVENANCE: dict[str, dict[str, str]] = {
-    "dfedcata": {**_CATA_PROVENANCE, **GRAPH_PROVENANCE},
-    "dfedavg": dict(GRAPH_PROVENANCE),
-    "dfedavgm": {"local_momentum": "official code: train_1.py --mu 0.9 (client momentum; the paper gives none)",
-                 **GRAPH_PROVENANCE},
-    "dfedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1", **GRAPH_PROVENANCE},
-    "dpsgd": {"steps_per_round": "project: one SGD step per round, Lian et al.'s D-PSGD (the paper gives no "
-                                 "local steps; its D-PSGD accuracy fits one step)", **GRAPH_PROVENANCE},
-    "fedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1"},
-}
+_DERIVED = {"lr": "--lr (the run's round-1 rate)"}
 
 
 def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any]:
@@ -159,67 +126,73 @@ SPECS = [
         name="dfedcata",
         summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
         paper=PAPER,
-        defaults={"beta": 0.99, "lam": 0.05, "extrapolation_anchor": "prev_mixed", "sequential_inplace": False,
-                  "clip_scope": "data", **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedCata",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["dfedcata"],
+        derived=_DERIVED,
         build_core=_dfedcata,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedcata"]},
     ),
     MethodSpec(
         name="dfedavg",
         summary="DFedAvg: local SGD on every peer, then gossip averaging over the peer graph",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        defaults=dict(GRAPH_DEFAULTS),
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["dfedavg"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedavg"]},
     ),
     MethodSpec(
         name="dfedavgm",
         summary="DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        defaults={"local_momentum": 0.9, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["dfedavgm"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedavgm"]},
     ),
     MethodSpec(
         name="dfedsam",
         summary="DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
         paper="Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023",
-        defaults={"rho": 0.1, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["dfedsam"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedsam"]},
     ),
     MethodSpec(
         name="dpsgd",
         summary="D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
         paper="Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017",
-        defaults={"steps_per_round": 1, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DPSGD",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["dpsgd"],
         build_core=_dpsgd,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dpsgd"]},
     ),
     MethodSpec(
         name="fedsam",
         summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
         paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022",
-        defaults={"rho": 0.1},
+        strategy="flwr_strategies.baselines.strategy:FedSAM",
+        settings=(LocalRuleConfig,),
+        overrides=OVERRIDES["fedsam"],
         build_core=_fedsam,
         client=CLIENT,
         train_defaults=FEDSAM_TRAIN_DEFAULTS,
-        extra={"param_provenance": PARAM_PROVENANCE["fedsam"]},
     ),
 ]
 
