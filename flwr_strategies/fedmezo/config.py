@@ -18,10 +18,6 @@ from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..setup import SettingError
-
-_BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
-
-_YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
 from .engine import RESTORE_MODES, VARIANTS
 from .lr_rules import LR_STRATEGIES
 from .zseed import Z_DEVICES
@@ -67,6 +63,8 @@ def _steps_or_epochs(local_steps, local_epochs) -> None:
         _integer("local_epochs", local_epochs, 1)
 
 
+_YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
+_BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
 _VARIANT = ("project: 'paper' = the paper's method in fp32; 'code' = the official code's arithmetic and half "
             "precision (the fedmezo-code preset)")
 
