@@ -20,9 +20,9 @@ from flwr_strategies.simulations.runner import run_experiment
 
 
 def _exploding_core(setup, params):
-    from flwr_strategies.baselines.registration import _fedavg
+    from flwr_strategies.registry import get_method
 
-    core = _fedavg(setup, params)
+    core = get_method("fedavg").build_core(setup, params)
 
     def aggregate_train(*args, **kwargs):
         raise RuntimeError("the aggregation exploded")

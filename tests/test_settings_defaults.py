@@ -49,10 +49,8 @@ class _FakeConfig:
 
 
 def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:
-    from flwr_strategies.baselines.registration import _fedavg
-
     return MethodSpec(name=name, summary="a fake method with paper defaults", paper="Nobody et al., 2024",
-                      settings=(_FakeConfig,), build_core=_fedavg,
+                      settings=(_FakeConfig,), build_core=registry.get_method("fedavg").build_core,
                       client="flwr_strategies.clients.base:build_torch_client", train_defaults=train_defaults, **kw)
 
 

@@ -1,25 +1,18 @@
 """Registrations: ``dfedcata``, ``dfedavg``, ``dfedavgm``, ``dfedsam``, ``dpsgd`` (decentralized: every
 peer trains every round and gossips over the peer graph) and ``fedsam`` (centralized).
 
-Method settings (``--set key=value``):
-
-- graph (decentralized methods; :class:`~flwr_strategies.decentralized.config.GraphConfig`):
-  ``topology`` ("random"; also random_code, ring, grid, exponential, exponential_sym, full,
-  erdos_renyi, watts_strogatz), ``neighbours`` (10), ``topology_p`` (-1 = generator default),
-  ``ws_k`` (8), ``weights`` ("auto"), ``allow_row_stochastic`` (False), ``allow_disconnected``
-  ("auto"), ``failure_policy`` ("renormalize"), ``client_eval_every`` (1), ``client_eval_max`` (0);
-- DFedCata (:class:`~flwr_strategies.dfedcata.config.DFedCataConfig`): ``beta`` (0.99), ``lam``
-  (0.05), ``extrapolation_anchor`` ("prev_mixed"), ``sequential_inplace`` (False; one Flower round
-  per peer, so ``--rounds`` counts turns: ``num_clients x`` the algorithm rounds), ``clip_scope``
-  ("data"; "official" = the official code's clip of ``g - lam x_0``);
-- local rules (:class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`): DFedAvgM
-  ``local_momentum`` (0.9), DFedSAM/FedSAM ``rho`` (0.1), D-PSGD ``steps_per_round`` (1).
+Method settings (``--set key=value``) are the fields of the strategy classes' configs (the peer
+graph, :class:`~flwr_strategies.decentralized.config.GraphConfig`; DFedCata's
+:class:`~flwr_strategies.dfedcata.config.DFedCataConfig`) and of the peers' local rule
+(:class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`), with their declared defaults and sources;
+:data:`OVERRIDES` names the values a method runs instead (DFedAvgM's momentum 0.9, DFedSAM's and
+FedSAM's rho 0.1, D-PSGD's one step per round, peer scoring every round).
 
 Training defaults (``train_defaults``) and hyperparameters carry their source (shown by
 ``python -m simulations defaults dfedcata``): lr 0.1 decayed x0.998 per round, K = 5 local
-epochs, 100 clients, all training every round (FedSAM: 10%), beta 0.99, SAM rho 0.1 (paper,
-App. A-A); lam 0.05 (paper, Sec. V-E, Fig. 5(d)); batch 128, weight decay 5e-4, gradient
-clipping 10, no local momentum (official code, ``train_1.py`` and ``client/client.py``). Two
+epochs, 100 clients, all training every round (FedSAM: 10%) (paper, App. A-A); batch 128, weight
+decay 5e-4, gradient clipping 10, no local momentum (official code, ``train_1.py`` and
+``client/client.py``). Two
 choices differ from the official code on purpose and say so: Metropolis-Hastings mixing weights
 on irregular graphs (the official code averages uniformly over ``{i} + N_i``, which is only
 row-stochastic there), and the paper's synchronous rounds. The official code's whole

@@ -17,12 +17,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, load_object, register_method
 from ..setup import ServerSetup
-from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
-from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
 from .peer import PublicTableCore
-from .server import DMSGDServer, DOADPServer
 
 PAPER = ("Huo, Liu, Ding, Johansson, Shi, 'Decentralized Optimization with Amplified Privacy via "
          "Efficient Communication', arXiv 2506.07102")
@@ -141,29 +138,14 @@ def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str
                 **PublicTableCore.graph_arguments(dict(params)))
 
 
-def _doadp(setup: ServerSetup, params: dict) -> DOADPServer:
-    return DOADPServer(setup.initial_parameters, config=_config(DOADPConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "doadp"))
+def _builder(strategy: str, method: str):
+    """``build_core`` of the method whose strategy class is ``strategy``: its core over its config."""
+    def build_core(setup: ServerSetup, params: dict) -> PublicTableCore:
+        cls = load_object(_STRATEGY + strategy)
+        return cls.core_cls(setup.initial_parameters, config=_config(cls.hyperparameters["config"], params),
+                            lr_decay=setup.train.lr_decay, **_common(setup, params, method))
 
-
-def _dmsgd(setup: ServerSetup, params: dict) -> DMSGDServer:
-    return DMSGDServer(setup.initial_parameters, config=_config(DMSGDConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "dmsgd"))
-
-
-def _dpdo(setup: ServerSetup, params: dict) -> DPDOServer:
-    return DPDOServer(setup.initial_parameters, config=_config(DPDOConfig, params), lr_decay=setup.train.lr_decay,
-                      **_common(setup, params, "dpdo"))
-
-
-def _dpdda(setup: ServerSetup, params: dict) -> DPDDAServer:
-    return DPDDAServer(setup.initial_parameters, config=_config(DPDDAConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "dp-dda"))
-
-
-def _cpgt(setup: ServerSetup, params: dict) -> CPGTServer:
-    return CPGTServer(setup.initial_parameters, config=_config(CPGTConfig, params), lr_decay=setup.train.lr_decay,
-                      **_common(setup, params, "cpgt"))
+    return build_core
 
 
 register_method(MethodSpec(
@@ -171,14 +153,14 @@ register_method(MethodSpec(
     summary="DO-ADP: decentralized momentum SGD, Gaussian DP noise, random activation (p) and Top-k messages "
             "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
     paper=PAPER, strategy=_STRATEGY + "DOADP", overrides=MODEL_DEFAULTS,
-    build_core=_doadp,
+    build_core=_builder("DOADP", "doadp"),
     client="flwr_strategies.clients.doadp:build_doadp_client", train_defaults=TRAIN_DEFAULTS, decentralized=True,
     extra={"auto_lr": True},
 ))
 register_method(MethodSpec(
     name="dmsgd",
     summary="Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
-    paper=PAPER, strategy=_STRATEGY + "DMSGD", build_core=_dmsgd,
+    paper=PAPER, strategy=_STRATEGY + "DMSGD", build_core=_builder("DMSGD", "dmsgd"),
     client="flwr_strategies.clients.doadp:build_dmsgd_client", train_defaults=DMSGD_TRAIN_DEFAULTS, decentralized=True,
 ))
 register_method(MethodSpec(
@@ -187,7 +169,7 @@ register_method(MethodSpec(
             "pure eps-DP (certified)",
     paper="Huang, Mitra, Vaidya, ICDCN 2015 (baseline of " + PAPER + ")",
     strategy=_STRATEGY + "DPDO", overrides={"epsilon": BASELINE_EPSILON},
-    build_core=_dpdo, client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
+    build_core=_builder("DPDO", "dpdo"), client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
     extra={"auto_lr": True},
 ))
@@ -196,7 +178,7 @@ register_method(MethodSpec(
     summary="DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
     paper="Liu, Johansson, Shi, Automatica 2024 (baseline of " + PAPER + ")",
     strategy=_STRATEGY + "DPDDA", overrides={"epsilon": BASELINE_EPSILON},
-    build_core=_dpdda, client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
+    build_core=_builder("DPDDA", "dp-dda"), client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
     extra={"auto_lr": True},
 ))
@@ -206,7 +188,7 @@ register_method(MethodSpec(
             "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
     paper="Xie, Yi, Wang, Cao, Ren, IFAC 2023 (baseline of " + PAPER + ")",
     strategy=_STRATEGY + "CPGT", overrides={"epsilon": BASELINE_EPSILON},
-    build_core=_cpgt, client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
+    build_core=_builder("CPGT", "cpgt"), client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
     extra={"auto_lr": True},
 ))
