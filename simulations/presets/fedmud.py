@@ -17,7 +17,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from flwr_strategies.simulations.compare import merge_config, run_entries
 from flwr_strategies.simulations.results import write_text
 
 from . import Preset, PresetContext, RunEntry, register_preset
@@ -91,6 +90,8 @@ def _run(ctx: PresetContext) -> dict:
         overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
     if not overrides.get("data_dir"):
         raise ValueError("preset fedmud runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
+    from flwr_strategies.simulations.compare import merge_config, run_entries
+
     out = Path(ctx.out_dir)
     only = os.environ.get("FEDMUD_PRESET_PARTS")
     todo = only.split(",") if only else list(PARTITIONS) + ["ablations"]
@@ -272,6 +273,8 @@ def _run_code(ctx: PresetContext) -> list[dict]:
         raise ValueError("preset fedmud-code runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
     if ctx.backend:
         overrides.setdefault("backend", ctx.backend)
+    from flwr_strategies.simulations.compare import run_entries
+
     return run_entries(ctx.preset.entries, ctx.preset.base, overrides, Path(ctx.out_dir), title="preset fedmud-code")
 
 
