@@ -78,9 +78,10 @@ class MethodSpec:
         Workload the method runs on: ``"classification"`` (default) or a registered task name.
     decentralized : bool
         True for peer-graph methods emulated inside the strategy.
-    settings : tuple[type, ...]
-        Further config dataclasses whose fields are ``--set`` keys the strategy class does not take
-        (the clients' own settings, e.g. DFedAvgM's ``local_momentum``), declared the same way.
+    settings : tuple[type | str, ...]
+        Further config dataclasses (or their ``"module:Class"``) whose fields are ``--set`` keys the
+        strategy class does not take (the clients' own settings, e.g. DFedAvgM's ``local_momentum``),
+        declared the same way.
     overrides : Mapping[str, tuple]
         The values the command line runs instead of the declared default, each named with its
         reason, printed by ``python -m simulations defaults METHOD`` and recorded in results:
@@ -104,7 +105,7 @@ class MethodSpec:
     build_client: Callable[..., Any] | None = None
     task: str = "classification"
     decentralized: bool = False
-    settings: tuple[type, ...] = ()
+    settings: tuple[type | str, ...] = ()
     overrides: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     derived: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -125,7 +126,8 @@ class MethodSpec:
         :attr:`settings` declare them (before :attr:`overrides`)."""
         configs = list(load_object(self.strategy).hyperparameters.values()) if self.strategy else []
         out: dict[str, tuple[Any, str | None, str | None]] = {}
-        for config in configs + list(self.settings):  # the strategy's own declaration first
+        settings = [load_object(c) if isinstance(c, str) else c for c in self.settings]
+        for config in configs + settings:  # the strategy's own declaration first
             for key, entry in declared(config).items():
                 out.setdefault(key, entry)
         for key in self.derived:

@@ -85,7 +85,8 @@ def test_set_builds_the_users_class(method):
 def test_every_declared_field_has_a_range_and_a_source():
     seen = []
     for spec in list_methods().values():
-        configs = list(load_object(spec.strategy).hyperparameters.values()) + list(spec.settings)
+        configs = list(load_object(spec.strategy).hyperparameters.values()) + [
+            load_object(c) if isinstance(c, str) else c for c in spec.settings]
         for config in configs:
             for key, (_, rng, source) in declared(config).items():
                 seen.append(key)

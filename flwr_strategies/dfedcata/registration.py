@@ -27,12 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..baselines.registration import core_kwargs as centralized_core_kwargs
-from ..baselines.server import FedAvgServer
-from ..decentralized.config import GraphConfig
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .config import DFedCataConfig, LocalRuleConfig
-from .server import DFedAvgServer, DFedCataServer, DPSGDServer
 
 PAPER = ("Li, Zhang, Liu, Yin, Shen, Cao, 'Boosting the Performance of Decentralized Federated Learning via "
          "Catalyst Acceleration', arXiv:2410.07272")
@@ -73,11 +69,15 @@ OVERRIDES: dict[str, dict[str, tuple[Any, str]]] = {
     "fedsam": _SAM,
 }
 _DERIVED = {"lr": "--lr (the run's round-1 rate)"}
+_RULE = "flwr_strategies.dfedcata.config:LocalRuleConfig"
 
 
 def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any]:
     """:class:`~flwr_strategies.decentralized.server.DecentralizedCore` arguments from the run
     setup; also validates the peers' local-rule settings so a bad value fails before training."""
+    from ..decentralized.config import GraphConfig
+    from .config import LocalRuleConfig
+
     rule = LocalRuleConfig.from_params(params)
     rule.momentum(setup.train.momentum)  # conflicting momentum settings fail here
     return {
@@ -89,27 +89,38 @@ def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any
     }
 
 
-def dfedcata_config(setup: ServerSetup, params: dict) -> DFedCataConfig:
-    """:class:`DFedCataConfig` from the hyperparameters (``lr`` = the run's round-1 rate)."""
+def dfedcata_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.DFedCataConfig` from the hyperparameters (``lr`` = the run's round-1 rate)."""
+    from .config import DFedCataConfig
+
     return DFedCataConfig(beta=params["beta"], lam=params["lam"], lr=setup.train.lr,
                           extrapolation_anchor=params["extrapolation_anchor"],
                           sequential_inplace=params["sequential_inplace"])
 
 
-def _dfedcata(setup: ServerSetup, params: dict) -> DFedCataServer:
+def _dfedcata(setup: ServerSetup, params: dict):
+    from .server import DFedCataServer
+
     return DFedCataServer(setup.initial_parameters, config=dfedcata_config(setup, params),
                           **decentralized_core_kwargs(setup, params))
 
 
-def _dfedavg(setup: ServerSetup, params: dict) -> DFedAvgServer:
+def _dfedavg(setup: ServerSetup, params: dict):
+    from .server import DFedAvgServer
+
     return DFedAvgServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
 
 
-def _dpsgd(setup: ServerSetup, params: dict) -> DPSGDServer:
+def _dpsgd(setup: ServerSetup, params: dict):
+    from .server import DPSGDServer
+
     return DPSGDServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
 
 
-def _fedsam(setup: ServerSetup, params: dict) -> FedAvgServer:
+def _fedsam(setup: ServerSetup, params: dict):
+    from ..baselines.server import FedAvgServer
+    from .config import LocalRuleConfig
+
     LocalRuleConfig.from_params(params)
     return FedAvgServer(setup.initial_parameters, **centralized_core_kwargs(setup))
 
@@ -120,7 +131,7 @@ SPECS = [
         summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
         paper=PAPER,
         strategy="flwr_strategies.dfedcata.strategy:DFedCata",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["dfedcata"],
         derived=_DERIVED,
         build_core=_dfedcata,
@@ -133,7 +144,7 @@ SPECS = [
         summary="DFedAvg: local SGD on every peer, then gossip averaging over the peer graph",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
         strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["dfedavg"],
         build_core=_dfedavg,
         client=CLIENT,
@@ -145,7 +156,7 @@ SPECS = [
         summary="DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
         strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["dfedavgm"],
         build_core=_dfedavg,
         client=CLIENT,
@@ -157,7 +168,7 @@ SPECS = [
         summary="DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
         paper="Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023",
         strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["dfedsam"],
         build_core=_dfedavg,
         client=CLIENT,
@@ -169,7 +180,7 @@ SPECS = [
         summary="D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
         paper="Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017",
         strategy="flwr_strategies.dfedcata.strategy:DPSGD",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["dpsgd"],
         build_core=_dpsgd,
         client=CLIENT,
@@ -181,7 +192,7 @@ SPECS = [
         summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
         paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022",
         strategy="flwr_strategies.baselines.strategy:FedSAM",
-        settings=(LocalRuleConfig,),
+        settings=(_RULE,),
         overrides=OVERRIDES["fedsam"],
         build_core=_fedsam,
         client=CLIENT,

@@ -19,7 +19,6 @@ from typing import Any
 
 from ..registry import MethodSpec, load_object, register_method
 from ..setup import ServerSetup
-from .peer import PublicTableCore
 
 PAPER = ("Huo, Liu, Ding, Johansson, Shi, 'Decentralized Optimization with Amplified Privacy via "
          "Efficient Communication', arXiv 2506.07102")
@@ -131,6 +130,8 @@ def _without_lr(fit_config):
 
 
 def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str, Any]:
+    from .peer import PublicTableCore
+
     check_train_settings(setup, method)
     return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
                 dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
@@ -140,7 +141,7 @@ def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str
 
 def _builder(strategy: str, method: str):
     """``build_core`` of the method whose strategy class is ``strategy``: its core over its config."""
-    def build_core(setup: ServerSetup, params: dict) -> PublicTableCore:
+    def build_core(setup: ServerSetup, params: dict):
         cls = load_object(_STRATEGY + strategy)
         return cls.core_cls(setup.initial_parameters, config=_config(cls.hyperparameters["config"], params),
                             lr_decay=setup.train.lr_decay, **_common(setup, params, method))

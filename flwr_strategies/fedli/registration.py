@@ -15,19 +15,13 @@ from typing import Any
 from ..baselines.registration import core_kwargs
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .armijo import ArmijoConfig
-from .config import VARIANTS, FedExPConfig, FedLiLSConfig, FedLiLUConfig, FedLiVariantConfig, ScaffoldConfig
-from .dfw import DFWConfig
-from .server import FedExPServer, FedLiLSServer, FedLiLUServer, ScaffoldServer
 
-__all__ = ["CODE_TRAIN", "PAPER", "VARIANTS", "fedli_ls_config", "fedli_lu_config", "fedexp_config_from_params",
+__all__ = ["CODE_TRAIN", "PAPER", "fedli_ls_config", "fedli_lu_config", "fedexp_config_from_params",
            "scaffold_config_from_params"]
 
 PAPER = "Geetika, Uniyal, Chatterjee, 'Towards Hyper-parameter-free Federated Learning'"
 CLIENTS = "flwr_strategies.clients.fedli"
 
-_ARMIJO_DEFAULTS = dataclasses.asdict(ArmijoConfig())
-_DFW_DEFAULTS = dataclasses.asdict(DFWConfig())
 
 _SEC7 = "paper: FedLi Sec. 7 (Implementation)"
 #: The paper's 100 clients with 10 per round (Sec. 7, App. C); on the default dataset a reduced setting
@@ -90,6 +84,8 @@ CODE_TRAIN: dict[str, dict[str, Any]] = {
 
 
 def _variant(params: dict) -> str:
+    from .config import VARIANTS
+
     value = str(params.get("variant", "paper"))
     if value not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {value!r}")
@@ -103,34 +99,46 @@ def _pick(params: dict, paper: dict[str, Any], base: dict[str, Any], key: str) -
     return base[key]
 
 
-def fedli_ls_config(params: dict) -> FedLiLSConfig:
+def fedli_ls_config(params: dict):
     """FedLi-LS config from resolved registry parameters."""
+    from .armijo import ArmijoConfig
+    from .config import FedLiLSConfig
+
+    paper = dataclasses.asdict(ArmijoConfig())
     base = FedLiLSConfig.code() if _variant(params) == "code" else FedLiLSConfig()
     armijo_base = dataclasses.asdict(base.armijo)
-    armijo = ArmijoConfig(**{k: _pick(params, _ARMIJO_DEFAULTS, armijo_base, k) for k in _ARMIJO_DEFAULTS})
+    armijo = ArmijoConfig(**{k: _pick(params, paper, armijo_base, k) for k in paper})
     sync = _pick(params, {"step_size_sync": "unit"}, {"step_size_sync": base.step_size_sync}, "step_size_sync")
     weighting = _pick(params, {"weighting": "num_examples"}, {"weighting": base.weighting}, "weighting")
     return FedLiLSConfig(step_size_sync=sync, weighting=weighting, armijo=armijo)
 
 
-def fedli_lu_config(params: dict) -> FedLiLUConfig:
+def fedli_lu_config(params: dict):
     """FedLi-LU config from resolved registry parameters."""
+    from .config import FedLiLUConfig
+    from .dfw import DFWConfig
+
+    defaults = dataclasses.asdict(DFWConfig())
     base = FedLiLUConfig.code() if _variant(params) == "code" else FedLiLUConfig()
-    dfw = DFWConfig(**{k: float(_pick(params, _DFW_DEFAULTS, dataclasses.asdict(base.dfw), k)) for k in _DFW_DEFAULTS})
+    dfw = DFWConfig(**{k: float(_pick(params, defaults, dataclasses.asdict(base.dfw), k)) for k in defaults})
     paper = {"loss_report": "epoch_mean", "weighting": "num_examples"}
     own = {"loss_report": base.loss_report, "weighting": base.weighting}
     return FedLiLUConfig(dfw=dfw, **{k: _pick(params, paper, own, k) for k in paper})
 
 
-def fedexp_config_from_params(params: dict) -> FedExPConfig:
+def fedexp_config_from_params(params: dict):
     """FedExP config from resolved registry parameters."""
+    from .config import FedExPConfig
+
     paper = dataclasses.asdict(FedExPConfig())
     base = dataclasses.asdict(FedExPConfig.code() if _variant(params) == "code" else FedExPConfig())
     return FedExPConfig(**{k: _pick(params, paper, base, k) for k in paper})
 
 
-def scaffold_config_from_params(params: dict, total_examples: int | None) -> ScaffoldConfig:
+def scaffold_config_from_params(params: dict, total_examples: int | None):
     """SCAFFOLD config from resolved registry parameters (``total_examples`` from the experiment)."""
+    from .config import ScaffoldConfig
+
     keys = ("server_lr", "control_state", "weighting", "correction_in_clip")
     paper = {k: getattr(ScaffoldConfig(), k) for k in keys}
     if _variant(params) == "code":
@@ -152,20 +160,28 @@ def _reject_for_armijo(setup: ServerSetup) -> None:
                              "(it would break the sufficient-decrease test of Alg. 3); leave it unset")
 
 
-def _fedli_ls(setup: ServerSetup, params: dict) -> FedLiLSServer:
+def _fedli_ls(setup: ServerSetup, params: dict):
+    from .server import FedLiLSServer
+
     _reject_for_armijo(setup)
     return FedLiLSServer(setup.initial_parameters, config=fedli_ls_config(params), **core_kwargs(setup))
 
 
-def _fedli_lu(setup: ServerSetup, params: dict) -> FedLiLUServer:
+def _fedli_lu(setup: ServerSetup, params: dict):
+    from .server import FedLiLUServer
+
     return FedLiLUServer(setup.initial_parameters, config=fedli_lu_config(params), **core_kwargs(setup))
 
 
-def _fedexp(setup: ServerSetup, params: dict) -> FedExPServer:
+def _fedexp(setup: ServerSetup, params: dict):
+    from .server import FedExPServer
+
     return FedExPServer(setup.initial_parameters, config=fedexp_config_from_params(params), **core_kwargs(setup))
 
 
-def _scaffold(setup: ServerSetup, params: dict) -> ScaffoldServer:
+def _scaffold(setup: ServerSetup, params: dict):
+    from .server import ScaffoldServer
+
     total = sum(int(n) for n in setup.num_examples.values()) or None
     config = scaffold_config_from_params(params, total)
     return ScaffoldServer(setup.initial_parameters, config=config, **core_kwargs(setup))
@@ -178,7 +194,7 @@ register_method(MethodSpec(
     summary="FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
     paper=PAPER,
     strategy=_STRATEGY + "FedLiLS",
-    settings=(FedLiVariantConfig,),
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedli_ls,
     client=f"{CLIENTS}:build_armijo_client",
     train_defaults=_ARMIJO_PAPER,
@@ -189,7 +205,7 @@ register_method(MethodSpec(
             "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
     paper=PAPER,
     strategy=_STRATEGY + "FedLiLU",
-    settings=(FedLiVariantConfig,),
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedli_lu,
     client=f"{CLIENTS}:build_loss_client",
     train_defaults=_SGD_PAPER,
@@ -199,7 +215,7 @@ register_method(MethodSpec(
     summary="FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
     paper="Jhunjhunwala, Wang, Joshi, ICLR 2023",
     strategy=_STRATEGY + "FedExP",
-    settings=(FedLiVariantConfig,),
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedexp,
     client=f"{CLIENTS}:build_sgd_client",
     train_defaults=_SGD_PAPER,
@@ -209,7 +225,7 @@ register_method(MethodSpec(
     summary="SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
     paper="Karimireddy et al., ICML 2020",
     strategy=_STRATEGY + "Scaffold",
-    settings=(FedLiVariantConfig,),
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     derived={"total_examples": "the partitions' sizes, with weighting=num_examples"},
     build_core=_scaffold,
     client=f"{CLIENTS}:build_scaffold_client",

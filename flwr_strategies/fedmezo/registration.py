@@ -33,9 +33,8 @@ from typing import Any
 
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .config import FedMeZOConfig, LoRAFedAvgConfig, LoRAWorkloadConfig
-from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
 
+_WORKLOAD = "flwr_strategies.fedmezo.config:LoRAWorkloadConfig"
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
 
 _YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
@@ -114,17 +113,21 @@ def _steps(setup: ServerSetup) -> dict[str, Any]:
 
 
 def _core_kwargs(setup: ServerSetup) -> dict[str, Any]:
+    from .server import lora_positions
+
     keys = list(setup.model_fn().state_dict().keys())
     return {"trainable": lora_positions(keys), "final_round": setup.num_rounds, "num_partitions": setup.num_clients,
             "fraction_train": setup.fraction_fit, "min_train": setup.clients_per_round, "seed": setup.seed,
             "on_train_config": setup.fit_config}
 
 
-def fedmezo_config(setup: ServerSetup, params: dict) -> FedMeZOConfig:
-    """:class:`FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
+def fedmezo_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
 
     ``momentum`` and ``grad_clip`` are rejected: MeZO keeps no optimizer state and computes no gradient.
     """
+    from .config import FedMeZOConfig
+
     t = setup.train
     if t.momentum:
         raise ValueError(f"fedmezo: momentum={t.momentum!r} is not supported (MeZO keeps no optimizer state); use 0")
@@ -138,20 +141,26 @@ def fedmezo_config(setup: ServerSetup, params: dict) -> FedMeZOConfig:
         restore_mode=params["restore_mode"], eval_every=params["eval_every"], variant=params["variant"])
 
 
-def lora_fedavg_config(setup: ServerSetup, params: dict) -> LoRAFedAvgConfig:
-    """:class:`LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
+def lora_fedavg_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
+    from .config import LoRAFedAvgConfig
+
     t = setup.train
     return LoRAFedAvgConfig(lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), weight_decay=t.weight_decay,
                             momentum=t.momentum, lr_decay=t.lr_decay, grad_clip=t.grad_clip,
                             weighting=params["weighting"], eval_every=params["eval_every"])
 
 
-def _fedmezo(setup: ServerSetup, params: dict) -> FedMeZOServer:
+def _fedmezo(setup: ServerSetup, params: dict):
+    from .server import FedMeZOServer
+
     config = fedmezo_config(setup, params)
     return FedMeZOServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
 
 
-def _lora_fedavg(setup: ServerSetup, params: dict) -> LoRAFedAvgServer:
+def _lora_fedavg(setup: ServerSetup, params: dict):
+    from .server import LoRAFedAvgServer
+
     config = lora_fedavg_config(setup, params)
     return LoRAFedAvgServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
 
@@ -159,14 +168,14 @@ def _lora_fedavg(setup: ServerSetup, params: dict) -> LoRAFedAvgServer:
 register_method(MethodSpec(
     name="fedmezo",
     summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(LoRAWorkloadConfig,),
+    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(_WORKLOAD,),
     overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, build_core=_fedmezo,
     client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
     task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
 register_method(MethodSpec(
     name="lora-fedavg",
     summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(LoRAWorkloadConfig,),
+    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(_WORKLOAD,),
     overrides=VARIANT_DEFAULTS, derived=DERIVED, build_core=_lora_fedavg,
     client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
     task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))

@@ -19,13 +19,15 @@ from typing import Any, Mapping
 from ..core.declare import setting, sourced
 from .aggregation import WEIGHTINGS
 from .schedule import validate_reset_interval
-from .seeds import INIT_DISTS
-from .sizing import DECOMPS, PATTERNS, validate_ratio
 
 __all__ = ["FedMUDConfig", "MUDOptions", "METHOD_CONFIGS", "METHOD_OPTIONS", "BASE_INITS", "VARIANTS",
            "DEFAULT_INIT_SCALE"]
 
 BASE_INITS = ("normal", "kaiming", "given")
+#: Update decompositions, update patterns and factor distributions (:class:`FedMUDConfig`).
+DECOMPS = ("mat", "kron", "hadamard")
+PATTERNS = ("ab", "freeze", "aad")
+INIT_DISTS = ("uniform", "normal")
 
 #: ``init_scale`` used when it is left at None, per ``decomp``: 5.0 for BKD (the released script's
 #: ``uni_5.0``, official code); 1.0 for the matrix forms (the paper tunes ``a`` over
@@ -43,6 +45,17 @@ VARIANTS = {
     "fedmud_bkd_f": ("kron", "freeze"),
     "fedmud_bkd_aad": ("kron", "aad"),
 }
+
+
+def validate_ratio(ratio: float, name: str = "target_ratio") -> float:
+    """Return ``ratio`` as float if it lies in (0, 1], else raise ``ValueError``."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number in (0, 1], got {ratio!r}") from exc
+    if not (0.0 < value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{name} must be in (0, 1], got {ratio!r}")
+    return value
 
 
 def _flag(name: str, value: Any) -> None:

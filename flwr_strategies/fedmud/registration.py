@@ -44,7 +44,6 @@ from typing import Any
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
 from .config import METHOD_CONFIGS, VARIANTS, FedMUDConfig
-from .server import FedMUDServer
 
 PAPER = "Li et al., The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient FL, ICML 2025"
 CITES = {
@@ -143,7 +142,9 @@ def core_kwargs(setup: ServerSetup) -> dict[str, Any]:
 
 
 def _builder(name: str):
-    def build_core(setup: ServerSetup, params: dict) -> FedMUDServer:
+    def build_core(setup: ServerSetup, params: dict):
+        from .server import FedMUDServer
+
         return FedMUDServer(setup.initial_parameters, model=setup.model_fn(), config=config_from_params(name, params),
                             **core_kwargs(setup))
 
