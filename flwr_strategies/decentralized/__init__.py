@@ -42,6 +42,7 @@ _EXPORTS = {name: module for module, names in {
     ".config": ("GraphConfig",),
     ".table": ("ModelLayout", "ModelTable"),
     ".topology": ("TOPOLOGIES", "Topology", "canonical_topology", "round_rng"),
+    ".server": ("DecentralizedCore", "GossipCore", "PeerFailure"),
 }.items() for name in names}
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
@@ -53,17 +54,3 @@ __all__ = [
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
     "DecentralizedCore", "GossipCore", "PeerFailure",
 ]
-
-_LAZY = {
-    "DecentralizedCore": ".server",
-    "GossipCore": ".server",
-    "PeerFailure": ".server",
-}
-
-
-def __getattr__(name: str):  # lazy: importing flwr is slow and only the adapters need it
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(name)
