@@ -40,7 +40,10 @@ import torch
 from flwr.common import ArrayRecord, Scalar
 
 from flwr_strategies.core.local import batch_stream, evaluate
-from flwr_strategies.fedli import ArmijoConfig, ArmijoSGD, ScaffoldCorrection, armijo_local_train
+from flwr_strategies.fedli.armijo import ArmijoConfig
+from flwr_strategies.fedli.armijo_optim import ArmijoSGD
+from flwr_strategies.fedli.armijo_training import armijo_local_train
+from flwr_strategies.fedli.scaffold import ScaffoldCorrection
 
 from .base import TorchClient, train_settings
 from .training import TensorData, get_weights, local_sgd, set_weights

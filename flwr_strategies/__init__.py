@@ -48,7 +48,15 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'flwr_strategies' has no attribute '{name}'")
+def lazy_exports(package: str, exports: dict[str, str]) -> Any:
+    """A module ``__getattr__`` for ``package`` that imports ``exports[name]`` (a module, relative to
+    ``package`` when it starts with ".") on first use, so importing the package stays cheap."""
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(exports[name], package), name)
+
+    return __getattr__
+
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .core.declare import declared
+
 _METHOD_MODULES: tuple[str, ...] = (
     "flwr_strategies.baselines.registration",
     "flwr_strategies.fedmezo.registration",
@@ -49,9 +51,12 @@ class MethodSpec:
         One line shown by ``python -m simulations list``.
     paper : str
         Citation of the paper the method comes from.
-    defaults : Mapping[str, Any]
-        Method hyperparameters settable with ``--set key=value``; the type of each default is the
-        type values are parsed to.
+    strategy : str | None
+        ``"module:Class"`` of the method's legacy strategy class. Its configs (``Class.hyperparameters``)
+        declare the method's hyperparameters, settable with ``--set key=value``: each field's default
+        and source (:func:`~flwr_strategies.core.declare.setting`) is what the command line uses and
+        prints; a nested config contributes its fields. The type of each default is the type values
+        are parsed to. None for a method without hyperparameters.
     build_core : Callable[[ServerSetup, dict], ServerCore] | None
         Builds the framework-neutral server core from the experiment's
         :class:`~flwr_strategies.setup.ServerSetup` and the resolved hyperparameters. Both Flower
@@ -73,23 +78,36 @@ class MethodSpec:
         Workload the method runs on: ``"classification"`` (default) or a registered task name.
     decentralized : bool
         True for peer-graph methods emulated inside the strategy.
+    settings : tuple[type | str, ...]
+        Further config dataclasses (or their ``"module:Class"``) whose fields are ``--set`` keys the
+        strategy class does not take (the clients' own settings, e.g. DFedAvgM's ``local_momentum``),
+        declared the same way.
+    overrides : Mapping[str, tuple]
+        The values the command line runs instead of the declared default, each named with its
+        reason, printed by ``python -m simulations defaults METHOD`` and recorded in results:
+        ``{key: (value, source)}``, or ``{key: (driver, {driver_value: (value, source), "*": ...})}``
+        for a value that follows a resolved setting (``"model"``, ``"dataset"``) or another
+        hyperparameter (``"params.decomp"``; ``"*"`` matches any other value).
+    derived : Mapping[str, str]
+        Fields of the strategy's configs that the run sets from its own settings rather than from
+        ``--set`` (DFedCata's ``lr`` from ``--lr``): ``{field: what sets it}``.
     extra : Mapping[str, Any]
-        Further facts about the method. ``extra["param_provenance"]`` maps hyperparameter names to
-        their provenance (``{"lora_r": "paper: Sec. 5.1"}``); a key without one shows as
-        "unstated". ``extra["param_defaults"]`` makes a hyperparameter's default depend on another
-        resolved value (see ``simulations.settings.ExperimentConfig.resolve``).
+        Further facts about the method (``"auto_lr"``: the method derives ``lr="auto"``).
     """
 
     name: str
     summary: str
     paper: str
-    defaults: Mapping[str, Any] = field(default_factory=dict)
+    strategy: str | None = None
     build_core: Callable[..., Any] | None = None
     client: str | Callable[..., Any] | None = None
     train_defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
     build_client: Callable[..., Any] | None = None
     task: str = "classification"
     decentralized: bool = False
+    settings: tuple[type | str, ...] = ()
+    overrides: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    derived: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -102,6 +120,34 @@ class MethodSpec:
             if self.client is None:
                 raise ValueError(f"method '{self.name}' needs a client factory")
             object.__setattr__(self, "build_client", self._client_from_path)
+
+    def declaration(self) -> dict[str, tuple[Any, str | None, str | None]]:
+        """``{key: (default, range, source)}`` of every ``--set`` key, as the strategy class and
+        :attr:`settings` declare them (before :attr:`overrides`)."""
+        configs = list(load_object(self.strategy).hyperparameters.values()) if self.strategy else []
+        out: dict[str, tuple[Any, str | None, str | None]] = {}
+        settings = [load_object(c) if isinstance(c, str) else c for c in self.settings]
+        for config in configs + settings:  # the strategy's own declaration first
+            for key, entry in declared(config).items():
+                out.setdefault(key, entry)
+        for key in self.derived:
+            out.pop(key, None)
+        return out
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """``{key: value}`` the command line starts from: the declared defaults with the fixed
+        :attr:`overrides` applied (a value that follows another setting is resolved later)."""
+        values = {k: v[0] for k, v in self.declaration().items()}
+        values.update({k: v for k, (v, source) in self.overrides.items() if not isinstance(source, Mapping)})
+        return values
+
+    @property
+    def sources(self) -> dict[str, str | None]:
+        """``{key: source}`` of :attr:`defaults` (an override's own source where one applies)."""
+        out = {k: v[2] for k, v in self.declaration().items()}
+        out.update({k: s for k, (_, s) in self.overrides.items() if not isinstance(s, Mapping)})
+        return out
 
     def _client_from_path(self, setup: Any, params: dict) -> Any:
         factory = load_object(self.client) if isinstance(self.client, str) else self.client
@@ -190,7 +236,10 @@ def get_method(name: str) -> MethodSpec:
 
 
 def parse_value(default: Any, text: str) -> Any:
-    """Parse ``text`` to the type of ``default`` (bool accepts true/false/1/0/yes/no)."""
+    """Parse ``text`` to the type of ``default`` (bool accepts true/false/1/0/yes/no; a number or
+    None also accepts ``none``, for a setting whose None has a meaning)."""
+    if text.strip().lower() == "none" and (default is None or type(default) in (int, float)):
+        return None
     if isinstance(default, bool):
         low = text.strip().lower()
         if low in ("1", "true", "yes", "on"):

@@ -188,7 +188,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     conf = merge_config({"method": args.method}, _overrides(args))
     conf["out"] = args.out
     try:
-        res = run_experiment(ExperimentConfig.from_dict(conf), verbose=args.verbose)
+        cfg = ExperimentConfig.from_dict(conf)
+        _print_overrides(cfg.resolve())
+        res = run_experiment(cfg, verbose=args.verbose)
     except NoProgressError as err:  # stopped: the cause and the fix, results.json already written
         if args.out:
             print(f"wrote {Path(args.out) / 'results.json'}")
@@ -201,6 +203,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {Path(args.out) / 'results.json'}")
     return _status_exit(res["method"], res["status"])
+
+
+def _print_overrides(cfg: Any) -> None:
+    """Name, on stderr, each value the run takes from the method's named overrides rather than from
+    its strategy class's declared default (the reason is in ``defaults METHOD`` and results.json)."""
+    spec = cfg.spec
+    declared = spec.declaration()
+    sources = cfg.provenance.get("params", {})
+    ran = [f"{k}={cfg.params[k]!r} (class default {declared[k][0]!r})" for k in spec.overrides
+           if sources.get(k) not in ("user", "preset", "run config")]
+    if ran:
+        print(f"{spec.name}: named overrides of the class defaults: {', '.join(ran)}", file=sys.stderr)
 
 
 #: exit statuses of a finished run (see the module docstring)
@@ -230,9 +244,15 @@ def print_defaults(method: str) -> None:
         print(f"  {_flag(name):<22} {describe(rec['value'], name):<40} {rec['source']}")
     sources = cfg.provenance.get("params", {})
     if cfg.params:
-        print("method hyperparameters (--set KEY=VALUE):")
+        strategy = spec.strategy.split(":")[1] if spec.strategy else "the method"
+        print(f"method hyperparameters (--set KEY=VALUE; the defaults {strategy} and its configs declare, "
+              "* = the method's named override of one):")
+        declared = spec.declaration()
         for key, value in cfg.params.items():
-            print(f"  {key:<22} {describe(value, key):<40} {sources.get(key, 'unstated')}")
+            shown = ("* " if key in spec.overrides else "") + describe(value, key)
+            print(f"  {key:<22} {shown:<40} {sources.get(key, 'unstated')}")
+        for key in spec.overrides:
+            print(f"  * {key}: declared default {describe(declared[key][0], key)}, overridden for {spec.name}")
 
 
 def cmd_defaults(args: argparse.Namespace) -> int:

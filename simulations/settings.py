@@ -23,8 +23,9 @@ Two rules make the defaults behave as a user expects:
 - A method default may depend on the dataset: ``train_defaults["lr"] = ({"cifar10": 0.1, "*": 0.05},
   "paper: Table 2")`` picks by the resolved dataset (``"*"`` for any other; without a match the
   project's default applies).
-- A method hyperparameter's default may depend on another resolved value
-  (``MethodSpec.extra["param_defaults"]``, see :meth:`ExperimentConfig.resolve`): DO-ADP's privacy
+- A method hyperparameter's default is the strategy class's declared default, unless the method
+  names an override (``MethodSpec.overrides``, printed with its reason by ``defaults``); an
+  override may depend on another resolved value (see :meth:`ExperimentConfig.resolve`): DO-ADP's privacy
   settings follow the model (the paper's logistic-regression row or its CNN row), FedMUD's
   initialisation scale follows the decomposition.
 
@@ -98,7 +99,7 @@ METHOD_SETTABLE: frozenset[str] = frozenset(RESOLVED) - {"seed"}
 #: Settings where None is a meaningful resolved value (set explicitly with "none").
 OPTIONAL: frozenset[str] = frozenset({"partition", "local_epochs", "local_steps", "grad_clip", "model"})
 NONE_WORDS = ("none", "off")
-#: Kinds of provenance a default can have (``MethodSpec.train_defaults``, ``extra["param_provenance"]`` and
+#: Kinds of provenance a default can have (``MethodSpec.train_defaults``, the config fields' sources and
 #: the project's own). A source is ``"KIND: where"``: the paper's section, table or equation; the
 #: official code's file; or the project's one-line reason.
 DEFAULT_SOURCES = ("paper", "official code", "project")
@@ -277,11 +278,11 @@ class ExperimentConfig:
         """This config with every unset setting filled (caller > method default > project default)
         and ``provenance`` recording each value's source. Idempotent; the original is unchanged.
 
-        Method hyperparameters (``params``) start at ``MethodSpec.defaults``; an entry of
-        ``MethodSpec.extra["param_defaults"]``, ``{key: (driver, {driver_value: (value, source),
-        "*": (value, source)})}``, replaces a default the caller did not set by the value for the
-        resolved ``driver``: a setting (``"model"``, ``"dataset"``) or another hyperparameter
-        (``"params.decomp"``); ``"*"`` matches any other value."""
+        Method hyperparameters (``params``) start at ``MethodSpec.defaults`` (the strategy class's
+        declared defaults and the method's named overrides); an override ``{key: (driver,
+        {driver_value: (value, source), "*": (value, source)})}`` replaces a default the caller did
+        not set by the value for the resolved ``driver``: a setting (``"model"``, ``"dataset"``) or
+        another hyperparameter (``"params.decomp"``); ``"*"`` matches any other value."""
         spec = get_method(self.method)
         check_train_defaults(spec)
         given = self._given()
@@ -343,11 +344,10 @@ class ExperimentConfig:
         each parsed to its default's type, with sources; unknown keys and unparsable values raise
         naming them."""
         given_sources = self.provenance.get("params") if isinstance(self.provenance.get("params"), Mapping) else {}
-        extra = spec.extra if isinstance(spec.extra, Mapping) else {}
-        stated = dict(extra.get("param_provenance", {}))
-        dependent = dict(extra.get("param_defaults", {}))
-        params = dict(spec.defaults)
-        sources = {key: stated.get(key, UNSTATED) for key in params}
+        dependent = {k: v for k, v in spec.overrides.items() if isinstance(v[1], Mapping)}
+        params = spec.defaults
+        defaults = dict(params)
+        sources = {key: source or UNSTATED for key, source in spec.sources.items()}
         given: set[str] = set()
         for key, value in (self.params or {}).items():
             if key not in params:
@@ -355,12 +355,12 @@ class ExperimentConfig:
                 raise KeyError(f"method '{spec.name}' has no parameter '{key}' (--set {key}=...); its parameters: {valid}")
             if isinstance(value, str):
                 try:
-                    value = parse_value(spec.defaults[key], value)
+                    value = parse_value(params[key], value)
                 except ValueError:
-                    kind = type(spec.defaults[key]).__name__ if spec.defaults[key] is not None else "value"
+                    kind = type(params[key]).__name__ if params[key] is not None else "value"
                     raise SettingError(f"params.{key}", value, f"a {kind} (method '{spec.name}')") from None
             source = given_sources.get(key)
-            if source_kind(source) in DEFAULT_SOURCES + (UNSTATED,) and _is_default(spec, dependent, key, value):
+            if source_kind(source) in DEFAULT_SOURCES + (UNSTATED,) and _is_default(defaults, dependent, key, value):
                 continue  # a default carried over from an earlier resolve
             params[key] = value
             sources[key] = source if source in GIVEN_SOURCES else "user"
@@ -450,9 +450,9 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _is_default(spec: MethodSpec, dependent: Mapping[str, Any], key: str, value: Any) -> bool:
+def _is_default(defaults: Mapping[str, Any], dependent: Mapping[str, Any], key: str, value: Any) -> bool:
     """Whether ``value`` is a default of hyperparameter ``key`` (its own or a dependent one)."""
-    if _same(spec.defaults.get(key), value):
+    if _same(defaults.get(key), value):
         return True
     if key in dependent:
         return any(_same(entry[0], value) for entry in dependent[key][1].values())

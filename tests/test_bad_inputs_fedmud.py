@@ -40,7 +40,7 @@ SETTINGS = [
     ("reset_interval=nan", lambda: FedMUDConfig(reset_interval=math.nan), r"reset_interval must be .*got nan"),
     ("reset_interval=1.5", lambda: FedMUDConfig(reset_interval=1.5), r"reset_interval must be .*got 1\.5"),
     ("registry reset_interval<0", lambda: config_from_params("fedmud", {"reset_interval": -2}),
-     r"reset_interval must be an integer >= 1, or 0 for never, got -2"),
+     r"reset_interval must be an integer >= 1 or None \(never reset\), got -2"),
     ("target_ratio=0", lambda: FedMUDConfig(target_ratio=0.0), r"target_ratio must be in \(0, 1\], got 0"),
     ("target_ratio=nan", lambda: FedMUDConfig(target_ratio=math.nan), r"target_ratio must be in \(0, 1\], got nan"),
     ("target_ratio>1", lambda: FedMUDConfig(target_ratio=1.5), r"target_ratio must be in \(0, 1\], got 1\.5"),

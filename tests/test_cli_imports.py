@@ -33,6 +33,8 @@ def imported_modules(args: list[str]) -> set[str]:
 @pytest.mark.parametrize("args", [
     ["-m", "flwr_strategies.simulations", "--help"],
     ["-m", "flwr_strategies.simulations", "run", "--help"],
+    ["-m", "flwr_strategies.simulations", "list"],
+    ["-c", "from flwr_strategies.registry import list_methods; assert len(list_methods()) >= 30"],
     ["-c", "import flwr_strategies.simulations.datasets as d; assert 'mnist' in d.DATASETS"],
 ])
 def test_no_torch_or_scipy(args: list[str]) -> None:

@@ -76,7 +76,7 @@ FEDMUD = {
     "FedAvg (code)": {"lr": 0.03, **_MUD_TRAIN},
     "FedMUD+BKD+AAD (code)": {
         "lr": 0.01, **_MUD_TRAIN, "params.decomp": "kron", "params.pattern": "aad", "params.reset_interval": 1,
-        "params.target_ratio": 1 / 32, "params.fallback_ratio": 0.0, "params.init_scale": 5.0,
+        "params.target_ratio": 1 / 32, "params.fallback_ratio": None, "params.init_scale": 5.0,
         "params.init_dist": "uniform", "params.skip_first": 1, "params.skip_last": 1, "params.base_init": "normal",
         "params.base_std": 0.01, "params.strict_ratio": False,
         "params.weighting": "batches",  # train/client.py returns len(trainloader)

@@ -239,6 +239,6 @@ def test_method_registrations_variants_and_params():
     assert fedexp_config_from_params(resolve_params(get_method("fedexp"), {"variant": "code"})) == FedExPConfig.code()
     for name in ("fedli-ls", "fedli-lu", "fedexp", "scaffold"):
         batch, source = get_method(name).train_defaults["batch_size"]
-        assert batch == 32 and source.startswith("paper: Sec. 7")
+        assert batch == 32 and source.startswith("paper: FedLi Sec. 7")
         fraction, _ = get_method(name).train_defaults["fraction_fit"]
-        assert fraction["*"][0] == 0.1 and fraction["*"][1].startswith("paper: Sec. 7")  # digits: reduced, all 10
+        assert fraction["*"][0] == 0.1 and fraction["*"][1].startswith("paper: FedLi Sec. 7")  # digits: reduced, all 10

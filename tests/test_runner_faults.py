@@ -6,12 +6,15 @@ results.json, which is written atomically; a hung client costs a bounded time by
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
 from flwr.common import Context, RecordDict
 
 from flwr_strategies import registry
+from flwr_strategies.core.declare import setting
 from flwr_strategies.registry import MethodSpec
 from flwr_strategies.simulations import cli, experiment
 from flwr_strategies.simulations.backends import run_backend
@@ -20,9 +23,9 @@ from flwr_strategies.simulations.runner import run_experiment
 
 
 def _exploding_core(setup, params):
-    from flwr_strategies.baselines.registration import _fedavg
+    from flwr_strategies.registry import get_method
 
-    core = _fedavg(setup, params)
+    core = get_method("fedavg").build_core(setup, params)
 
     def aggregate_train(*args, **kwargs):
         raise RuntimeError("the aggregation exploded")
@@ -35,6 +38,11 @@ def _rejecting_client(setup, params):
     raise ValueError(f"step_size must be > 0, got {params['step_size']!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _StepSize:
+    step_size: float = setting(-1.0, "> 0", "project: a default the fake method's client rejects")
+
+
 @pytest.fixture
 def faulty_methods():
     registry.list_methods()
@@ -42,7 +50,7 @@ def faulty_methods():
         registry.register_method(MethodSpec(name="fake-exploding", summary="fails in round 1", paper="-",
                                             build_core=_exploding_core, client="flwr_strategies.clients.base:build_torch_client")),
         registry.register_method(MethodSpec(name="fake-rejecting", summary="its client rejects its settings", paper="-",
-                                            defaults={"step_size": -1.0}, build_core=_exploding_core, client=_rejecting_client)),
+                                            settings=(_StepSize,), build_core=_exploding_core, client=_rejecting_client)),
     ]
     yield
     for spec in specs:

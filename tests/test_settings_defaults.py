@@ -13,6 +13,7 @@ import json
 import pytest
 
 from flwr_strategies import registry
+from flwr_strategies.core.declare import setting
 from flwr_strategies.registry import MethodSpec
 from flwr_strategies.setup import SettingError
 from flwr_strategies.simulations import cli
@@ -42,13 +43,15 @@ PAPER = {
 }
 
 
-def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:
-    from flwr_strategies.baselines.registration import _fedavg
+@dataclasses.dataclass(frozen=True)
+class _FakeConfig:
+    server_lr: float = setting(1.0, "> 0", "paper: Eq. 2")
 
+
+def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:
     return MethodSpec(name=name, summary="a fake method with paper defaults", paper="Nobody et al., 2024",
-                      defaults={"server_lr": 1.0}, build_core=_fedavg,
-                      client="flwr_strategies.clients.base:build_torch_client", train_defaults=train_defaults,
-                      extra={"param_provenance": {"server_lr": "paper: Eq. 2"}}, **kw)
+                      settings=(_FakeConfig,), build_core=registry.get_method("fedavg").build_core,
+                      client="flwr_strategies.clients.base:build_torch_client", train_defaults=train_defaults, **kw)
 
 
 @pytest.fixture

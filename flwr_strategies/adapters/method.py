@@ -42,11 +42,12 @@ from typing import Any, ClassVar
 import numpy as np
 from flwr.common import log
 
+from ..core.declare import declared
 from ..core.server import ExternalModelError, ServerCore
 from ..core.validation import check_policy
 from .recorder import RoundRecorder
 
-__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory", "method_signature"]
+__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
 
 #: Default of a required keyword argument in ``arguments``.
 REQUIRED: Any = object()
@@ -136,6 +137,32 @@ def method_signature(cls: type) -> inspect.Signature | None:
     return inspect.Signature(params)
 
 
+#: The heading of the section :func:`hyperparameter_section` adds to a strategy class's docstring.
+HYPERPARAMETERS = "Hyperparameters\n---------------"
+
+
+def hyperparameter_section(cls: type) -> str:
+    """The docstring section listing each hyperparameter of ``cls`` as its config declares it:
+    ``name = default (valid range)`` and the default's source
+    (:func:`~flwr_strategies.core.declare.setting`); a nested config's fields under its name. Empty
+    for a class without hyperparameters."""
+    lines: list[str] = []
+
+    def add(config: Any, prefix: str) -> None:
+        for field in dataclasses.fields(config):
+            default = _default(config, field.name)
+            if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                add(default, f"{prefix}{field.name}.")
+                continue
+            entry = declared(config, flatten=False)[field.name]
+            lines.append(f"{prefix}{field.name} = {default!r} ({entry[1]})")
+            lines.append(f"    Source: {entry[2]}")
+
+    for config in cls.hyperparameters.values():
+        add(config, "")
+    return f"\n\n{HYPERPARAMETERS}\n" + "\n".join(lines) if lines else ""
+
+
 def _build(config: Any, values: dict[str, Any]) -> Any:
     """``config(**values)`` for a dataclass, ``dataclasses.replace(config, **values)`` for an instance
     (a method whose defaults differ from its dataclass's, e.g. FedLMT's FedMUDConfig)."""
@@ -178,10 +205,13 @@ class MethodAdapter:
     federated_evaluation: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give every strategy class its full signature (:func:`method_signature`), for
-        ``inspect.signature``, ``help()`` and IDEs."""
+        """Give every strategy class its full signature (:func:`method_signature`) and its
+        hyperparameters' section (:func:`hyperparameter_section`), for ``inspect.signature``,
+        ``help()`` and IDEs."""
         super().__init_subclass__(**kwargs)
         cls.__signature__ = method_signature(cls)
+        doc = (inspect.getdoc(cls) or "").split(f"\n\n{HYPERPARAMETERS}\n")[0]
+        cls.__doc__ = doc + hyperparameter_section(cls)
 
     # ------------------------------------------------------------------ construction
     def _init_method(self, *, hyperparameters: dict[str, Any], seed: int, on_bad_reply: str,

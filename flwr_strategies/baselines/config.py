@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..core.declare import setting
+
 __all__ = ["FedAvgConfig", "FedProxConfig", "FedAdamConfig"]
 
 
@@ -34,7 +36,8 @@ class FedProxConfig:
         (0 is FedAvg). The paper tunes mu in {0.001, 0.01, 0.1, 1}.
     """
 
-    proximal_mu: float = 0.01
+    proximal_mu: float = setting(0.01, ">= 0", "project: from FedProx's own grid {0.001, 0.01, 0.1, 1} (Li et al., "
+                                 "MLSys 2020), which reports no single best value")
 
     def __post_init__(self) -> None:
         _finite("proximal_mu", self.proximal_mu, 0.0)
@@ -56,10 +59,12 @@ class FedAdamConfig:
         Adaptivity (denominator offset), > 0.
     """
 
-    eta: float = 0.01
-    beta_1: float = 0.9
-    beta_2: float = 0.99
-    tau: float = 1e-3
+    eta: float = setting(0.01, "> 0", "project: host paper (FedLi) App. C's server-lr grid {0.01, 0.1, 1}, which "
+                                      "reports no FedAdam winner; Flower's FedAdam uses 0.1")
+    beta_1: float = setting(0.9, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_1 = 0.9)")
+    beta_2: float = setting(0.99, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_2 = 0.99)")
+    tau: float = setting(1e-3, "> 0", "project: Flower's Message-API FedAdam default (tau = 1e-3); Reddi et al. "
+                                      "tune tau per task")
 
     def __post_init__(self) -> None:
         _finite("eta", self.eta, 0.0, low_open=True)

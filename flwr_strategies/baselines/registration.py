@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ..registry import MethodSpec, register_method
+from ..core.server import ServerCore
+from ..registry import MethodSpec, load_object, register_method
 from ..setup import ServerSetup
-from .config import FedAdamConfig, FedProxConfig
-from .server import FedAdamServer, FedAvgServer, FedProxServer
+
+_STRATEGY = "flwr_strategies.baselines.strategy:"
 
 
 def core_kwargs(setup: ServerSetup) -> dict:
@@ -19,57 +20,38 @@ def core_kwargs(setup: ServerSetup) -> dict:
     }
 
 
-def _fedavg(setup: ServerSetup, params: dict) -> FedAvgServer:
-    return FedAvgServer(setup.initial_parameters, **core_kwargs(setup))
+def class_core(strategy: str):
+    """``build_core`` of a centralized method: the core of its strategy class (``"module:Class"``) over
+    the class's config built from the ``--set`` values (``Class(k=v)``)."""
+    def build_core(setup: ServerSetup, params: dict) -> ServerCore:
+        cls = load_object(strategy)
+        config = {key: config(**params) for key, config in cls.hyperparameters.items()}
+        return cls.core_cls(setup.initial_parameters, **config, **core_kwargs(setup))
 
-
-def _fedprox(setup: ServerSetup, params: dict) -> FedProxServer:
-    return FedProxServer(setup.initial_parameters, config=FedProxConfig(proximal_mu=float(params["proximal_mu"])),
-                         **core_kwargs(setup))
-
-
-def _fedadam(setup: ServerSetup, params: dict) -> FedAdamServer:
-    config = FedAdamConfig(eta=float(params["eta"]), beta_1=float(params["beta_1"]), beta_2=float(params["beta_2"]),
-                           tau=float(params["tau"]))
-    return FedAdamServer(setup.initial_parameters, config=config, **core_kwargs(setup))
-
-
-#: Where each hyperparameter's default comes from (``extra["param_provenance"]``).
-FEDPROX_PROVENANCE = {
-    "proximal_mu": "project: from FedProx's own grid {0.001, 0.01, 0.1, 1} (Li et al., MLSys 2020); "
-                   "neither FedLi nor DFedCata reports its mu",
-}
-FEDADAM_PROVENANCE = {
-    "eta": "project: from the FedLi paper's server-lr grid {0.01, 0.1, 1} (App. C), which reports no FedAdam "
-           "winner; Flower's FedAdam uses 0.1",
-    "beta_1": "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_1 = 0.9)",
-    "beta_2": "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_2 = 0.99)",
-    "tau": "project: Flower's Message-API FedAdam default (tau = 1e-3); Reddi et al. tune tau per task",
-}
+    return build_core
 
 
 register_method(MethodSpec(
     name="fedavg",
     summary="FedAvg: average of locally trained models, weighted by examples",
     paper="McMahan et al., AISTATS 2017",
-    build_core=_fedavg,
+    strategy=_STRATEGY + "FedAvg",
+    build_core=class_core(_STRATEGY + "FedAvg"),
     client="flwr_strategies.clients.base:build_torch_client",
 ))
 register_method(MethodSpec(
     name="fedprox",
     summary="FedProx: FedAvg with a proximal term mu/2||w-w_g||^2 in local training (mu=0.01)",
     paper="Li et al., MLSys 2020",
-    defaults={"proximal_mu": FedProxConfig().proximal_mu},
-    build_core=_fedprox,
+    strategy=_STRATEGY + "FedProx",
+    build_core=class_core(_STRATEGY + "FedProx"),
     client="flwr_strategies.clients.fedprox:build_fedprox_client",
-    extra={"param_provenance": FEDPROX_PROVENANCE},
 ))
 register_method(MethodSpec(
     name="fedadam",
     summary="FedAdam: Adam on the server over the averaged update (eta=0.01, tau=1e-3)",
     paper="Reddi et al., ICLR 2021",
-    defaults={k: getattr(FedAdamConfig(), k) for k in ("eta", "beta_1", "beta_2", "tau")},
-    build_core=_fedadam,
+    strategy=_STRATEGY + "FedAdam",
+    build_core=class_core(_STRATEGY + "FedAdam"),
     client="flwr_strategies.clients.base:build_torch_client",
-    extra={"param_provenance": FEDADAM_PROVENANCE},
 ))

@@ -32,22 +32,20 @@ Adapters
     strategies are declarations in their own folders (``flwr_strategies.dfedcata.strategy``...).
 """
 
-from .consensus import consensus_distance, network_average
-from .mixing import (
-    MixingError,
-    is_connected,
-    is_doubly_stochastic,
-    mix,
-    mix_row,
-    mixing_matrix,
-    restrict_to_alive,
-    second_eigenvalue_modulus,
-    spectral_gap,
-    validate_mixing,
-)
-from .config import GraphConfig
-from .table import ModelLayout, ModelTable
-from .topology import TOPOLOGIES, Topology, canonical_topology, round_rng
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".consensus": ("consensus_distance", "network_average"),
+    ".mixing": ("MixingError", "is_connected", "is_doubly_stochastic", "mix", "mix_row", "mixing_matrix",
+                "restrict_to_alive", "second_eigenvalue_modulus", "spectral_gap", "validate_mixing"),
+    ".config": ("GraphConfig",),
+    ".table": ("ModelLayout", "ModelTable"),
+    ".topology": ("TOPOLOGIES", "Topology", "canonical_topology", "round_rng"),
+    ".server": ("DecentralizedCore", "GossipCore", "PeerFailure"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "Topology", "canonical_topology", "TOPOLOGIES", "round_rng",
@@ -56,17 +54,3 @@ __all__ = [
     "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
     "DecentralizedCore", "GossipCore", "PeerFailure",
 ]
-
-_LAZY = {
-    "DecentralizedCore": ".server",
-    "GossipCore": ".server",
-    "PeerFailure": ".server",
-}
-
-
-def __getattr__(name: str):  # lazy: importing flwr is slow and only the adapters need it
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(name)

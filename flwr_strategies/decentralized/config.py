@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.declare import setting
 from .topology import Topology, canonical_topology
 
 __all__ = ["GraphConfig", "WEIGHTS", "FAILURE_POLICIES"]
@@ -82,16 +83,29 @@ class GraphConfig:
         Score at most this many peers (lowest ids first), >= 0 (0: all).
     """
 
-    topology: str = "random"
-    neighbours: int = 10
-    topology_p: float = -1.0
-    ws_k: int = 8
-    weights: str = "auto"
-    allow_row_stochastic: bool = False
-    allow_disconnected: bool | None = None
-    failure_policy: str = "renormalize"
-    client_eval_every: int = 1
-    client_eval_max: int = 0
+    topology: str = setting("random", "a name of TOPOLOGIES, or 'fixed'",
+                            "paper: DFedCata App. A-B (a random bidirectional graph redrawn every round)")
+    neighbours: int = setting(10, ">= 2 (odd for circulant)",
+                              "paper: DFedCata App. A-B (each client picks 10 neighbours per round)")
+    topology_p: float = setting(-1.0, "<= 1 (negative: the generator's default)",
+                                "paper: DFedCata Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)")
+    ws_k: int = setting(8, "even, >= 2", "paper: DFedCata Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)")
+    weights: str = setting("auto", "auto, uniform, metropolis_hastings (mh)",
+                           "project: Metropolis-Hastings on irregular graphs (uniform on regular ones) keeps the "
+                           "average; the official code averages uniformly over {i} + N_i (DFedCata's "
+                           "server/DFedCata.py), only row-stochastic there (weights=uniform, dfedcata-code preset)")
+    allow_row_stochastic: bool = setting(False, "bool",
+                                         "project: refuse mixing that does not preserve the average unless asked")
+    allow_disconnected: bool | None = setting(None, "None (auto), True, False",
+                                              "project: None (auto) = accept a disconnected round only on graphs "
+                                              "redrawn every round")
+    failure_policy: str = setting("renormalize", "renormalize, self, stop",
+                                  "project: live peers renormalise their rows when a neighbour fails (the papers "
+                                  "have no failures)")
+    client_eval_every: int = setting(1, ">= 0 (0: never)",
+                                     "project: score the peers' own models every round (the papers score their "
+                                     "average)")
+    client_eval_max: int = setting(0, ">= 0 (0: all)", "project: 0 = score every peer")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", canonical_topology(self.topology))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..core.declare import setting
 from .params import ANCHORS, validate_dfedcata
 
 __all__ = ["DFedCataConfig", "LocalRuleConfig", "CLIP_SCOPES", "CODE_OPTIONS"]
@@ -69,11 +70,16 @@ class DFedCataConfig:
         every round's ``lr`` is checked again when the round is configured.
     """
 
-    beta: float = 0.99
-    lam: float = 0.05
-    extrapolation_anchor: str = "prev_mixed"
-    sequential_inplace: bool = False
-    lr: float | None = None
+    beta: float = setting(0.99, "[0, 1)", "paper: App. A-A, Table IV (beta = 0.99)")
+    lam: float = setting(0.05, ">= 0, lr * lam < 1", "paper: Sec. V-E, Fig. 5(d) (lambda = 0.05 is best)")
+    extrapolation_anchor: str = setting("prev_mixed", "prev_mixed, prev_local",
+                                        "paper: Algorithm 1 (extrapolate between consecutive mixed models); the "
+                                        "official code's prev_local is in the dfedcata-code preset")
+    sequential_inplace: bool = setting(False, "bool",
+                                       "paper: Algorithm 1 (clients in parallel); the official code's in-place "
+                                       "order is in the dfedcata-code preset")
+    lr: float | None = setting(None, "> 0 with lr * lam < 1, or None",
+                               "project: None = checked each round when the round's lr is known")
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequential_inplace, bool):
@@ -115,11 +121,16 @@ class LocalRuleConfig:
         :data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.
     """
 
-    lam: float = 0.0
-    local_momentum: float = 0.0
-    rho: float = 0.0
-    steps_per_round: int = 0
-    clip_scope: str = "data"
+    lam: float = setting(0.0, ">= 0", "project: no Moreau-envelope term unless the server sends one (DFedCata "
+                                      "sends config['lam'])")
+    local_momentum: float = setting(0.0, "[0, 1)", "project: plain local SGD unless a method asks for heavy-ball "
+                                                   "momentum")
+    rho: float = setting(0.0, ">= 0", "project: no SAM perturbation unless a method asks for one")
+    steps_per_round: int = setting(0, ">= 0 (0: the run's local epochs or steps)",
+                                   "project: 0 = the run's local epochs or steps budget")
+    clip_scope: str = setting("data", "data, official",
+                              "project: clip the data gradient only; the official code clips g - lam*anchor "
+                              "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)")
 
     def __post_init__(self) -> None:
         lam = _number("lam", self.lam)

@@ -1,25 +1,18 @@
 """Registrations: ``dfedcata``, ``dfedavg``, ``dfedavgm``, ``dfedsam``, ``dpsgd`` (decentralized: every
 peer trains every round and gossips over the peer graph) and ``fedsam`` (centralized).
 
-Method settings (``--set key=value``):
-
-- graph (decentralized methods; :class:`~flwr_strategies.decentralized.config.GraphConfig`):
-  ``topology`` ("random"; also random_code, ring, grid, exponential, exponential_sym, full,
-  erdos_renyi, watts_strogatz), ``neighbours`` (10), ``topology_p`` (-1 = generator default),
-  ``ws_k`` (8), ``weights`` ("auto"), ``allow_row_stochastic`` (False), ``allow_disconnected``
-  ("auto"), ``failure_policy`` ("renormalize"), ``client_eval_every`` (1), ``client_eval_max`` (0);
-- DFedCata (:class:`~flwr_strategies.dfedcata.config.DFedCataConfig`): ``beta`` (0.99), ``lam``
-  (0.05), ``extrapolation_anchor`` ("prev_mixed"), ``sequential_inplace`` (False; one Flower round
-  per peer, so ``--rounds`` counts turns: ``num_clients x`` the algorithm rounds), ``clip_scope``
-  ("data"; "official" = the official code's clip of ``g - lam x_0``);
-- local rules (:class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`): DFedAvgM
-  ``local_momentum`` (0.9), DFedSAM/FedSAM ``rho`` (0.1), D-PSGD ``steps_per_round`` (1).
+Method settings (``--set key=value``) are the fields of the strategy classes' configs (the peer
+graph, :class:`~flwr_strategies.decentralized.config.GraphConfig`; DFedCata's
+:class:`~flwr_strategies.dfedcata.config.DFedCataConfig`) and of the peers' local rule
+(:class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`), with their declared defaults and sources;
+:data:`OVERRIDES` names the values a method runs instead (DFedAvgM's momentum 0.9, DFedSAM's and
+FedSAM's rho 0.1, D-PSGD's one step per round, peer scoring every round).
 
 Training defaults (``train_defaults``) and hyperparameters carry their source (shown by
 ``python -m simulations defaults dfedcata``): lr 0.1 decayed x0.998 per round, K = 5 local
-epochs, 100 clients, all training every round (FedSAM: 10%), beta 0.99, SAM rho 0.1 (paper,
-App. A-A); lam 0.05 (paper, Sec. V-E, Fig. 5(d)); batch 128, weight decay 5e-4, gradient
-clipping 10, no local momentum (official code, ``train_1.py`` and ``client/client.py``). Two
+epochs, 100 clients, all training every round (FedSAM: 10%) (paper, App. A-A); batch 128, weight
+decay 5e-4, gradient clipping 10, no local momentum (official code, ``train_1.py`` and
+``client/client.py``). Two
 choices differ from the official code on purpose and say so: Metropolis-Hastings mixing weights
 on irregular graphs (the official code averages uniformly over ``{i} + N_i``, which is only
 row-stochastic there), and the paper's synchronous rounds. The official code's whole
@@ -34,31 +27,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..baselines.registration import core_kwargs as centralized_core_kwargs
-from ..baselines.server import FedAvgServer
-from ..decentralized.config import GraphConfig
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .config import DFedCataConfig, LocalRuleConfig
-from .server import DFedAvgServer, DFedCataServer, DPSGDServer
 
 PAPER = ("Li, Zhang, Liu, Yin, Shen, Cao, 'Boosting the Performance of Decentralized Federated Learning via "
          "Catalyst Acceleration', arXiv:2410.07272")
 CLIENT = "flwr_strategies.clients.dfedcata:build_decentralized_client"
 
-GRAPH_DEFAULTS: dict[str, Any] = {
-    "topology": "random",
-    "neighbours": 10,
-    "topology_p": -1.0,
-    "ws_k": 8,
-    "weights": "auto",
-    "allow_row_stochastic": False,
-    "allow_disconnected": "auto",
-    "failure_policy": "renormalize",
-    "client_eval_every": 1,
-    "client_eval_max": 0,
-}
-
-_APP_A = "paper: App. A-A (implementation details)"
+_APP_A = "paper: DFedCata App. A-A (implementation details)"
 
 #: The paper's training settings (App. A-A, CIFAR-10) where it gives them, the official code's else.
 DECENTRALIZED_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
@@ -78,46 +54,30 @@ FEDSAM_TRAIN_DEFAULTS: dict[str, tuple[Any, str]] = {
     "fraction_fit": (0.1, f"{_APP_A}: 10% of the clients train in centralized methods"),
 }
 
-#: Where each graph setting's default comes from.
-GRAPH_PROVENANCE: dict[str, str] = {
-    "topology": "paper: App. A-B (a random bidirectional graph redrawn every round)",
-    "neighbours": "paper: App. A-B (each client picks 10 neighbours per round)",
-    "topology_p": "paper: Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)",
-    "ws_k": "paper: Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)",
-    "weights": "project: Metropolis-Hastings on irregular graphs (uniform on regular ones) keeps the average; "
-               "the official code averages uniformly over {i} + N_i (server/DFedCata.py), only row-stochastic "
-               "there (--set weights=uniform, dfedcata-code preset)",
-    "allow_row_stochastic": "project: refuse mixing that does not preserve the average unless asked",
-    "allow_disconnected": "project: auto = accept a disconnected round only on graphs redrawn every round",
-    "failure_policy": "project: live peers renormalise their rows when a neighbour fails (the paper has no failures)",
-    "client_eval_every": "project: score the peers' own models every round (the paper scores their average)",
-    "client_eval_max": "project: 0 = score every peer",
+#: The values the command line runs instead of the strategy classes' declared defaults.
+_EVAL_PEERS = {"client_eval_every": (1, "project: the command line scores the peers' own models every round (the "
+                                        "results tables report them); the strategy classes only on request (0)")}
+_SAM = {"rho": (0.1, "paper: host paper (DFedCata) App. A-A: SAM perturbation rho = 0.1")}
+OVERRIDES: dict[str, dict[str, tuple[Any, str]]] = {
+    "dfedcata": _EVAL_PEERS,
+    "dfedavg": _EVAL_PEERS,
+    "dfedavgm": {**_EVAL_PEERS, "local_momentum": (0.9, "official code: train_1.py --mu 0.9 (client momentum; the "
+                                                        "DFedCata paper gives none)")},
+    "dfedsam": {**_EVAL_PEERS, **_SAM},
+    "dpsgd": {**_EVAL_PEERS, "steps_per_round": (1, "project: one SGD step per round, Lian et al.'s D-PSGD (the host "
+                                                    "paper gives no local steps; its D-PSGD accuracy fits one step)")},
+    "fedsam": _SAM,
 }
-_CATA_PROVENANCE: dict[str, str] = {
-    "beta": f"{_APP_A}: beta = 0.99 (Table IV)",
-    "lam": "paper: Sec. V-E, Fig. 5(d): lambda = 0.05 is best",
-    "extrapolation_anchor": "paper: Algorithm 1 (extrapolate between consecutive mixed models); "
-                            "the official code's prev_local is in the dfedcata-code preset",
-    "sequential_inplace": "paper: Algorithm 1 (clients in parallel); the official code's in-place order is in "
-                          "the dfedcata-code preset",
-    "clip_scope": "project: clip the data gradient only; the official code clips g - lam*anchor "
-                  "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)",
-}
-PARAM_PROVENANCE: dict[str, dict[str, str]] = {
-    "dfedcata": {**_CATA_PROVENANCE, **GRAPH_PROVENANCE},
-    "dfedavg": dict(GRAPH_PROVENANCE),
-    "dfedavgm": {"local_momentum": "official code: train_1.py --mu 0.9 (client momentum; the paper gives none)",
-                 **GRAPH_PROVENANCE},
-    "dfedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1", **GRAPH_PROVENANCE},
-    "dpsgd": {"steps_per_round": "project: one SGD step per round, Lian et al.'s D-PSGD (the paper gives no "
-                                 "local steps; its D-PSGD accuracy fits one step)", **GRAPH_PROVENANCE},
-    "fedsam": {"rho": f"{_APP_A}: SAM perturbation rho = 0.1"},
-}
+_DERIVED = {"lr": "--lr (the run's round-1 rate)"}
+_RULE = "flwr_strategies.dfedcata.config:LocalRuleConfig"
 
 
 def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any]:
     """:class:`~flwr_strategies.decentralized.server.DecentralizedCore` arguments from the run
     setup; also validates the peers' local-rule settings so a bad value fails before training."""
+    from ..decentralized.config import GraphConfig
+    from .config import LocalRuleConfig
+
     rule = LocalRuleConfig.from_params(params)
     rule.momentum(setup.train.momentum)  # conflicting momentum settings fail here
     return {
@@ -129,27 +89,38 @@ def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any
     }
 
 
-def dfedcata_config(setup: ServerSetup, params: dict) -> DFedCataConfig:
-    """:class:`DFedCataConfig` from the hyperparameters (``lr`` = the run's round-1 rate)."""
+def dfedcata_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.DFedCataConfig` from the hyperparameters (``lr`` = the run's round-1 rate)."""
+    from .config import DFedCataConfig
+
     return DFedCataConfig(beta=params["beta"], lam=params["lam"], lr=setup.train.lr,
                           extrapolation_anchor=params["extrapolation_anchor"],
                           sequential_inplace=params["sequential_inplace"])
 
 
-def _dfedcata(setup: ServerSetup, params: dict) -> DFedCataServer:
+def _dfedcata(setup: ServerSetup, params: dict):
+    from .server import DFedCataServer
+
     return DFedCataServer(setup.initial_parameters, config=dfedcata_config(setup, params),
                           **decentralized_core_kwargs(setup, params))
 
 
-def _dfedavg(setup: ServerSetup, params: dict) -> DFedAvgServer:
+def _dfedavg(setup: ServerSetup, params: dict):
+    from .server import DFedAvgServer
+
     return DFedAvgServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
 
 
-def _dpsgd(setup: ServerSetup, params: dict) -> DPSGDServer:
+def _dpsgd(setup: ServerSetup, params: dict):
+    from .server import DPSGDServer
+
     return DPSGDServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
 
 
-def _fedsam(setup: ServerSetup, params: dict) -> FedAvgServer:
+def _fedsam(setup: ServerSetup, params: dict):
+    from ..baselines.server import FedAvgServer
+    from .config import LocalRuleConfig
+
     LocalRuleConfig.from_params(params)
     return FedAvgServer(setup.initial_parameters, **centralized_core_kwargs(setup))
 
@@ -159,67 +130,73 @@ SPECS = [
         name="dfedcata",
         summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
         paper=PAPER,
-        defaults={"beta": 0.99, "lam": 0.05, "extrapolation_anchor": "prev_mixed", "sequential_inplace": False,
-                  "clip_scope": "data", **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedCata",
+        settings=(_RULE,),
+        overrides=OVERRIDES["dfedcata"],
+        derived=_DERIVED,
         build_core=_dfedcata,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedcata"]},
     ),
     MethodSpec(
         name="dfedavg",
         summary="DFedAvg: local SGD on every peer, then gossip averaging over the peer graph",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        defaults=dict(GRAPH_DEFAULTS),
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(_RULE,),
+        overrides=OVERRIDES["dfedavg"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedavg"]},
     ),
     MethodSpec(
         name="dfedavgm",
         summary="DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)",
         paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        defaults={"local_momentum": 0.9, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(_RULE,),
+        overrides=OVERRIDES["dfedavgm"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedavgm"]},
     ),
     MethodSpec(
         name="dfedsam",
         summary="DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
         paper="Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023",
-        defaults={"rho": 0.1, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
+        settings=(_RULE,),
+        overrides=OVERRIDES["dfedsam"],
         build_core=_dfedavg,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dfedsam"]},
     ),
     MethodSpec(
         name="dpsgd",
         summary="D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
         paper="Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017",
-        defaults={"steps_per_round": 1, **GRAPH_DEFAULTS},
+        strategy="flwr_strategies.dfedcata.strategy:DPSGD",
+        settings=(_RULE,),
+        overrides=OVERRIDES["dpsgd"],
         build_core=_dpsgd,
         client=CLIENT,
         train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
         decentralized=True,
-        extra={"param_provenance": PARAM_PROVENANCE["dpsgd"]},
     ),
     MethodSpec(
         name="fedsam",
         summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
         paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022",
-        defaults={"rho": 0.1},
+        strategy="flwr_strategies.baselines.strategy:FedSAM",
+        settings=(_RULE,),
+        overrides=OVERRIDES["fedsam"],
         build_core=_fedsam,
         client=CLIENT,
         train_defaults=FEDSAM_TRAIN_DEFAULTS,
-        extra={"param_provenance": PARAM_PROVENANCE["fedsam"]},
     ),
 ]
 

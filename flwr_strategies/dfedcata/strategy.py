@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters import LegacyStrategy
+from ..core.declare import sourced
 from ..decentralized.config import GraphConfig
 from .config import DFedCataConfig
 from .server import DFedAvgServer, DFedCataServer, DPSGDServer
@@ -26,7 +27,8 @@ __all__ = ["DFedCata", "DFedAvg", "DPSGD", "GRAPH"]
 
 #: The peer-graph settings of the strategies: GraphConfig's, with the peers' own models scored only
 #: on request (``client_eval_every=0``: it costs one test-set pass per peer).
-GRAPH = GraphConfig(client_eval_every=0)
+GRAPH = sourced(GraphConfig(client_eval_every=0), client_eval_every=(
+    "project: a peer's own model is scored only on request (each scoring is one test-set pass per peer)"))
 
 
 class DFedCata(LegacyStrategy):

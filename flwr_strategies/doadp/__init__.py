@@ -20,12 +20,20 @@ Privacy accounting lives in :mod:`flwr_strategies.privacy`; the client side in
 :mod:`flwr_strategies.clients.doadp` and :mod:`flwr_strategies.clients.doadp_baselines`.
 """
 
-from .algorithm import AgentState, DOADPParams, StepResult, agent_round, consensus_terms, message_nbytes, reconcile
-from .clipping import clip_per_sample
-from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
-from .rng import activation_coin, agent_generator, draw_batch
-from .simulator import DOADPNetwork, check_mixing, run_dmsgd, run_doadp
-from .sparsify import densify, rand_k, top_k, top_k_dense, top_k_indices
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".algorithm": ("AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes",
+                   "reconcile"),
+    ".clipping": ("clip_per_sample",),
+    ".config": ("CPGTConfig", "DMSGDConfig", "DOADPConfig", "DPDDAConfig", "DPDOConfig"),
+    ".rng": ("activation_coin", "agent_generator", "draw_batch"),
+    ".simulator": ("DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp"),
+    ".sparsify": ("densify", "rand_k", "top_k", "top_k_dense", "top_k_indices"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes", "reconcile",

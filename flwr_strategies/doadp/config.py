@@ -15,8 +15,18 @@ import numbers
 import warnings
 from dataclasses import asdict, dataclass
 
+from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
 from .clipping import CLIP_MODES
+
+_PAPER_VI = "paper: Sec. VI-A and VI-B"
+_CLIP = "project: the paper gives no G (Assumption 2); G = 1"
+_SAMPLING = "paper: Sec. VI-A (each agent samples its data points uniformly)"
+_SIGMA = "project: None = calibrate sigma from epsilon"
+_EVAL = "project: evaluate every round (and after the last)"
+_PRIVATE = "project: evaluate the average of the public copies, inside the privacy guarantee"
+_STEP = ("project: the noise norm one step adds, below the bound of about 2 above which steps diverged "
+         "(bench doadp_stepsize); sets the step size when lr is auto")
 
 __all__ = [
     "CALIBRATIONS",
@@ -187,24 +197,27 @@ class DOADPConfig:
         :data:`STEP_NOISE_BOUND`). Unused when a step size is given.
     """
 
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    p: float = 0.8
-    k_frac: float = 0.4
-    gamma: float = 0.05
-    beta: float = 0.15
-    clip: float = 1.0
-    clip_mode: str = "coordinate"
-    sampling: str = "uniform"
-    calibration: str = "theorem1"
-    delta0: float = 1e-5
-    sigma: float | None = None
-    public_copy: str = "zero"
-    eval_every: int = 1
-    evaluate_private: bool = False
-    msg_dtype: str = "float32"
-    allow_low_p: bool = False
-    step_noise_norm: float = 1.5
+    epsilon: float = setting(1.0, "> 0", "paper: Sec. VI-B (eps = 1, Fig. 4, Table II)")
+    delta: float = setting(1e-5, "(0, 1)", "project: the paper states no delta for the certified guarantee; 1e-5")
+    p: float = setting(0.8, "(0, 1], >= 1/2 unless allow_low_p", f"{_PAPER_VI} (p = 0.8)")
+    k_frac: float = setting(0.4, "(0, 1]", "paper: Sec. VI-B (k/d = 0.4, Table II)")
+    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)")
+    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)")
+    clip: float = setting(1.0, "> 0", _CLIP)
+    clip_mode: str = setting("coordinate", "coordinate, l2", "paper: Assumption 2 (|g_j| <= G/sqrt(d) per "
+                                                             "coordinate), which Sec. IV's sqrt(k/d) sensitivity needs")
+    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING)
+    calibration: str = setting("theorem1", "theorem1, accountant", "paper: Theorem 1 (Sec. IV)")
+    delta0: float = setting(1e-5, "(0, 1)", "project: the paper gives none (Sec. VI-B); 1e-5 keeps Theorem 1's delta "
+                                            "small over a few thousand iterations")
+    sigma: float | None = setting(None, "> 0 or None", _SIGMA)
+    public_copy: str = setting("zero", "zero, x0", "paper: Alg. 1 (the public copies start at 0)")
+    eval_every: int = setting(1, ">= 1", _EVAL)
+    evaluate_private: bool = setting(False, "bool", _PRIVATE)
+    msg_dtype: str = setting("float32", "float32, float64", "project: float32 messages; both ends apply the same "
+                                                            "rounded values")
+    allow_low_p: bool = setting(False, "bool", "paper: Theorem 2 needs p >= 1/2 (Sec. V)")
+    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def __post_init__(self) -> None:
         eps = _positive(self.epsilon, "epsilon")
@@ -257,10 +270,10 @@ class DMSGDConfig:
         dtype of the transmitted model.
     """
 
-    gamma: float = 0.05
-    beta: float = 0.15
-    eval_every: int = 1
-    msg_dtype: str = "float64"
+    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)")
+    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)")
+    eval_every: int = setting(1, ">= 1", _EVAL)
+    msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)")
 
     def __post_init__(self) -> None:
         _positive(self.gamma, "gamma")
@@ -274,11 +287,12 @@ class DMSGDConfig:
 
 @dataclass(frozen=True)
 class _BaselinePrivacy:
-    epsilon: float = 1.0
-    clip: float = 1.0
-    eval_every: int = 1
-    evaluate_private: bool = False
-    step_noise_norm: float = 1.5
+    epsilon: float = setting(1.0, "> 0", "project: the host paper (DO-ADP) runs its baselines only on the logistic "
+                                         "regression (Fig. 3); eps 1 as DO-ADP's CNN row (Table II)")
+    clip: float = setting(1.0, "> 0", _CLIP)
+    eval_every: int = setting(1, ">= 1", _EVAL)
+    evaluate_private: bool = setting(False, "bool", _PRIVATE)
+    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def _check_common(self) -> None:
         _positive(self.epsilon, "epsilon")
@@ -316,8 +330,9 @@ class DPDOConfig(_BaselinePrivacy):
         :data:`STEP_NOISE_BOUND`).
     """
 
-    rs: float = 0.99
-    rn: float = 0.995
+    rs: float = setting(0.99, "0 < rs < rn", "project: Huang et al. (ICDCN 2015) leave the step decay free; 0.99 < rn")
+    rn: float = setting(0.995, "rs < rn <= 1", "project: Huang et al. (ICDCN 2015) leave the noise decay free; "
+                                               "rs < 0.995 <= 1")
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -360,14 +375,20 @@ class DPDDAConfig(_BaselinePrivacy):
         Sets beta0 when it is None (above). In (0, :data:`STEP_NOISE_BOUND`).
     """
 
-    delta: float = 1e-5
-    p_s: float = 0.24
-    beta0: float | None = None
-    reg: float | None = None
-    sampling: str = "uniform"
-    calibration: str = "accountant"
-    delta0: float = 1e-5
-    sigma: float | None = None
+    delta: float = setting(1e-5, "(0, 1)", "project: the papers state no delta; 1e-5")
+    p_s: float = setting(0.24, "(0, 1]", "paper: host paper (DO-ADP) Sec. VI-A: DP-DDA's node sampling ratio 24%, "
+                                         "matching DO-ADP's resource use (Fig. 3)")
+    beta0: float | None = setting(None, "> 0 or None", "project: None = sigma sqrt(d) / step_noise_norm (1/beta0 is "
+                                                       "the step: the noise norm rule); beta_t = beta0 sqrt(t+1)")
+    reg: float | None = setting(None, "> 0 or None", "paper: host paper (DO-ADP) Sec. VI-A (the shared regulariser "
+                                                     "||x||^2/(2q)); None = 1/q")
+    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING)
+    calibration: str = setting("accountant", "accountant, theorem1",
+                               "project: a standard accountant (node sampling not credited, as in the reported "
+                               "epsilon); DO-ADP's Theorem 1 chain with p = p_s credits p_s^2 and is refused at these "
+                               "settings")
+    delta0: float = setting(1e-5, "(0, 1)", "project: the papers give none; 1e-5")
+    sigma: float | None = setting(None, "> 0 or None", _SIGMA)
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -412,11 +433,13 @@ class CPGTConfig(_BaselinePrivacy):
         As :class:`DPDOConfig` (b0 is proportional to lr).
     """
 
-    k_frac: float = 0.12
-    a: float = 0.5
-    g_cons: float = 0.05
-    rs: float = 0.999
-    rn: float = 0.9995
+    k_frac: float = setting(0.12, "(0, 1]", "paper: host paper (DO-ADP) Sec. VI-A: CPGT's k/d = 0.12 per variable, "
+                                            "matching DO-ADP's 24% (Fig. 3)")
+    a: float = setting(0.5, "> 0", "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5")
+    g_cons: float = setting(0.05, "> 0", "project: the consensus step of DO-ADP (gamma = 0.05, host paper Sec. VI)")
+    rs: float = setting(0.999, "0 < rs < rn", "project: Xie et al. (IFAC 2023) leave the step decay free; 0.999 < rn")
+    rn: float = setting(0.9995, "rs < rn <= 1", "project: Xie et al. (IFAC 2023) leave the noise decay free; "
+                                                "rs < 0.9995 <= 1")
 
     def __post_init__(self) -> None:
         self._check_common()

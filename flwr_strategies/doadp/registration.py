@@ -17,17 +17,11 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, load_object, register_method
 from ..setup import ServerSetup
-from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
-from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
-from .peer import PublicTableCore
-from .server import DMSGDServer, DOADPServer
 
 PAPER = ("Huo, Liu, Ding, Johansson, Shi, 'Decentralized Optimization with Amplified Privacy via "
          "Efficient Communication', arXiv 2506.07102")
-
-GRAPH_DEFAULTS = {"topology": "circulant", "neighbours": 7, "weights": "auto", "failure_policy": "renormalize"}
 
 _VIA = "paper: Sec. VI-A (logistic regression)"
 _VIB = "paper: Sec. VI-B (CNN on MNIST)"
@@ -99,81 +93,12 @@ BASELINE_EPSILON = ("model", {
                "CNN row (Table II)"),
 })
 
-_GRAPH_PROVENANCE = {
-    "topology": "paper: Sec. VI (edges (i, i +/- j mod n), j = 1, 2, 3: a circulant graph)",
-    "neighbours": "paper: Sec. VI (j = 1, 2, 3 on both sides: 6 neighbours and the agent itself)",
-    "failure_policy": "project: live agents renormalise their rows when a neighbour fails (the paper has no "
-                      "failures)",
-    "weights": "project: the paper gives no mixing weights (Sec. VI); auto = 1/(d_max + 1) on the regular circulant "
-               "graph, Metropolis-Hastings otherwise, both doubly stochastic",
-}
-_STEP_NOISE = ("project: the noise norm one step adds, below the bound of about 2 above which steps diverged "
-               "(bench doadp_stepsize); sets the step size when lr is auto")
-_PRIVACY_PROVENANCE = {
-    "step_noise_norm": _STEP_NOISE,
-    "clip": "project: the paper gives no G (Assumption 2); G = 1",
-    "eval_every": "project: evaluate every 10 rounds and after the last",
-    "evaluate_private": "project: evaluate the average of the public copies, inside the privacy guarantee",
-}
-PARAM_PROVENANCE: dict[str, dict[str, str]] = {
-    "doadp": {
-        **_PRIVACY_PROVENANCE, **_GRAPH_PROVENANCE,
-        "delta": "project: the paper states no delta for the certified guarantee; 1e-5",
-        "p": "paper: Sec. VI-A and VI-B (p = 0.8)",
-        "gamma": "paper: Sec. VI-A and VI-B (gamma = 0.05)",
-        "beta": "paper: Sec. VI-A and VI-B (beta = 0.15)",
-        "clip_mode": "paper: Assumption 2 (|g_j| <= G/sqrt(d) per coordinate), which Sec. IV's sqrt(k/d) "
-                     "sensitivity needs",
-        "sampling": "paper: Sec. VI-A (each agent samples its data points uniformly)",
-        "calibration": "paper: Theorem 1 (Sec. IV)",
-        "sigma": "project: none = calibrate sigma from epsilon",
-        "public_copy": "paper: Alg. 1 (the public copies start at 0)",
-        "msg_dtype": "project: float32 messages; both ends apply the same rounded values",
-        "allow_low_p": "paper: Theorem 2 needs p >= 1/2 (Sec. V)",
-    },
-    "dmsgd": {
-        **_GRAPH_PROVENANCE,
-        "gamma": "paper: Sec. VI-A and VI-B (gamma = 0.05)",
-        "beta": "paper: Sec. VI-A and VI-B (beta = 0.15)",
-        "eval_every": "project: evaluate every 10 rounds and after the last",
-        "msg_dtype": "project: float64 messages (no privacy, no compression)",
-    },
-    "dpdo": {
-        **_PRIVACY_PROVENANCE, **_GRAPH_PROVENANCE,
-        "rs": "project: Huang et al. (ICDCN 2015) leave the step decay free; 0.99 < rn",
-        "rn": "project: Huang et al. (ICDCN 2015) leave the noise decay free; rs < 0.995 <= 1",
-    },
-    "dp-dda": {
-        **_PRIVACY_PROVENANCE, **_GRAPH_PROVENANCE,
-        "delta": "project: the paper states no delta; 1e-5",
-        "p_s": f"{_VIA}: DP-DDA's node sampling ratio 24%, matching DO-ADP's resource use (Fig. 3)",
-        "beta0": "project: none = sigma sqrt(d) / step_noise_norm (1/beta0 is the step: the noise norm rule); "
-                 "beta_t = beta0 sqrt(t+1)",
-        "reg": "paper: Sec. VI-A (the shared regulariser ||x||^2/(2q)); none = 1/q",
-        "sampling": "paper: Sec. VI-A (each agent samples its data points uniformly)",
-        "calibration": "project: a standard accountant (node sampling not credited, as in the reported epsilon); "
-                       "DO-ADP's Theorem 1 chain with p = p_s credits p_s^2 and is refused at these settings",
-        "delta0": "project: the paper gives none; 1e-5",
-        "sigma": "project: none = calibrate sigma from epsilon",
-    },
-    "cpgt": {
-        **_PRIVACY_PROVENANCE, **_GRAPH_PROVENANCE,
-        "k_frac": f"{_VIA}: CPGT's k/d = 0.12 per variable, matching DO-ADP's 24% (Fig. 3)",
-        "a": "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5",
-        "g_cons": "project: the consensus step of DO-ADP (gamma = 0.05, Sec. VI)",
-        "rs": "project: Xie et al. leave the step decay free; 0.999 < rn",
-        "rn": "project: Xie et al. leave the noise decay free; rs < 0.9995 <= 1",
-    },
-}
-
-
-def _defaults(config_cls) -> dict[str, Any]:
-    return {**{f.name: f.default for f in fields(config_cls)}, **GRAPH_DEFAULTS}
+_STRATEGY = "flwr_strategies.doadp.strategy:"
 
 
 def _config(config_cls, params: dict[str, Any]):
     names = {f.name for f in fields(config_cls)}
-    return config_cls(**{k: v for k, v in params.items() if k in names})
+    return config_cls(**{k: v for k, v in params.items() if k in names})  # the rest is the peer graph
 
 
 def check_train_settings(setup: ServerSetup, method: str) -> None:
@@ -205,79 +130,66 @@ def _without_lr(fit_config):
 
 
 def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str, Any]:
+    from .peer import PublicTableCore
+
     check_train_settings(setup, method)
     return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
                 dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
                 batch_size=setup.train.batch_size, seed=setup.seed, on_train_config=_without_lr(setup.fit_config),
-                **PublicTableCore.graph_arguments({k: params[k] for k in GRAPH_DEFAULTS}))
+                **PublicTableCore.graph_arguments(dict(params)))
 
 
-def _doadp(setup: ServerSetup, params: dict) -> DOADPServer:
-    return DOADPServer(setup.initial_parameters, config=_config(DOADPConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "doadp"))
+def _builder(strategy: str, method: str):
+    """``build_core`` of the method whose strategy class is ``strategy``: its core over its config."""
+    def build_core(setup: ServerSetup, params: dict):
+        cls = load_object(_STRATEGY + strategy)
+        return cls.core_cls(setup.initial_parameters, config=_config(cls.hyperparameters["config"], params),
+                            lr_decay=setup.train.lr_decay, **_common(setup, params, method))
 
-
-def _dmsgd(setup: ServerSetup, params: dict) -> DMSGDServer:
-    return DMSGDServer(setup.initial_parameters, config=_config(DMSGDConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "dmsgd"))
-
-
-def _dpdo(setup: ServerSetup, params: dict) -> DPDOServer:
-    return DPDOServer(setup.initial_parameters, config=_config(DPDOConfig, params), lr_decay=setup.train.lr_decay,
-                      **_common(setup, params, "dpdo"))
-
-
-def _dpdda(setup: ServerSetup, params: dict) -> DPDDAServer:
-    return DPDDAServer(setup.initial_parameters, config=_config(DPDDAConfig, params), lr_decay=setup.train.lr_decay,
-                       **_common(setup, params, "dp-dda"))
-
-
-def _cpgt(setup: ServerSetup, params: dict) -> CPGTServer:
-    return CPGTServer(setup.initial_parameters, config=_config(CPGTConfig, params), lr_decay=setup.train.lr_decay,
-                      **_common(setup, params, "cpgt"))
+    return build_core
 
 
 register_method(MethodSpec(
     name="doadp",
     summary="DO-ADP: decentralized momentum SGD, Gaussian DP noise, random activation (p) and Top-k messages "
             "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
-    paper=PAPER, defaults=_defaults(DOADPConfig), build_core=_doadp,
+    paper=PAPER, strategy=_STRATEGY + "DOADP", overrides=MODEL_DEFAULTS,
+    build_core=_builder("DOADP", "doadp"),
     client="flwr_strategies.clients.doadp:build_doadp_client", train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["doadp"], "param_defaults": MODEL_DEFAULTS, "auto_lr": True},
+    extra={"auto_lr": True},
 ))
 register_method(MethodSpec(
     name="dmsgd",
     summary="Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
-    paper=PAPER, defaults=_defaults(DMSGDConfig), build_core=_dmsgd,
+    paper=PAPER, strategy=_STRATEGY + "DMSGD", build_core=_builder("DMSGD", "dmsgd"),
     client="flwr_strategies.clients.doadp:build_dmsgd_client", train_defaults=DMSGD_TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["dmsgd"]},
 ))
 register_method(MethodSpec(
     name="dpdo",
     summary="DPDO (Huang et al. 2015), DO-ADP baseline: Laplace-perturbed broadcasts, decaying noise and step; "
             "pure eps-DP (certified)",
-    paper="Huang, Mitra, Vaidya, ICDCN 2015 (baseline of " + PAPER + ")", defaults=_defaults(DPDOConfig),
-    build_core=_dpdo, client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
+    paper="Huang, Mitra, Vaidya, ICDCN 2015 (baseline of " + PAPER + ")",
+    strategy=_STRATEGY + "DPDO", overrides={"epsilon": BASELINE_EPSILON},
+    build_core=_builder("DPDO", "dpdo"), client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["dpdo"], "param_defaults": {"epsilon": BASELINE_EPSILON},
-           "auto_lr": True},
+    extra={"auto_lr": True},
 ))
 register_method(MethodSpec(
     name="dp-dda",
     summary="DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
-    paper="Liu, Johansson, Shi, Automatica 2024 (baseline of " + PAPER + ")", defaults=_defaults(DPDDAConfig),
-    build_core=_dpdda, client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
+    paper="Liu, Johansson, Shi, Automatica 2024 (baseline of " + PAPER + ")",
+    strategy=_STRATEGY + "DPDDA", overrides={"epsilon": BASELINE_EPSILON},
+    build_core=_builder("DPDDA", "dp-dda"), client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["dp-dda"], "param_defaults": {"epsilon": BASELINE_EPSILON},
-           "auto_lr": True},
+    extra={"auto_lr": True},
 ))
 register_method(MethodSpec(
     name="cpgt",
     summary="CPGT (Xie et al. 2023), DO-ADP baseline: compressed gradient tracking with Laplace noise "
             "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
-    paper="Xie, Yi, Wang, Cao, Ren, IFAC 2023 (baseline of " + PAPER + ")", defaults=_defaults(CPGTConfig),
-    build_core=_cpgt, client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
+    paper="Xie, Yi, Wang, Cao, Ren, IFAC 2023 (baseline of " + PAPER + ")",
+    strategy=_STRATEGY + "CPGT", overrides={"epsilon": BASELINE_EPSILON},
+    build_core=_builder("CPGT", "cpgt"), client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
     train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"param_provenance": PARAM_PROVENANCE["cpgt"], "param_defaults": {"epsilon": BASELINE_EPSILON},
-           "auto_lr": True},
+    extra={"auto_lr": True},
 ))

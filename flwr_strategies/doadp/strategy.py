@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..adapters import REQUIRED, LegacyStrategy
+from ..core.declare import sourced
 from ..decentralized.config import GraphConfig
 from .baseline_server import CPGTServer, DPDDAServer, DPDOServer
 from .config import CPGTConfig, DMSGDConfig, DOADPConfig, DPDDAConfig, DPDOConfig
@@ -26,7 +27,14 @@ AGENTS = {"num_rounds": REQUIRED, "local_dataset_size": REQUIRED, "lr": 0.01, "b
 #: None: an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without max_epsilon).
 DOADP_ARGUMENTS = {**AGENTS, "accountant": None}
 #: The peer graph: GraphConfig's fields, with the paper's circulant graph by default.
-GRAPH = GraphConfig(**DOADPServer.graph_defaults)
+GRAPH = sourced(
+    GraphConfig(**DOADPServer.graph_defaults),
+    topology="paper: Sec. VI (edges (i, i +/- j mod n), j = 1, 2, 3: a circulant graph)",
+    neighbours="paper: Sec. VI (j = 1, 2, 3 on both sides: 6 neighbours and the agent itself)",
+    weights="project: the paper gives no mixing weights (Sec. VI); auto = 1/(d_max + 1) on the regular circulant "
+            "graph, Metropolis-Hastings otherwise, both doubly stochastic",
+    client_eval_every="project: the agents' own models are scored only on request (one test pass per agent)",
+)
 #: Their names in the cores.
 RENAMED = {"local_dataset_size": "dataset_size", "lr": "alpha"}
 #: Why the private methods refuse federated evaluation.

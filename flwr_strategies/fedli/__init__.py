@@ -18,27 +18,25 @@ Baselines: FedExP (Jhunjhunwala, Wang, Joshi, ICLR 2023), SCAFFOLD (Karimireddy 
 * ``registration``      the registered methods ``fedli-ls``, ``fedli-lu``, ``fedexp``, ``scaffold``.
 """
 
-from .aggregation import (
-    aggregate_delta,
-    aggregation_weights,
-    check_finite_arrays,
-    function_sync,
-    weighted_average,
-)
-from .armijo import ArmijoConfig, ArmijoStepResult, armijo_step, reset_step_size
-from .armijo_optim import ArmijoSGD
-from .armijo_training import armijo_local_train, make_closure
-from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
-from .dfw import DFW_PRESETS, DFWConfig, DFWServerStep, dfw_gamma, dfw_step
-from .fedexp import fedexp_server_step, fedexp_step_size
-from .scaffold import (
-    ScaffoldCorrection,
-    scaffold_client_control_update,
-    scaffold_local_sgd,
-    scaffold_server_update,
-)
-from .server import FedExPServer, FedLiLSServer, FedLiLUServer, ScaffoldServer
-from .server_ls import gd_server_step, step_size_sync
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".aggregation": ("aggregate_delta", "aggregation_weights", "check_finite_arrays", "function_sync",
+                     "weighted_average"),
+    ".armijo": ("ArmijoConfig", "ArmijoStepResult", "armijo_step", "reset_step_size"),
+    ".armijo_optim": ("ArmijoSGD",),
+    ".armijo_training": ("armijo_local_train", "make_closure"),
+    ".config": ("FedExPConfig", "FedLiLSConfig", "FedLiLUConfig", "ScaffoldConfig"),
+    ".dfw": ("DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma", "dfw_step"),
+    ".fedexp": ("fedexp_server_step", "fedexp_step_size"),
+    ".scaffold": ("ScaffoldCorrection", "scaffold_client_control_update", "scaffold_local_sgd",
+                  "scaffold_server_update"),
+    ".server": ("FedExPServer", "FedLiLSServer", "FedLiLUServer", "ScaffoldServer"),
+    ".server_ls": ("gd_server_step", "step_size_sync"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "ArmijoConfig",

@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..core.declare import setting
+
 import torch
 
 from ..core.validation import SettingError, check_integer, check_number
@@ -29,6 +31,7 @@ __all__ = ["ArmijoConfig", "ArmijoStepResult", "GROWTH_RULES", "armijo_step", "r
 #: ``"sls"``: grow by ``delta ** (1 / sls_batches_per_epoch)`` at every step, step 1 included (the
 #: ``sls`` package and the official code).
 GROWTH_RULES = ("paper", "sls")
+_SLS = "SLS/sls.py, the sls line search the official code runs"
 
 
 @dataclass(frozen=True)
@@ -71,17 +74,23 @@ class ArmijoConfig:
         FedSLS code keeps (the FedLi v1 FedML trainer passes 32). Must be >= 1.
     """
 
-    eta_max: float = 1.0
-    armijo_c: float = 0.1
-    backtrack_factor: float = 0.9
-    growth_factor: float = 2.0
-    reset_option: int = 2
-    max_backtracks: int = 100
-    fallback_step: float = 1e-6
-    grad_tol: float = 1e-8
-    cap_at_eta_max: bool = True
-    growth_rule: str = "paper"
-    sls_batches_per_epoch: int = 500
+    eta_max: float = setting(1.0, "> 0, finite", f"official code: init_step_size = 1 ({_SLS}); Alg. 3 names "
+                                                 "eta_lmax without a value")
+    armijo_c: float = setting(0.1, "(0, 1)", "official code: Sls(c=0.1) in "
+                                             "fedml/ml/trainer/my_model_trainer_classification.py; Alg. 3 names c "
+                                             "without a value")
+    backtrack_factor: float = setting(0.9, "(0, 1)", f"official code: beta_b = 0.9 ({_SLS}); Alg. 3's beta")
+    growth_factor: float = setting(2.0, ">= 1", f"official code: gamma = 2.0 ({_SLS}); Alg. 4's delta")
+    reset_option: int = setting(2, "0, 1, 2", f"official code: reset_option = 1 ({_SLS}), the paper's opt 2 of Alg. 4")
+    max_backtracks: int = setting(100, ">= 1", f"official code: at most 100 trial steps ({_SLS})")
+    fallback_step: float = setting(1e-6, "> 0", f"official code: a step of 1e-6 when no trial is accepted ({_SLS})")
+    grad_tol: float = setting(1e-8, ">= 0", f"official code: no step when ||g|| < 1e-8 ({_SLS})")
+    cap_at_eta_max: bool = setting(True, "bool", "paper: Sec. 5 assumes step sizes <= eta_lmax; sls does not cap "
+                                                 "(variant=code)")
+    growth_rule: str = setting("paper", "paper, sls", "paper: Alg. 4 (grow by delta^(b/n_i) from the second step); "
+                                                      "sls's per-step rule is variant=code")
+    sls_batches_per_epoch: int = setting(500, ">= 1", f"official code: n_batches_per_epoch = 500 ({_SLS}; "
+                                                      "growth_rule=sls only)")
 
     def __post_init__(self) -> None:
         check_number("eta_max", self.eta_max, "a finite number > 0 (the maximum step size)", lambda v: v > 0)

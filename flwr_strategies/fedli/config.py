@@ -18,17 +18,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..baselines.config import _finite
+from ..core.declare import setting
 from .aggregation import WEIGHTINGS
 from .armijo import ArmijoConfig
 from .dfw import DFW_PRESETS, DFWConfig
 from .server_ls import validate_step_size_sync
 
-__all__ = ["FedLiLSConfig", "FedLiLUConfig", "FedExPConfig", "ScaffoldConfig", "LOSS_REPORTS", "EPS_SCALINGS",
+_WEIGHTED = ("paper: Sec. 1 and Alg. 1 (a weighted average of the clients' updates), weights n_i as the official "
+             "code (fedml/simulation/FedLi/fedlils_api.py)")
+
+__all__ = ["FedLiLSConfig", "FedLiLUConfig", "FedExPConfig", "ScaffoldConfig", "FedLiVariantConfig", "VARIANTS", "LOSS_REPORTS", "EPS_SCALINGS",
            "CONTROL_STATES"]
 
 LOSS_REPORTS = ("epoch_mean", "initial", "final")
 EPS_SCALINGS = ("none", "clients")
 CONTROL_STATES = ("client", "server")
+#: The constants a FedLi-family method runs from the command line (:class:`FedLiVariantConfig`).
+VARIANTS = ("paper", "code")
 
 
 def _choice(name: str, value: object, options: tuple) -> None:
@@ -60,8 +66,11 @@ class FedLiLSConfig:
         names the constants without values), capped at ``eta_max`` as the theory assumes.
     """
 
-    step_size_sync: str | float = "unit"
-    weighting: str = "num_examples"
+    step_size_sync: str | float = setting("unit", "'unit', 'max' or a float > 0",
+                                          "paper: Sec. 3 (a unit server step guarantees descent; the official "
+                                          "fedlils_api.py averages); Sec. 3's non-convex heuristic is "
+                                          "step_size_sync='max'")
+    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED)
     armijo: ArmijoConfig = field(default_factory=ArmijoConfig)
 
     def __post_init__(self) -> None:
@@ -95,8 +104,10 @@ class FedLiLUConfig:
     """
 
     dfw: DFWConfig = field(default_factory=DFWConfig)
-    loss_report: str = "epoch_mean"
-    weighting: str = "num_examples"
+    loss_report: str = setting("epoch_mean", "epoch_mean, initial, final", "official code: the epoch's mean minibatch loss "
+                                                                 "(fedml/ml/trainer/my_model_trainer_classification.py), "
+                                                                 "Sec. 7's logged train loss")
+    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED)
 
     def __post_init__(self) -> None:
         if not isinstance(self.dfw, DFWConfig):
@@ -132,11 +143,18 @@ class FedExPConfig:
         on; the training continues from the last one). The FedLi paper does not mention it.
     """
 
-    eps: float = 1e-3
-    eps_scaling: str = "none"
-    eps_decay: float = 1.0
-    weighting: str = "uniform"
-    eval_last2_avg: bool = False
+    eps: float = setting(1e-3, "> 0, finite", "paper: host paper (FedLi) App. C: eps = 1e-3, the best of the grid "
+                                              "{1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1}")
+    eps_scaling: str = setting("none", "none, clients", "paper: host paper (FedLi) App. C runs FedExP's step "
+                                                         "max(1, sum ||D_i||^2 / (2S(||Dbar||^2 + eps))); the "
+                                                         "official FedExP code's S * eps is variant=code")
+    eps_decay: float = setting(1.0, "(0, 1]", "paper: host paper (FedLi) App. C gives a constant eps; the official "
+                                              "code's 0.998^2 decay per round is variant=code")
+    weighting: str = setting("uniform", "uniform, num_examples", "paper: FedExP (Jhunjhunwala et al., ICLR 2023) "
+                                                                 "Alg. 1: the uniform mean over the S clients; n_i "
+                                                                 "weights are variant=code")
+    eval_last2_avg: bool = setting(False, "bool", "paper: host paper (FedLi) Sec. 7 evaluates the global model; the "
+                                                  "official code's average of the last two models is variant=code")
 
     def __post_init__(self) -> None:
         _finite("eps", self.eps, 0.0)
@@ -181,11 +199,16 @@ class ScaffoldConfig:
         alone before adding the correction.
     """
 
-    server_lr: float = 1.0
-    control_state: str = "client"
-    weighting: str = "uniform"
-    total_examples: int | None = None
-    correction_in_clip: bool = False
+    server_lr: float = setting(1.0, "> 0, finite", "paper: host paper (FedLi) App. C (eta_g = 1)")
+    control_state: str = setting("client", "client, server", "project: each client keeps c_i in its context.state, "
+                                                             "so the server holds no per-client table")
+    weighting: str = setting("uniform", "uniform, num_examples", "paper: SCAFFOLD (Karimireddy et al., ICML 2020) "
+                                                                 "Alg. 1 (uniform means); the FedExP code's n_i "
+                                                                 "weights are variant=code")
+    total_examples: int | None = setting(None, ">= 1 or None", "project: None = unknown; needed only with "
+                                                               "weighting='num_examples'")
+    correction_in_clip: bool = setting(False, "bool", "project: clip the data gradient, then add the correction; the "
+                                                      "official code clips the corrected gradient (variant=code)")
 
     def __post_init__(self) -> None:
         _finite("server_lr", self.server_lr, 0.0, low_open=True)
@@ -203,3 +226,22 @@ class ScaffoldConfig:
         """The FedExP code's SCAFFOLD: ``n_i`` weights for models and controls, correction clipped."""
         return cls(server_lr=1.0, control_state=control_state, weighting="num_examples",
                    total_examples=int(total_examples), correction_in_clip=True)
+
+
+@dataclass(frozen=True)
+class FedLiVariantConfig:
+    """Which constants a FedLi-family method runs from the command line (``--set variant=``).
+
+    Parameters
+    ----------
+    variant : str (default: "paper")
+        ``"paper"``: the paper's method constants (each config's defaults); ``"code"``: the official
+        code's (:meth:`FedLiLSConfig.code` and the others). A setting given explicitly with a value
+        other than its paper default overrides the variant's.
+    """
+
+    variant: str = setting("paper", "paper, code", "project: 'paper' = the paper's method constants; 'code' = the "
+                                                   "official code's (the fedli-code preset)")
+
+    def __post_init__(self) -> None:
+        _choice("variant", self.variant, VARIANTS)

@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..core.declare import setting
+
 import numpy as np
 
 from .aggregation import check_finite_arrays, is_float_array
@@ -42,10 +44,13 @@ class DFWConfig:
         Stabiliser added to the denominator. Must be finite and > 0 (it keeps ``Delta_t = 0`` safe).
     """
 
-    server_eta: float = 1.0
-    server_weight_decay: float = 1e-3
-    server_momentum: float = 0.0
-    dfw_eps: float = 1e-5
+    server_eta: float = setting(1.0, "> 0, finite", "paper: App. C (eta_g = 1 for all our algorithms)")
+    server_weight_decay: float = setting(1e-3, ">= 0, finite", "paper: App. C (weight decay 1e-3), the lambda of "
+                                                               "Alg. 2")
+    server_momentum: float = setting(0.0, "[0, 1)", "paper: Alg. 2 has no momentum (the official "
+                                                    "fedml/fedopt/FEDDFW.py uses 0.9: variant=code)")
+    dfw_eps: float = setting(1e-5, "> 0, finite", "official code: eps = 1e-5 in fedml/fedopt/FEDDFW.py (Alg. 2 "
+                                                  "names none)")
 
     def __post_init__(self) -> None:
         for name in ("server_eta", "server_weight_decay", "server_momentum", "dfw_eps"):

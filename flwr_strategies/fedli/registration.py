@@ -15,22 +15,15 @@ from typing import Any
 from ..baselines.registration import core_kwargs
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .armijo import ArmijoConfig
-from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
-from .dfw import DFWConfig
-from .server import FedExPServer, FedLiLSServer, FedLiLUServer, ScaffoldServer
 
-__all__ = ["CODE_TRAIN", "PAPER", "VARIANTS", "fedli_ls_config", "fedli_lu_config", "fedexp_config_from_params",
+__all__ = ["CODE_TRAIN", "PAPER", "fedli_ls_config", "fedli_lu_config", "fedexp_config_from_params",
            "scaffold_config_from_params"]
 
 PAPER = "Geetika, Uniyal, Chatterjee, 'Towards Hyper-parameter-free Federated Learning'"
-VARIANTS = ("paper", "code")
 CLIENTS = "flwr_strategies.clients.fedli"
 
-_ARMIJO_DEFAULTS = dataclasses.asdict(ArmijoConfig())
-_DFW_DEFAULTS = dataclasses.asdict(DFWConfig())
 
-_SEC7 = "paper: Sec. 7 (Implementation)"
+_SEC7 = "paper: FedLi Sec. 7 (Implementation)"
 #: The paper's 100 clients with 10 per round (Sec. 7, App. C); on the default dataset a reduced setting
 #: that keeps the paper's 10 clients per round.
 _REDUCED = ("project: reduced setting for digits (1,438 training examples): at the paper's 100 clients each holds "
@@ -42,7 +35,7 @@ _PARTICIPATION: dict[str, tuple[Any, str]] = {
 }
 #: The paper's training settings (Sec. 7, App. C) for the SGD-client methods.
 _SGD_PAPER: dict[str, tuple[Any, str]] = {
-    "lr": (0.01, "paper: App. C (client lr 1e-2, the best of the grid {1e-2, 1e-1, 1})"),
+    "lr": (0.01, "paper: FedLi App. C (client lr 1e-2, the best of the grid {1e-2, 1e-1, 1})"),
     "lr_decay": (1.0, "project: the paper states no schedule (Sec. 7), so the rate is constant"),
     "local_epochs": (1, f"{_SEC7}: K = 1 local epoch"),
     "batch_size": (32, f"{_SEC7}: batch 32"),
@@ -62,66 +55,6 @@ _ARMIJO_PAPER: dict[str, tuple[Any, str]] = {
     "momentum": (0.0, _NOT_FOR_ARMIJO),
     "grad_clip": (None, _NOT_FOR_ARMIJO),
     **_PARTICIPATION,
-}
-
-_VARIANT = ("project: 'paper' = the paper's method constants; 'code' = the official code's "
-            "(the fedli-code preset)")
-_SLS = "SLS/sls.py, the sls line search the official code runs"
-_WEIGHTED = ("paper: Sec. 1 and Alg. 1 (a weighted average of the clients' updates), weights n_i as the official "
-             "code (fedml/simulation/FedLi/fedlils_api.py)")
-#: Where each ``--set`` hyperparameter's default comes from (``extra["param_provenance"]``).
-PARAM_PROVENANCE: dict[str, dict[str, str]] = {
-    "fedli-ls": {
-        "variant": _VARIANT,
-        "step_size_sync": "paper: Sec. 3 (a unit server step guarantees descent; the official fedlils_api.py "
-                          "averages); Sec. 3's non-convex heuristic is --set step_size_sync=max",
-        "weighting": _WEIGHTED,
-        "eta_max": f"official code: init_step_size = 1 ({_SLS}); Alg. 3 names eta_lmax without a value",
-        "armijo_c": "official code: Sls(c=0.1) in fedml/ml/trainer/my_model_trainer_classification.py; "
-                    "Alg. 3 names c without a value",
-        "backtrack_factor": f"official code: beta_b = 0.9 ({_SLS}); Alg. 3's beta",
-        "growth_factor": f"official code: gamma = 2.0 ({_SLS}); Alg. 4's delta",
-        "reset_option": f"official code: reset_option = 1 ({_SLS}), the paper's opt 2 of Alg. 4",
-        "max_backtracks": f"official code: at most 100 trial steps ({_SLS})",
-        "fallback_step": f"official code: a step of 1e-6 when no trial is accepted ({_SLS})",
-        "grad_tol": f"official code: no step when ||g|| < 1e-8 ({_SLS})",
-        "cap_at_eta_max": "paper: Sec. 5 assumes step sizes <= eta_lmax; sls does not cap (variant=code)",
-        "growth_rule": "paper: Alg. 4 (grow by delta^(b/n_i) from the second step); sls's per-step rule is "
-                       "variant=code",
-        "sls_batches_per_epoch": f"official code: n_batches_per_epoch = 500 ({_SLS}; growth_rule=sls only)",
-    },
-    "fedli-lu": {
-        "variant": _VARIANT,
-        "server_eta": "paper: App. C (eta_g = 1 for all our algorithms)",
-        "server_weight_decay": "paper: App. C (weight decay 1e-3), the lambda of Alg. 2",
-        "server_momentum": "paper: Alg. 2 has no momentum (the official fedml/fedopt/FEDDFW.py uses 0.9: "
-                           "variant=code)",
-        "dfw_eps": "official code: eps = 1e-5 in fedml/fedopt/FEDDFW.py (Alg. 2 names none)",
-        "loss_report": "official code: the epoch's mean minibatch loss "
-                       "(fedml/ml/trainer/my_model_trainer_classification.py), Sec. 7's logged train loss",
-        "weighting": _WEIGHTED,
-    },
-    "fedexp": {
-        "variant": _VARIANT,
-        "eps": "paper: App. C (eps = 1e-3, the best of the grid {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1})",
-        "eps_scaling": "paper: FedExP's step max(1, sum ||D_i||^2 / (2S(||Dbar||^2 + eps))) as App. C runs it; "
-                       "the official FedExP code's S * eps is variant=code",
-        "eps_decay": "paper: App. C gives a constant eps; the official code's 0.998^2 decay per round is variant=code",
-        "weighting": "paper: FedExP's uniform mean over the S clients (Jhunjhunwala et al., ICLR 2023, Alg. 1); "
-                     "n_i weights are variant=code",
-        "eval_last2_avg": "paper: Sec. 7 evaluates the global model; the official code's average of the last two "
-                          "models is variant=code",
-    },
-    "scaffold": {
-        "variant": _VARIANT,
-        "server_lr": "paper: App. C (eta_g = 1)",
-        "control_state": "project: each client keeps c_i in its context.state, so the server holds no per-client "
-                         "table",
-        "weighting": "paper: Karimireddy et al., ICML 2020, Alg. 1 (uniform means); the FedExP code's n_i weights "
-                     "are variant=code",
-        "correction_in_clip": "project: clip the data gradient, then add the correction; the official code clips "
-                              "the corrected gradient (variant=code)",
-    },
 }
 
 #: The official code's training settings (what the ``fedli-code`` preset runs with ``variant="code"``):
@@ -151,6 +84,8 @@ CODE_TRAIN: dict[str, dict[str, Any]] = {
 
 
 def _variant(params: dict) -> str:
+    from .config import VARIANTS
+
     value = str(params.get("variant", "paper"))
     if value not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {value!r}")
@@ -164,34 +99,46 @@ def _pick(params: dict, paper: dict[str, Any], base: dict[str, Any], key: str) -
     return base[key]
 
 
-def fedli_ls_config(params: dict) -> FedLiLSConfig:
+def fedli_ls_config(params: dict):
     """FedLi-LS config from resolved registry parameters."""
+    from .armijo import ArmijoConfig
+    from .config import FedLiLSConfig
+
+    paper = dataclasses.asdict(ArmijoConfig())
     base = FedLiLSConfig.code() if _variant(params) == "code" else FedLiLSConfig()
     armijo_base = dataclasses.asdict(base.armijo)
-    armijo = ArmijoConfig(**{k: _pick(params, _ARMIJO_DEFAULTS, armijo_base, k) for k in _ARMIJO_DEFAULTS})
+    armijo = ArmijoConfig(**{k: _pick(params, paper, armijo_base, k) for k in paper})
     sync = _pick(params, {"step_size_sync": "unit"}, {"step_size_sync": base.step_size_sync}, "step_size_sync")
     weighting = _pick(params, {"weighting": "num_examples"}, {"weighting": base.weighting}, "weighting")
     return FedLiLSConfig(step_size_sync=sync, weighting=weighting, armijo=armijo)
 
 
-def fedli_lu_config(params: dict) -> FedLiLUConfig:
+def fedli_lu_config(params: dict):
     """FedLi-LU config from resolved registry parameters."""
+    from .config import FedLiLUConfig
+    from .dfw import DFWConfig
+
+    defaults = dataclasses.asdict(DFWConfig())
     base = FedLiLUConfig.code() if _variant(params) == "code" else FedLiLUConfig()
-    dfw = DFWConfig(**{k: float(_pick(params, _DFW_DEFAULTS, dataclasses.asdict(base.dfw), k)) for k in _DFW_DEFAULTS})
+    dfw = DFWConfig(**{k: float(_pick(params, defaults, dataclasses.asdict(base.dfw), k)) for k in defaults})
     paper = {"loss_report": "epoch_mean", "weighting": "num_examples"}
     own = {"loss_report": base.loss_report, "weighting": base.weighting}
     return FedLiLUConfig(dfw=dfw, **{k: _pick(params, paper, own, k) for k in paper})
 
 
-def fedexp_config_from_params(params: dict) -> FedExPConfig:
+def fedexp_config_from_params(params: dict):
     """FedExP config from resolved registry parameters."""
+    from .config import FedExPConfig
+
     paper = dataclasses.asdict(FedExPConfig())
     base = dataclasses.asdict(FedExPConfig.code() if _variant(params) == "code" else FedExPConfig())
     return FedExPConfig(**{k: _pick(params, paper, base, k) for k in paper})
 
 
-def scaffold_config_from_params(params: dict, total_examples: int | None) -> ScaffoldConfig:
+def scaffold_config_from_params(params: dict, total_examples: int | None):
     """SCAFFOLD config from resolved registry parameters (``total_examples`` from the experiment)."""
+    from .config import ScaffoldConfig
+
     keys = ("server_lr", "control_state", "weighting", "correction_in_clip")
     paper = {k: getattr(ScaffoldConfig(), k) for k in keys}
     if _variant(params) == "code":
@@ -213,65 +160,74 @@ def _reject_for_armijo(setup: ServerSetup) -> None:
                              "(it would break the sufficient-decrease test of Alg. 3); leave it unset")
 
 
-def _fedli_ls(setup: ServerSetup, params: dict) -> FedLiLSServer:
+def _fedli_ls(setup: ServerSetup, params: dict):
+    from .server import FedLiLSServer
+
     _reject_for_armijo(setup)
     return FedLiLSServer(setup.initial_parameters, config=fedli_ls_config(params), **core_kwargs(setup))
 
 
-def _fedli_lu(setup: ServerSetup, params: dict) -> FedLiLUServer:
+def _fedli_lu(setup: ServerSetup, params: dict):
+    from .server import FedLiLUServer
+
     return FedLiLUServer(setup.initial_parameters, config=fedli_lu_config(params), **core_kwargs(setup))
 
 
-def _fedexp(setup: ServerSetup, params: dict) -> FedExPServer:
+def _fedexp(setup: ServerSetup, params: dict):
+    from .server import FedExPServer
+
     return FedExPServer(setup.initial_parameters, config=fedexp_config_from_params(params), **core_kwargs(setup))
 
 
-def _scaffold(setup: ServerSetup, params: dict) -> ScaffoldServer:
+def _scaffold(setup: ServerSetup, params: dict):
+    from .server import ScaffoldServer
+
     total = sum(int(n) for n in setup.num_examples.values()) or None
     config = scaffold_config_from_params(params, total)
     return ScaffoldServer(setup.initial_parameters, config=config, **core_kwargs(setup))
 
 
-_COMMON = {"variant": "paper"}
+_STRATEGY = "flwr_strategies.fedli.strategy:"
 
 register_method(MethodSpec(
     name="fedli-ls",
     summary="FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
     paper=PAPER,
-    defaults={**_COMMON, "step_size_sync": "unit", "weighting": "num_examples", **_ARMIJO_DEFAULTS},
+    strategy=_STRATEGY + "FedLiLS",
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedli_ls,
     client=f"{CLIENTS}:build_armijo_client",
     train_defaults=_ARMIJO_PAPER,
-    extra={"param_provenance": PARAM_PROVENANCE["fedli-ls"]},
 ))
 register_method(MethodSpec(
     name="fedli-lu",
     summary="FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
             "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
     paper=PAPER,
-    defaults={**_COMMON, **_DFW_DEFAULTS, "loss_report": "epoch_mean", "weighting": "num_examples"},
+    strategy=_STRATEGY + "FedLiLU",
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedli_lu,
     client=f"{CLIENTS}:build_loss_client",
     train_defaults=_SGD_PAPER,
-    extra={"param_provenance": PARAM_PROVENANCE["fedli-lu"]},
 ))
 register_method(MethodSpec(
     name="fedexp",
     summary="FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
     paper="Jhunjhunwala, Wang, Joshi, ICLR 2023",
-    defaults={**_COMMON, **dataclasses.asdict(FedExPConfig())},
+    strategy=_STRATEGY + "FedExP",
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
     build_core=_fedexp,
     client=f"{CLIENTS}:build_sgd_client",
     train_defaults=_SGD_PAPER,
-    extra={"param_provenance": PARAM_PROVENANCE["fedexp"]},
 ))
 register_method(MethodSpec(
     name="scaffold",
     summary="SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
     paper="Karimireddy et al., ICML 2020",
-    defaults={**_COMMON, "server_lr": 1.0, "control_state": "client", "weighting": "uniform", "correction_in_clip": False},
+    strategy=_STRATEGY + "Scaffold",
+    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
+    derived={"total_examples": "the partitions' sizes, with weighting=num_examples"},
     build_core=_scaffold,
     client=f"{CLIENTS}:build_scaffold_client",
     train_defaults=_SGD_PAPER,
-    extra={"param_provenance": PARAM_PROVENANCE["scaffold"]},
 ))

@@ -20,12 +20,19 @@ The client pieces (the ``MeZO`` optimizer, payload helpers, ready-made clients) 
 ``flwr_strategies.clients.fedmezo``.
 """
 
-from .config import FedMeZOConfig, LoRAFedAvgConfig
-from .engine import MeZOEngine, StepResult, trainable_named_params
-from .lr_rules import PersonalisedLR, normalise_signals, personalised_lrs
-from .replay import decode_pairs, encode_pairs, replay_updates
-from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
-from .zseed import derive_seed, make_generator, z_like
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".config": ("FedMeZOConfig", "LoRAFedAvgConfig"),
+    ".engine": ("MeZOEngine", "StepResult", "trainable_named_params"),
+    ".lr_rules": ("PersonalisedLR", "normalise_signals", "personalised_lrs"),
+    ".replay": ("decode_pairs", "encode_pairs", "replay_updates"),
+    ".server": ("FedMeZOServer", "LoRAFedAvgServer", "lora_positions"),
+    ".zseed": ("derive_seed", "make_generator", "z_like"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "FedMeZOConfig",

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..core.declare import setting
 from ..setup import SettingError
 from .engine import RESTORE_MODES, VARIANTS
 from .lr_rules import LR_STRATEGIES
 from .zseed import Z_DEVICES
 
-__all__ = ["FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
+__all__ = ["LoRAWorkloadConfig", "FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
            "Z_DEVICES", "ADAPTER_DTYPES", "VARIANTS"]
 
 COMM_MODES = ("params", "seeds")
@@ -60,6 +61,12 @@ def _steps_or_epochs(local_steps, local_epochs) -> None:
         _integer("local_steps", local_steps, 1)
     else:
         _integer("local_epochs", local_epochs, 1)
+
+
+_YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
+_BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
+_VARIANT = ("project: 'paper' = the paper's method in fp32; 'code' = the official code's arithmetic and half "
+            "precision (the fedmezo-code preset)")
 
 
 @dataclass(frozen=True)
@@ -124,24 +131,32 @@ class FedMeZOConfig:
         the clients; see :mod:`.engine`.
     """
 
-    lr: float = 1e-5
-    local_steps: int | None = 30
-    local_epochs: int | None = None
-    batch_size: int = 1
-    mu: float = 1e-3
-    weight_decay: float = 0.0
-    lr_decay: float = 1.0
-    num_perturbations: int = 1
-    lr_strategy: str = "frozen"
-    lr_alpha: float = 5e-6
-    lr_alpha_rel: float | None = None
-    lr_window: int = 5
-    weighting: str = "uniform"
-    comm_mode: str = "params"
-    z_device: str = "cpu"
-    restore_mode: str = "snapshot"
-    eval_every: int = 10
-    variant: str = "paper"
+    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (lr 1e-5 for OpenLLaMA-3B)")
+    local_steps: int | None = setting(30, ">= 1 or None", "paper: Sec. 5.3.2 (the standard H = 30 local steps)")
+    local_epochs: int | None = setting(None, ">= 1 or None", "paper: Sec. 5.3.2 (the local budget is H steps)")
+    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)")
+    mu: float = setting(1e-3, "> 0", "paper: App. E.3 (mu = 1e-3, following MeZO)")
+    weight_decay: float = setting(0.0, ">= 0", f"official code: {_YAML} (weight_decay: 0.0)")
+    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_YAML} (train_strategy 'frozen': a constant rate)")
+    num_perturbations: int = setting(1, ">= 1", "official code: llm/trainer/mezo_trainer.py (one direction per step)")
+    lr_strategy: str = setting("frozen", "frozen, five-round, ...", "official code: train_strategy 'frozen' "
+                                                                    f"({_YAML}), the static rate of the main results")
+    lr_alpha: float = setting(5e-6, ">= 0", "official code: federatedscope/core/trainers/trainer.py "
+                                            "(lr + 0.000005 * Phi)")
+    lr_alpha_rel: float | None = setting(None, ">= 0 or None", "project: None = the official absolute lr_alpha; the "
+                                                               "paper's relative eta0 (1 + alpha Phi) (Prop. 3.7) is "
+                                                               "lr_alpha_rel")
+    lr_window: int = setting(5, ">= 1", "official code: federatedscope/core/trainers/trainer.py (five-round: the "
+                                        "last 5 rounds)")
+    weighting: str = setting("uniform", "uniform, num_examples", "paper: Sec. 2.2 (FedAvg over the N clients of "
+                                                                 "f = (1/N) sum_i f_i)")
+    comm_mode: str = setting("params", "params, seeds", "paper: App. F.1 (clients upload their LoRA weights)")
+    z_device: str = setting("cpu", "cpu, param", "project: directions drawn on the CPU are identical on every "
+                                                 "machine (seed replay)")
+    restore_mode: str = setting("snapshot", "snapshot, regenerate", "project: a bit-exact restore from a copy of the "
+                                                                    "tuned tensors")
+    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
+    variant: str = setting("paper", "paper, code", _VARIANT)
 
     def __post_init__(self) -> None:
         _number("lr", self.lr, low=0.0, low_open=True)
@@ -223,16 +238,18 @@ class LoRAFedAvgConfig:
         Central evaluation period in rounds, >= 1.
     """
 
-    lr: float = 1e-5
-    local_steps: int | None = 30
-    local_epochs: int | None = None
-    batch_size: int = 1
-    weight_decay: float = 0.0
-    momentum: float = 0.0
-    lr_decay: float = 1.0
-    grad_clip: float | None = None
-    weighting: str = "uniform"
-    eval_every: int = 10
+    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (the same rate as FedMeZO)")
+    local_steps: int | None = setting(30, ">= 1 or None", f"official code: {_BP_YAML} (local_update_steps 30, as FedMeZO; "
+                                                          "the paper's text says one epoch)")
+    local_epochs: int | None = setting(None, ">= 1 or None", f"official code: {_BP_YAML} (30 batches)")
+    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)")
+    weight_decay: float = setting(0.0, ">= 0", f"official code: {_BP_YAML} (weight_decay: 0.0)")
+    momentum: float = setting(0.0, "[0, 1)", f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)")
+    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_BP_YAML} (a constant rate)")
+    grad_clip: float | None = setting(None, "> 0 or None", f"official code: {_BP_YAML} (no gradient clipping)")
+    weighting: str = setting("uniform", "uniform, num_examples", "paper: Sec. 2.2 (FedAvg over the N clients of "
+                                                                 "f = (1/N) sum_i f_i)")
+    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
 
     def __post_init__(self) -> None:
         _number("lr", self.lr, low=0.0, low_open=True)
@@ -257,3 +274,52 @@ class LoRAFedAvgConfig:
         if self.grad_clip is not None:
             out["grad_clip"] = float(self.grad_clip)
         return out
+
+
+@dataclass(frozen=True)
+class LoRAWorkloadConfig:
+    """The language-model workload of ``fedmezo`` and ``lora-fedavg`` on the command line: the
+    base model, its LoRA adapters and the generated data (``--set key=value``; checked when the
+    workload is built, ``simulations.lm.task.LMSettings``).
+
+    Parameters
+    ----------
+    variant : str (default: "paper")
+        ``"paper"`` or ``"code"`` (the official code's half precision).
+    model_dir : str (default: "")
+        Local checkpoint folder; "" = the cached tiny LLaMA-architecture base.
+    lora_r : int (default: 128)
+        LoRA rank, >= 1.
+    lora_alpha : float (default: 256)
+        LoRA scaling numerator, > 0.
+    lora_dropout : float (default: 0.05)
+        LoRA dropout, in [0, 1).
+    lora_targets : str (default: "q_proj,v_proj")
+        Comma-separated module-name suffixes that get adapters.
+    max_len : int (default: 320)
+        Token length limit of an example, >= 8.
+    base_dtype, adapter_dtype : str (default: "fp32")
+        ``fp32``, ``fp16`` or ``bf16``.
+    n_examples : int (default: 1200)
+        Generated examples (``--dataset instructions`` only), >= 2.
+    test_fraction : float (default: 1/12)
+        Fraction held out as the central test split, in (0, 1).
+    """
+
+    variant: str = setting("paper", "paper, code", _VARIANT)
+    model_dir: str = setting("", "a folder, or ''", "project: '' = the cached tiny LLaMA-architecture base (no hub "
+                                                    "download); the paper's OpenLLaMA-3B via --model DIR")
+    lora_r: int = setting(128, ">= 1", "paper: App. E.3 (LoRA rank 128)")
+    lora_alpha: int = setting(256, "> 0", "paper: App. E.3 (LoRA alpha 256)")
+    lora_dropout: float = setting(0.05, "[0, 1)", f"official code: {_YAML} (lora_dropout: 0.05)")
+    lora_targets: str = setting("q_proj,v_proj", "comma-separated module names",
+                                "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's "
+                                "LLaMA default (q_proj, v_proj) applies")
+    max_len: int = setting(320, ">= 8", f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})")
+    base_dtype: str = setting("fp32", "fp32, fp16, bf16", "project: fp32 on CPU; the paper loads the model in 16 bits "
+                                                          "(App. E.2): variant=code")
+    adapter_dtype: str = setting("fp32", "fp32, fp16, bf16", "project: fp32 adapters keep updates of 1e-5 that fp16 "
+                                                             "rounds away; fp16 with the whole model is variant=code")
+    n_examples: int = setting(1200, ">= 2", "project: generated examples (--dataset instructions only)")
+    test_fraction: float = setting(1 / 12, "(0, 1)", "project: 100 of the 1,200 generated examples; the paper holds "
+                                                     "out 1% (App. E.1)")

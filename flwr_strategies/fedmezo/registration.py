@@ -33,21 +33,9 @@ from typing import Any
 
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
-from .config import FedMeZOConfig, LoRAFedAvgConfig
-from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
 
+_WORKLOAD = "flwr_strategies.fedmezo.config:LoRAWorkloadConfig"
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
-
-#: The LM workload's settings (see ``simulations.lm.task.LMSettings``): paper LoRA shape, tiny-model data sizes.
-LM_DEFAULTS = {"variant": "paper", "model_dir": "", "lora_r": 128, "lora_alpha": 256, "lora_dropout": 0.05,
-               "lora_targets": "q_proj,v_proj", "max_len": 320, "base_dtype": "fp32", "adapter_dtype": "fp32",
-               "n_examples": 1200, "test_fraction": 1 / 12, "eval_every": 10, "weighting": "uniform"}
-
-_ZO = FedMeZOConfig()
-FEDMEZO_DEFAULTS = {**LM_DEFAULTS, "mu": _ZO.mu, "num_perturbations": _ZO.num_perturbations,
-                    "lr_strategy": _ZO.lr_strategy, "lr_alpha": _ZO.lr_alpha, "lr_alpha_rel": None,
-                    "lr_window": _ZO.lr_window, "comm_mode": _ZO.comm_mode, "z_device": _ZO.z_device,
-                    "restore_mode": _ZO.restore_mode}
 
 _YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
 _BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
@@ -81,6 +69,9 @@ LORA_FEDAVG_TRAIN_DEFAULTS = {
     "weight_decay": (0.0, f"official code: {_BP_YAML} (weight_decay: 0.0)"),
 }
 
+#: The run's own settings that set the configs' training fields (the command line's flags).
+DERIVED = {k: f"--{k.replace('_', '-')}" for k in ("lr", "local_steps", "local_epochs", "batch_size", "weight_decay",
+                                                  "lr_decay", "momentum", "grad_clip")}
 _HALF = "official code: is_enable_half: True in llm/baseline/*/*.yaml runs model.half() on the whole model"
 #: Defaults that follow ``variant``: the official code's precision, directions and restore.
 VARIANT_DEFAULTS = {
@@ -107,32 +98,6 @@ FEDMEZO_VARIANT_DEFAULTS = {
     }),
 }
 
-#: Where each ``--set`` hyperparameter's default comes from (``extra["param_provenance"]``).
-PARAM_PROVENANCE = {
-    "variant": "project: 'paper' = the paper's method in fp32; 'code' = the official code's arithmetic and half "
-               "precision (the fedmezo-code preset)",
-    "model_dir": "project: '' = the cached tiny LLaMA-architecture base (no hub download); the paper's OpenLLaMA-3B "
-                 "via --model DIR",
-    "lora_r": "paper: App. E.3 (LoRA rank 128)",
-    "lora_alpha": "paper: App. E.3 (LoRA alpha 256)",
-    "lora_dropout": f"official code: {_YAML} (lora_dropout: 0.05)",
-    "lora_targets": "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's LLaMA default "
-                    "(q_proj, v_proj) applies",
-    "max_len": f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})",
-    "n_examples": "project: generated examples (--dataset instructions only)",
-    "test_fraction": "project: 100 of the 1,200 generated examples; the paper holds out 1% (App. E.1)",
-    "eval_every": f"official code: {_YAML} (eval freq: 10)",
-    "weighting": "paper: Sec. 2.2 (FedAvg over the N clients of f = (1/N) sum_i f_i)",
-    "mu": "paper: App. E.3 (mu = 1e-3, following MeZO)",
-    "num_perturbations": "official code: llm/trainer/mezo_trainer.py (one direction per step)",
-    "lr_strategy": f"official code: train_strategy 'frozen' ({_YAML}), the static rate of the main results",
-    "lr_alpha": "official code: federatedscope/core/trainers/trainer.py (lr + 0.000005 * Phi)",
-    "lr_alpha_rel": "project: none = the official absolute lr_alpha; the paper's relative eta0 (1 + alpha Phi) "
-                    "(Prop. 3.7) is lr_alpha_rel",
-    "lr_window": "official code: federatedscope/core/trainers/trainer.py (five-round: the last 5 rounds)",
-    "comm_mode": "paper: App. F.1 (clients upload their LoRA weights)",
-}
-
 #: Why a value in TRAIN_DEFAULTS is not the paper's (shown in docs and results).
 TRAIN_DEFAULT_NOTES = {
     "lr": "paper: 1e-5 for OpenLLaMA-3B (fedmezo-paper preset); 2e-4 is the largest stable rate on the tiny "
@@ -148,17 +113,21 @@ def _steps(setup: ServerSetup) -> dict[str, Any]:
 
 
 def _core_kwargs(setup: ServerSetup) -> dict[str, Any]:
+    from .server import lora_positions
+
     keys = list(setup.model_fn().state_dict().keys())
     return {"trainable": lora_positions(keys), "final_round": setup.num_rounds, "num_partitions": setup.num_clients,
             "fraction_train": setup.fraction_fit, "min_train": setup.clients_per_round, "seed": setup.seed,
             "on_train_config": setup.fit_config}
 
 
-def fedmezo_config(setup: ServerSetup, params: dict) -> FedMeZOConfig:
-    """:class:`FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
+def fedmezo_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
 
     ``momentum`` and ``grad_clip`` are rejected: MeZO keeps no optimizer state and computes no gradient.
     """
+    from .config import FedMeZOConfig
+
     t = setup.train
     if t.momentum:
         raise ValueError(f"fedmezo: momentum={t.momentum!r} is not supported (MeZO keeps no optimizer state); use 0")
@@ -172,20 +141,26 @@ def fedmezo_config(setup: ServerSetup, params: dict) -> FedMeZOConfig:
         restore_mode=params["restore_mode"], eval_every=params["eval_every"], variant=params["variant"])
 
 
-def lora_fedavg_config(setup: ServerSetup, params: dict) -> LoRAFedAvgConfig:
-    """:class:`LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
+def lora_fedavg_config(setup: ServerSetup, params: dict):
+    """:class:`~.config.LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
+    from .config import LoRAFedAvgConfig
+
     t = setup.train
     return LoRAFedAvgConfig(lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), weight_decay=t.weight_decay,
                             momentum=t.momentum, lr_decay=t.lr_decay, grad_clip=t.grad_clip,
                             weighting=params["weighting"], eval_every=params["eval_every"])
 
 
-def _fedmezo(setup: ServerSetup, params: dict) -> FedMeZOServer:
+def _fedmezo(setup: ServerSetup, params: dict):
+    from .server import FedMeZOServer
+
     config = fedmezo_config(setup, params)
     return FedMeZOServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
 
 
-def _lora_fedavg(setup: ServerSetup, params: dict) -> LoRAFedAvgServer:
+def _lora_fedavg(setup: ServerSetup, params: dict):
+    from .server import LoRAFedAvgServer
+
     config = lora_fedavg_config(setup, params)
     return LoRAFedAvgServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
 
@@ -193,15 +168,14 @@ def _lora_fedavg(setup: ServerSetup, params: dict) -> LoRAFedAvgServer:
 register_method(MethodSpec(
     name="fedmezo",
     summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
-    paper=PAPER, defaults=FEDMEZO_DEFAULTS, build_core=_fedmezo,
+    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(_WORKLOAD,),
+    overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, build_core=_fedmezo,
     client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES, "param_provenance": PARAM_PROVENANCE,
-                             "param_defaults": FEDMEZO_VARIANT_DEFAULTS}))
+    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
 register_method(MethodSpec(
     name="lora-fedavg",
     summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
-    paper=PAPER, defaults=dict(LM_DEFAULTS), build_core=_lora_fedavg,
+    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(_WORKLOAD,),
+    overrides=VARIANT_DEFAULTS, derived=DERIVED, build_core=_lora_fedavg,
     client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES,
-                             "param_provenance": {k: PARAM_PROVENANCE[k] for k in LM_DEFAULTS if k in PARAM_PROVENANCE},
-                             "param_defaults": VARIANT_DEFAULTS}))
+    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))

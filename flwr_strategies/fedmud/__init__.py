@@ -13,27 +13,25 @@ parametrisation), :mod:`.wrap` (wrapping a model, reset/merge, wire schema), :mo
 The client pieces are in :mod:`flwr_strategies.clients.fedmud`.
 """
 
-from .aggregation import aggregation_weights, weighted_mean
-from .baselines import BASELINE_SCHEMES, svd_factors
-from .config import DEFAULT_INIT_SCALE, METHOD_CONFIGS, METHOD_OPTIONS, VARIANTS, FedMUDConfig, MUDOptions
-from .delta import UpdateDecomposition
-from .kron import batched_kron, bkd_blocks, bkd_delta, bkd_side
-from .protocol import FedMUDStateError, MUDClientCore, plan_for_config
-from .schedule import is_push_round, validate_reset_interval
-from .seeds import draw_factor, factor_generator
-from .server import FedMUDServer
-from .sizing import (
-    LayerPlan,
-    ModelPlan,
-    UnreachableRatioError,
-    compressible_layers,
-    layer_view,
-    plan_at_rho,
-    plan_model,
-    smallest_reachable_ratio,
-    validate_ratio,
-)
-from .wrap import DecomposedModel, default_init_scale
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".aggregation": ("aggregation_weights", "weighted_mean"),
+    ".baselines": ("BASELINE_SCHEMES", "svd_factors"),
+    ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "METHOD_OPTIONS", "VARIANTS", "FedMUDConfig", "MUDOptions"),
+    ".delta": ("UpdateDecomposition",),
+    ".kron": ("batched_kron", "bkd_blocks", "bkd_delta", "bkd_side"),
+    ".protocol": ("FedMUDStateError", "MUDClientCore", "plan_for_config"),
+    ".schedule": ("is_push_round", "validate_reset_interval"),
+    ".seeds": ("draw_factor", "factor_generator"),
+    ".server": ("FedMUDServer",),
+    ".sizing": ("LayerPlan", "ModelPlan", "UnreachableRatioError", "compressible_layers", "layer_view",
+                "plan_at_rho", "plan_model", "smallest_reachable_ratio", "validate_ratio"),
+    ".wrap": ("DecomposedModel", "default_init_scale"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "BASELINE_SCHEMES", "DEFAULT_INIT_SCALE", "DecomposedModel", "FedMUDConfig", "FedMUDServer", "FedMUDStateError",

@@ -16,15 +16,18 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
+from ..core.declare import setting, sourced
 from .aggregation import WEIGHTINGS
 from .schedule import validate_reset_interval
-from .seeds import INIT_DISTS
-from .sizing import DECOMPS, PATTERNS, validate_ratio
 
 __all__ = ["FedMUDConfig", "MUDOptions", "METHOD_CONFIGS", "METHOD_OPTIONS", "BASE_INITS", "VARIANTS",
            "DEFAULT_INIT_SCALE"]
 
 BASE_INITS = ("normal", "kaiming", "given")
+#: Update decompositions, update patterns and factor distributions (:class:`FedMUDConfig`).
+DECOMPS = ("mat", "kron", "hadamard")
+PATTERNS = ("ab", "freeze", "aad")
+INIT_DISTS = ("uniform", "normal")
 
 #: ``init_scale`` used when it is left at None, per ``decomp``: 5.0 for BKD (the released script's
 #: ``uni_5.0``, official code); 1.0 for the matrix forms (the paper tunes ``a`` over
@@ -42,6 +45,17 @@ VARIANTS = {
     "fedmud_bkd_f": ("kron", "freeze"),
     "fedmud_bkd_aad": ("kron", "aad"),
 }
+
+
+def validate_ratio(ratio: float, name: str = "target_ratio") -> float:
+    """Return ``ratio`` as float if it lies in (0, 1], else raise ``ValueError``."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number in (0, 1], got {ratio!r}") from exc
+    if not (0.0 < value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{name} must be in (0, 1], got {ratio!r}")
+    return value
 
 
 def _flag(name: str, value: Any) -> None:
@@ -126,22 +140,38 @@ class FedMUDConfig:
         ``zero_base=True``, ``reset_interval=None``.
     """
 
-    decomp: str = "kron"
-    pattern: str = "aad"
-    target_ratio: float = 1 / 32
-    fallback_ratio: float | None = None
-    init_scale: float | str | None = None
-    init_dist: str = "uniform"
-    reset_interval: int | None = 1
-    skip_first: int = 1
-    skip_last: int = 1
-    weighting: str = "num_examples"
-    zero_base: bool = False
-    random_right: bool = False
-    base_init: str = "normal"
-    base_std: float = 0.01
-    strict_ratio: bool = True
-    fedhm: bool = False
+    decomp: str = setting("kron", "kron, mat, hadamard", "paper: FedMUD Sec. 3.2 (block-wise Kronecker decomposition, "
+                                                         "BKD)")
+    pattern: str = setting("aad", "aad, ab, freeze", "paper: FedMUD Sec. 3.3 (aggregation-aware decomposition, AAD)")
+    target_ratio: float = setting(1 / 32, "(0, 1]", "paper: FedMUD Sec. 5.1 (Hyperparameters): ratio 1/32 for all "
+                                                    "methods")
+    fallback_ratio: float | None = setting(None, "(0, 1] or None",
+                                           "project: None = no fallback; an unreachable ratio is an error (see "
+                                           "strict_ratio)")
+    init_scale: float | str | None = setting(None, "> 0, 'auto' or None",
+                                             "project: None = follows decomp (DEFAULT_INIT_SCALE: 5.0 for BKD, the "
+                                             "released script's uni_5.0; 1.0 otherwise)")
+    init_dist: str = setting("uniform", "uniform, normal", "paper: FedMUD Sec. 5.1 (Hyperparameters): factors drawn "
+                                                           "from U(-a, a)")
+    reset_interval: int | None = setting(1, ">= 1, or None (never)",
+                                         "paper: FedMUD Sec. 5.4, Fig. 3 (reset every round, s = 1; dmu_interval=1 "
+                                         "in run/*.sh)")
+    skip_first: int = setting(1, ">= 0", "paper: FedMUD Sec. 5.1 (the first and last layers are not compressed; "
+                                         "skip_front_back=1-1 in run/*.sh)")
+    skip_last: int = setting(1, ">= 0", "paper: FedMUD Sec. 5.1 (the first and last layers are not compressed; "
+                                        "skip_front_back=1-1 in run/*.sh)")
+    weighting: str = setting("num_examples", "num_examples, uniform",
+                             "project: weights by example count, as Flower's FedAvg; the official train/client.py "
+                             "weights by its number of batches and the paper's Eq. 4 is uniform (weighting=uniform)")
+    zero_base: bool = setting(False, "bool", "paper: FedMUD Sec. 3.1, Eq. 3 (the factors parametrise the update of "
+                                             "W_base)")
+    random_right: bool = setting(False, "bool", "paper: FedMUD Sec. 3.1, Eq. 3 (the update starts at zero)")
+    base_init: str = setting("normal", "normal, kaiming, given",
+                             "official code: decompose/models.py initialises weights from Normal(0, 0.01)")
+    base_std: float = setting(0.01, "> 0, finite", "official code: decompose/models.py nn.init.normal_(std=0.01)")
+    strict_ratio: bool = setting(True, "bool", "project: a ratio the model cannot reach is an error, never silently "
+                                               "raised (the official code accepts its floor: strict_ratio=False)")
+    fedhm: bool = setting(False, "bool", "project: the server-side SVD is FedHM's alone (the FedHM baseline)")
 
     def __post_init__(self) -> None:
         if self.decomp not in DECOMPS:
@@ -222,14 +252,34 @@ class FedMUDConfig:
 #: Former name, kept for existing code.
 MUDOptions = FedMUDConfig
 
+
+
+def _baseline(what: str) -> dict[str, str]:
+    """The sources of a low-rank baseline's structural settings (host paper, Sec. 5.1)."""
+    source = f"paper: host paper (FedMUD) Sec. 5.1 (Baselines): {what}"
+    return {"decomp": source, "pattern": source, "reset_interval": f"{source}; None = never reset",
+            "zero_base": source, "random_right": source}
+
+
 # method name -> config: the six FedMUD variants and the low-rank baselines
 METHOD_CONFIGS: dict[str, FedMUDConfig] = {
     "fedmud": FedMUDConfig(),  # FedMUD+BKD+AAD, the paper's best; every setting overridable
     **{name: FedMUDConfig(decomp=d, pattern=p) for name, (d, p) in VARIANTS.items()},
-    "fedlmt": FedMUDConfig(decomp="mat", pattern="ab", reset_interval=None, zero_base=True, random_right=True,
-                           init_scale=0.5),
-    "fedpara": FedMUDConfig(decomp="hadamard", pattern="ab", reset_interval=None, zero_base=True, init_scale=0.8),
-    "fedhm": FedMUDConfig(decomp="mat", pattern="ab", reset_interval=None, zero_base=True, random_right=True,
-                          fedhm=True, base_init="kaiming"),
+    "fedlmt": sourced(FedMUDConfig(decomp="mat", pattern="ab", reset_interval=None, zero_base=True, random_right=True,
+                                   init_scale=0.5), **_baseline("FedLMT trains a pre-decomposed model U@V"),
+                      init_scale="project: the paper tunes a (Sec. 5.1) and does not report FedLMT's; U@V at about "
+                                 "PyTorch's weight scale"),
+    "fedpara": sourced(FedMUDConfig(decomp="hadamard", pattern="ab", reset_interval=None, zero_base=True,
+                                    init_scale=0.8),
+                       **{k: v for k, v in _baseline("FedPara's low-rank Hadamard product (X1@Y1)*(X2@Y2)").items()
+                          if k != "random_right"},
+                       init_scale="project: the paper tunes a (Sec. 5.1) and does not report FedPara's; (X1Y1)*(X2Y2) "
+                                  "at about PyTorch's weight scale"),
+    "fedhm": sourced(FedMUDConfig(decomp="mat", pattern="ab", reset_interval=None, zero_base=True, random_right=True,
+                                  fedhm=True, base_init="kaiming"),
+                     **_baseline("FedHM factorises the server's model by truncated SVD"),
+                     fedhm="paper: host paper (FedMUD) Sec. 5.1 (Baselines): FedHM's server-side SVD",
+                     base_init="project: PyTorch's default init; a rank-r SVD of Normal(0, 0.01) weights leaves the "
+                               "network silent"),
 }
 METHOD_OPTIONS = METHOD_CONFIGS

@@ -17,8 +17,8 @@ Every default carries its source (``python -m simulations defaults fedmud``):
 - participation on the default dataset (digits, 1,438 training examples) is a reduced setting: 10
   clients, all training every round, which keeps the paper's 10 clients per round; any other dataset
   gets the paper's 100 clients with fraction 0.1.
-- aggregation weights: by example count, as the official code (``train/client.py`` returns the number of
-  its batches as the weight) and Flower's FedAvg; the paper's Eq. 4 is the uniform mean
+- aggregation weights: by example count, as Flower's FedAvg (a project choice: the official
+  ``train/client.py`` weights by its number of batches); the paper's Eq. 4 is the uniform mean
   (``--set weighting=uniform``).
 - initialisation scale ``a`` of ``Uniform(-a, a)``: a number that follows ``decomp`` unless set: 5.0 for
   BKD (the released script's ``uni_5.0``), 1.0 for the matrix forms (the paper tunes ``a`` over {0.01,
@@ -30,7 +30,11 @@ The registered methods therefore carry ``fallback_ratio=0.35`` (project choice):
 1/32 is unreachable, with a warning and the ratio reported every round. At 0.35 the one compressed
 layer keeps about 10% of its weights and every variant and baseline learns within 5 rounds; at the
 floor (0.275-0.30) FedPara's Hadamard factors are rank 2 and it does not learn. The paper's CNNs
-reach 1/32 and never use the fallback. Set ``fallback_ratio=0`` to get an error instead.
+reach 1/32 and never use the fallback. Set ``fallback_ratio=none`` to get an error instead.
+
+The hyperparameters and their sources are the fields of the strategy classes' configs
+(:class:`~flwr_strategies.fedmud.config.FedMUDConfig`, ``METHOD_CONFIGS``); the values above that
+differ from a class's default are the method's named overrides (``python -m simulations defaults``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from typing import Any
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
 from .config import METHOD_CONFIGS, VARIANTS, FedMUDConfig
-from .server import FedMUDServer
 
 PAPER = "Li et al., The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient FL, ICML 2025"
 CITES = {
@@ -60,10 +63,11 @@ SUMMARIES = {
     "fedpara": "FedPara: low-rank Hadamard weights (X1@Y1)*(X2@Y2)",
     "fedhm": "FedHM: SVD of the full global model each round, average of recovered products",
 }
+STRATEGIES = {"fedlmt": "FedLMT", "fedpara": "FedPara", "fedhm": "FedHM"}
 #: Whole-model ratio used where the paper's 1/32 is unreachable (the default digits MLP); see the module docstring.
 DEFAULT_FALLBACK_RATIO = 0.35
 
-_SEC51 = "paper: Sec. 5.1 (Hyperparameters)"
+_SEC51 = "paper: FedMUD Sec. 5.1 (Hyperparameters)"
 _REDUCED = ("project: reduced setting for digits (1,438 training examples): at the paper's 100 clients each holds "
             "about 14 examples, a fraction of one batch of 64; 10 clients, all training, keep the paper's 10 clients "
             "per round (--num-clients 100 --fraction-fit 0.1 is the paper's)")
@@ -96,6 +100,7 @@ _PATTERN = {
     "ab": "paper: Sec. 3.1, Eq. 3 (both factors trained)",
     "freeze": "paper: Sec. 5.3, Table 2 (the '+F' variants: one factor frozen)",
 }
+#: The initialisation scale the command line runs where the class leaves it to follow ``decomp``.
 _INIT_SCALE = ("params.decomp", {
     "kron": (5.0, "official code: run/32-feddmu.sh init uni_5.0 (BKD); the paper tunes a over "
                   "{0.01, 0.05, 0.1, 0.5, 1, 5, 10} (Sec. 5.1)"),
@@ -103,93 +108,26 @@ _INIT_SCALE = ("params.decomp", {
                  "it; 1.0 is where every matrix variant learns at lr 0.01 on digits (0.1 stays at chance)"),
     "hadamard": (1.0, "project: the paper tunes a (Sec. 5.1) and does not report FedPara's"),
 })
-_BASELINE = "paper: Sec. 5.1 (Baselines)"
-_COMMON_PROVENANCE = {
-    "target_ratio": f"{_SEC51}: ratio 1/32 for all methods",
-    "fallback_ratio": "project: digits' MLP cannot reach 1/32 (its dense first and last layers are 27.5% of it); "
-                      "at 0.35 every method learns within 5 rounds; used only when the target is unreachable",
-    "init_dist": f"{_SEC51}: factors drawn from U(-a, a)",
-    "skip_first": "paper: Sec. 5.1 (the first and last layers are not compressed; skip_front_back=1-1 in run/*.sh)",
-    "skip_last": "paper: Sec. 5.1 (the first and last layers are not compressed; skip_front_back=1-1 in run/*.sh)",
-    "weighting": "official code: train/client.py returns its number of batches as FedAvg's weight; here the number "
-                 "of examples, as Flower's FedAvg (the paper's Eq. 4 is uniform: --set weighting=uniform)",
-    "base_init": "official code: decompose/models.py initialises weights from Normal(0, 0.01)",
-    "base_std": "official code: decompose/models.py nn.init.normal_(std=0.01)",
-    "strict_ratio": "project: a ratio the model cannot reach is an error, never silently raised (the official code "
-                    "accepts its floor: strict_ratio=False)",
-}
+_FALLBACK = (DEFAULT_FALLBACK_RATIO, "project: digits' MLP cannot reach 1/32 (its dense first and last layers are "
+                                     "27.5% of it); at 0.35 every method learns within 5 rounds; used only when the "
+                                     "target is unreachable (fallback_ratio=none: an error instead)")
 
 
-def _provenance(name: str) -> dict[str, str]:
-    cfg = METHOD_CONFIGS[name]
-    out = dict(_COMMON_PROVENANCE)
-    if name in ("fedlmt", "fedpara", "fedhm"):
-        what = {"fedlmt": "FedLMT trains a pre-decomposed model U@V",
-                "fedpara": "FedPara's low-rank Hadamard product (X1@Y1)*(X2@Y2)",
-                "fedhm": "FedHM factorises the server's model by truncated SVD"}[name]
-        out.update(decomp=f"{_BASELINE}: {what}", pattern=f"{_BASELINE}: {what}",
-                   reset_interval=f"{_BASELINE}: {what}; 0 = never reset")
-    else:
-        out.update(decomp=_DECOMP[cfg.decomp], pattern=_PATTERN[cfg.pattern],
-                   reset_interval="paper: Sec. 5.4, Fig. 3 (reset every round, s = 1; dmu_interval=1 in run/*.sh)")
-    if name == "fedlmt":
-        out["init_scale"] = ("project: the paper tunes a (Sec. 5.1) and does not report FedLMT's; U@V at about "
-                             "PyTorch's weight scale")
-    elif name == "fedpara":
-        out["init_scale"] = ("project: the paper tunes a (Sec. 5.1) and does not report FedPara's; (X1Y1)*(X2Y2) at "
-                             "about PyTorch's weight scale")
-    if name == "fedhm":
-        out["base_init"] = ("project: PyTorch's default init; a rank-r SVD of Normal(0, 0.01) weights leaves the "
-                            "network silent")
+def _overrides(name: str) -> dict[str, Any]:
+    """The values the command line runs instead of the class's: the variant's structure, the fallback
+    ratio of the default dataset, and the initialisation scale that follows ``decomp``."""
+    out: dict[str, Any] = {"fallback_ratio": _FALLBACK}
+    if name in VARIANTS:
+        decomp, pattern = VARIANTS[name]
+        out.update(decomp=(decomp, _DECOMP[decomp]), pattern=(pattern, _PATTERN[pattern]))
+    if METHOD_CONFIGS[name].init_scale is None:
+        out["init_scale"] = _INIT_SCALE
     return out
 
 
-def _param_defaults(name: str) -> dict[str, Any]:
-    """Hyperparameters whose default follows another: ``init_scale`` follows ``decomp`` where the method's
-    config leaves it unset."""
-    return {"init_scale": _INIT_SCALE} if METHOD_CONFIGS[name].init_scale is None else {}
-
-
-def _defaults(cfg: FedMUDConfig) -> dict[str, Any]:
-    return {
-        "decomp": cfg.decomp,
-        "pattern": cfg.pattern,
-        "target_ratio": float(cfg.target_ratio),
-        "fallback_ratio": DEFAULT_FALLBACK_RATIO,  # 0 = none
-        "init_scale": float(cfg.scale),  # a number; follows decomp unless set (extra["param_defaults"])
-        "init_dist": cfg.init_dist,
-        "reset_interval": int(cfg.reset_interval or 0),  # 0 = never reset
-        "skip_first": int(cfg.skip_first),
-        "skip_last": int(cfg.skip_last),
-        "weighting": cfg.weighting,
-        "base_init": cfg.base_init,
-        "base_std": float(cfg.base_std),
-        "strict_ratio": bool(cfg.strict_ratio),
-    }
-
-
 def config_from_params(name: str, params: dict) -> FedMUDConfig:
-    """The :class:`FedMUDConfig` of method ``name`` with registry ``params`` applied (validated).
-
-    Registry conventions: ``reset_interval=0`` never resets, ``fallback_ratio=0`` means no fallback.
-    """
-    base = METHOD_CONFIGS[name]
-    p = dict(params)
-    over: dict[str, Any] = {}
-    for key in ("decomp", "pattern", "init_dist", "weighting", "base_init", "target_ratio", "base_std",
-                "skip_first", "skip_last", "strict_ratio"):
-        if key in p:
-            over[key] = p[key]
-    if "init_scale" in p:
-        over["init_scale"] = p["init_scale"]
-    if "fallback_ratio" in p:
-        over["fallback_ratio"] = None if p["fallback_ratio"] == 0 else p["fallback_ratio"]
-    if "reset_interval" in p:
-        s = p["reset_interval"]
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or s != s or s < 0 or int(s) != s:
-            raise ValueError(f"reset_interval must be an integer >= 1, or 0 for never, got {s!r}")
-        over["reset_interval"] = None if s == 0 else int(s)
-    return base.with_overrides(over)
+    """The :class:`FedMUDConfig` of method ``name`` with the registry's ``params`` applied (validated)."""
+    return METHOD_CONFIGS[name].with_overrides(params)
 
 
 def core_kwargs(setup: ServerSetup) -> dict[str, Any]:
@@ -204,7 +142,9 @@ def core_kwargs(setup: ServerSetup) -> dict[str, Any]:
 
 
 def _builder(name: str):
-    def build_core(setup: ServerSetup, params: dict) -> FedMUDServer:
+    def build_core(setup: ServerSetup, params: dict):
+        from .server import FedMUDServer
+
         return FedMUDServer(setup.initial_parameters, model=setup.model_fn(), config=config_from_params(name, params),
                             **core_kwargs(setup))
 
@@ -214,8 +154,7 @@ def _builder(name: str):
 for _name in SUMMARIES:
     register_method(MethodSpec(
         name=_name, summary=SUMMARIES[_name], paper=CITES.get(_name, PAPER),
-        defaults=_defaults(METHOD_CONFIGS[_name]), build_core=_builder(_name),
-        client="flwr_strategies.clients.fedmud:build_fedmud_client",
+        strategy="flwr_strategies.fedmud.strategy:" + STRATEGIES.get(_name, "FedMUD"), overrides=_overrides(_name),
+        build_core=_builder(_name), client="flwr_strategies.clients.fedmud:build_fedmud_client",
         train_defaults=TRAIN_DEFAULTS[_name],
-        extra={"param_provenance": _provenance(_name), "param_defaults": _param_defaults(_name)},
     ))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["factor_generator", "draw_factor", "INIT_DISTS"]
+from .config import INIT_DISTS
 
-INIT_DISTS = ("uniform", "normal")
+__all__ = ["factor_generator", "draw_factor", "INIT_DISTS"]
 
 
 def factor_generator(round_seed: int, layer_index: int, factor_id: int) -> torch.Generator:

@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from .config import DECOMPS, PATTERNS, validate_ratio
 from .kron import bkd_blocks
 
 __all__ = [
@@ -47,8 +48,6 @@ __all__ = [
     "validate_ratio",
 ]
 
-DECOMPS = ("mat", "kron", "hadamard")
-PATTERNS = ("ab", "freeze", "aad")
 SCHEMES = tuple(f"{d}-{p}" for d in ("mat", "kron") for p in PATTERNS) + ("hadamard-ab",)
 _FORCE_STEP = 0.001
 _FORCE_TOL = 0.001
@@ -56,17 +55,6 @@ _FORCE_TOL = 0.001
 
 class UnreachableRatioError(ValueError):
     """The requested whole-model ratio is below the smallest ratio the model can reach."""
-
-
-def validate_ratio(ratio: float, name: str = "target_ratio") -> float:
-    """Return ``ratio`` as float if it lies in (0, 1], else raise ``ValueError``."""
-    try:
-        value = float(ratio)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number in (0, 1], got {ratio!r}") from exc
-    if not (0.0 < value <= 1.0) or math.isnan(value):
-        raise ValueError(f"{name} must be in (0, 1], got {ratio!r}")
-    return value
 
 
 def _scheme(decomp: str, pattern: str) -> str:

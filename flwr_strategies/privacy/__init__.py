@@ -14,27 +14,21 @@
   epsilon-DP Laplace calibration (DPDO, CPGT baselines).
 """
 
-from .accountant import (
-    RDP_ORDERS,
-    SAMPLINGS,
-    GaussianSteps,
-    accountant_for,
-    calibrate_sigma,
-    certified_epsilon,
-    composed_certified_epsilon,
-)
-from .crosscheck import doadp_crosscheck, subsampled_gaussian_epsilon
-from .flower_accountant import AmplifiedAccountant, AmplifiedPrivacyConfig, check_budget, doadp_event, privacy_config_for
-from .doadp_accountant import (
-    PrivacyReport,
-    comm_rate,
-    doadp_privacy,
-    doadp_sigma,
-    doadp_sigma_components,
-    noise_variance_ratio,
-    spent_epsilon,
-)
-from .laplace import calibrate_laplace_b0, geometric_laplace_epsilon, geometric_laplace_scale, pure_dp_epsilon
+from .. import lazy_exports
+
+#: Exported names and their modules, imported on first use (importing the package stays cheap).
+_EXPORTS = {name: module for module, names in {
+    ".accountant": ("RDP_ORDERS", "SAMPLINGS", "GaussianSteps", "accountant_for", "calibrate_sigma",
+                    "certified_epsilon", "composed_certified_epsilon"),
+    ".crosscheck": ("doadp_crosscheck", "subsampled_gaussian_epsilon"),
+    ".flower_accountant": ("AmplifiedAccountant", "AmplifiedPrivacyConfig", "check_budget", "doadp_event",
+                           "privacy_config_for"),
+    ".doadp_accountant": ("PrivacyReport", "comm_rate", "doadp_privacy", "doadp_sigma", "doadp_sigma_components",
+                          "noise_variance_ratio", "spent_epsilon"),
+    ".laplace": ("calibrate_laplace_b0", "geometric_laplace_epsilon", "geometric_laplace_scale", "pure_dp_epsilon"),
+}.items() for name in names}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AmplifiedAccountant",

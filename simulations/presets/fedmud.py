@@ -17,7 +17,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from flwr_strategies.simulations.compare import merge_config, run_entries
 from flwr_strategies.simulations.results import write_text
 
 from . import Preset, PresetContext, RunEntry, register_preset
@@ -91,6 +90,8 @@ def _run(ctx: PresetContext) -> dict:
         overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
     if not overrides.get("data_dir"):
         raise ValueError("preset fedmud runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
+    from flwr_strategies.simulations.compare import merge_config, run_entries
+
     out = Path(ctx.out_dir)
     only = os.environ.get("FEDMUD_PRESET_PARTS")
     todo = only.split(",") if only else list(PARTITIONS) + ["ablations"]
@@ -102,7 +103,8 @@ def _run(ctx: PresetContext) -> dict:
                     title=f"fedmud preset, {name}")
     if "ablations" in todo:
         abl_base = merge_config(ctx.preset.base, PARTITIONS["Non-IID-1"])
-        reset = [RunEntry(f"s={s}", "fedmud_bkd_aad", {"lr": 0.01, "params": {**_K, "reset_interval": s}}) for s in (2, 0)]
+        reset = [RunEntry(f"s={s}", "fedmud_bkd_aad", {"lr": 0.01, "params": {**_K, "reset_interval": s or None}})
+                 for s in (2, 0)]  # s=0: never (None)
         init = [RunEntry(f"BKD+AAD a={a}", "fedmud_bkd_aad", {"lr": 0.01, "params": {**_K, "init_scale": a}})
                 for a in (0.5,)]
         run_entries(reset, abl_base, overrides, out / "ablation_reset", title="reset interval, Non-IID-1")
@@ -198,7 +200,7 @@ PAPER_SCALE_BASE: dict[str, Any] = {
 # lr: the released scripts (FedAvg 0.03, FedMUD+BKD+AAD 0.01, a = 5); the paper tunes the others over
 # {1.0, 0.3, 0.1, 0.03, 0.01} without reporting the result: the FedMUD variants keep 0.01, the
 # baselines FedAvg's 0.03. Target ratio 1/32 (reachable for CNN-10: no fallback).
-_RATIO = {"target_ratio": 1 / 32, "fallback_ratio": 0}
+_RATIO = {"target_ratio": 1 / 32, "fallback_ratio": None}
 PAPER_SCALE_ENTRIES = [
     RunEntry("FedAvg", "fedavg", {"lr": 0.03}),
     RunEntry("FedHM", "fedhm", {"lr": 0.03, "params": dict(_RATIO)}),
@@ -254,7 +256,7 @@ CODE_BASE: dict[str, Any] = {
     "seed": 0,
 }
 CODE_OPTIONS: dict[str, Any] = {"decomp": "kron", "pattern": "aad", "reset_interval": 1, "target_ratio": 1 / 32,
-                                "fallback_ratio": 0, "init_scale": 5.0, "init_dist": "uniform", "skip_first": 1,
+                                "fallback_ratio": None, "init_scale": 5.0, "init_dist": "uniform", "skip_first": 1,
                                 "skip_last": 1, "base_init": "normal", "base_std": 0.01, "strict_ratio": False}
 CODE_ENTRIES = [
     RunEntry("FedAvg (code)", "fedavg", {"lr": 0.03}),
@@ -271,6 +273,8 @@ def _run_code(ctx: PresetContext) -> list[dict]:
         raise ValueError("preset fedmud-code runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
     if ctx.backend:
         overrides.setdefault("backend", ctx.backend)
+    from flwr_strategies.simulations.compare import run_entries
+
     return run_entries(ctx.preset.entries, ctx.preset.base, overrides, Path(ctx.out_dir), title="preset fedmud-code")
 
 
