@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flwr_simulation import LocalSimulation
 from quickstart_fixture import APPS, apply_diff, run_config, run_legacy_app, run_message_app
 from test_flower_quickstart_dropin import MATRIX
 
 from flwr_strategies.registry import list_methods
+from flwr_strategies.simulations.deployment import LocalSimulation
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 4
@@ -71,10 +71,10 @@ def flower_accuracies(api: str, log: str) -> dict[int, float]:
 @pytest.fixture
 def simulation(tmp_path_factory):
     # one SuperLink per run: a local SuperLink that already ran an app of the same name and version
-    # ran the earlier app's code again (seen with flwr 1.41), and every switched app shares its name
-    sim = LocalSimulation(tmp_path_factory.mktemp("flwr"))
-    yield sim
-    sim.close()
+    # ran the earlier app's code again (seen with flwr 1.41), and every switched app shares its name.
+    # The SuperLink is started and awaited first (`flwr run` starts one lazily but gives it 15 s).
+    with LocalSimulation(tmp_path_factory.mktemp("flwr")) as sim:
+        yield sim
 
 
 def switched_app(api: str, method: str, dest: Path) -> Path:
@@ -89,10 +89,11 @@ def switched_app(api: str, method: str, dest: Path) -> Path:
 def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_path):
     app = switched_app(api, method, tmp_path)
     config = {**RUN_CONFIG[api], **({"learning-rate": 0.02} if method == "scaffold" else {})}  # its range
-    rc, log, wall = simulation.run(app, NODES, config)
+    res = simulation.flwr_run(app, config, timeout=420, federation_config={"num-supernodes": NODES})
+    log = res.stdout + res.stderr
     acc = flower_accuracies(api, log)
-    detail = f"flwr run rc={rc} after {wall:.0f}s: {acc}\n{log[-6000:]}"
-    assert rc == 0, detail
+    detail = f"flwr run rc={res.returncode}: {acc}\n{log[-6000:]}\n{simulation.all_logs()}"
+    assert res.returncode == 0, detail
     assert "ClientAppException" not in log and "Traceback" not in log, detail  # every client handled every message
     assert ROUNDS in acc, detail  # the last round is evaluated
     first = acc[0] if 0 in acc else 0.1  # Flower's example does not seed its model: a margin, not a level

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from flwr_simulation import CENTRAL
 from flwr_strategies.simulations.deployment import LocalDeployment, LocalSimulation
+
+#: the paper apps' per-round line: the global model's accuracy and loss on the central test set
+CENTRAL = re.compile(r"CENTRAL round=(\d+) accuracy=([0-9.]+) loss=([0-9.naninf]+)")
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ROOT / "simulations" / "apps"
