@@ -114,7 +114,17 @@ def restore_client_state(context: Context, config: dict[str, Any]) -> int:
     """Before a train round: when ``context.state`` does not yet belong to the run the config's
     client-state key names (the first round of this node in a new Flower run), refill it from the
     node's newest saved round at or before the resumed checkpoint's round (or before this round).
-    Returns the round restored (0: none). A config without a key (another strategy) changes nothing."""
+    Returns the round restored (0: none). A config without a key (another strategy) changes nothing.
+
+    Parameters
+    ----------
+    context : Context
+        The node's context (its ``node_config`` names the folder, :func:`state_dir`; its ``state``
+        is refilled).
+    config : dict
+        The train message's config: ``client-state-key`` (32 lowercase hex digits, else
+        ``ValueError``), ``server-round`` and, in a resumed run, ``client-state-resumed``.
+    """
     key = _key(config)
     if key is None:
         return 0
@@ -137,7 +147,15 @@ def save_client_state(context: Context, config: dict[str, Any]) -> None:
     In a resumed run, a client that keeps state but had nothing restored raises ``RuntimeError``
     naming the records when the node has no folder (the round is refused: going on would silently
     start that state over); with a folder, it logs a warning once (the partition had not trained
-    before the checkpoint, or its files were removed) and goes on."""
+    before the checkpoint, or its files were removed) and goes on.
+
+    Parameters
+    ----------
+    context : Context
+        The node's context, after the client committed this round's state to ``context.state``.
+    config : dict
+        The same train config :func:`restore_client_state` was given.
+    """
     key = _key(config)
     if key is None:
         return

@@ -27,8 +27,10 @@ experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``datase
 ``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
 ``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
 ``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``, ``overwrite``,
-``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as JSON; the ``ray`` backend uses
-it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
+``resume`` (true: continue from ``<out-dir>/checkpoint.npz``, the strategy's checkpoint that a run with
+``out-dir`` writes after every round; the nodes restore their clients' state,
+:mod:`flwr_strategies.clients.store`), ``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as
+JSON; the ``ray`` backend uses it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
 ``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
 ``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
 
