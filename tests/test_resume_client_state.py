@@ -20,7 +20,7 @@ import flwr_strategies
 from flwr_strategies.clients.store import MARKER, STATE_DIR_KEY
 from flwr_strategies.core.state import load_state
 from flwr_strategies.simulations import app as project_app
-from flwr_strategies.simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
 ROUNDS, KILLED_AFTER, NODES = 4, 2, 3
@@ -110,3 +110,46 @@ def test_a_resume_whose_nodes_kept_no_state_is_refused_naming_it(tmp_path, monke
     with pytest.raises(flwr_strategies.NoProgressError, match=r"resumes a checkpoint of round 2, but the node kept no "
                        r"client state for it: its client keeps scaffold_c_i .*client-state-dir"):
         _serve(cfg, tmp_path / "run", None, resume=True, monkeypatch=monkeypatch)
+
+
+def test_the_nodes_keep_two_rounds_of_their_own_state_and_never_their_settings(tmp_path, monkeypatch):
+    _serve(FAMILIES["doadp"], tmp_path / "run", tmp_path / "nodes", monkeypatch=monkeypatch)
+    folders = sorted((tmp_path / "nodes").glob("*/partition-*"))
+    assert [f.name for f in folders] == [f"partition-{p}" for p in range(NODES)]
+    for folder in folders:
+        assert sorted(p.name for p in folder.iterdir()) == [f"round-{ROUNDS - 1}.npz", f"round-{ROUNDS}.npz"]
+        kept = load_state(folder / f"round-{ROUNDS}.npz")
+        # the agent's private state and its round ledger; the node's secret seed, budget and consent stay in
+        # its node config
+        assert sorted(kept) == ["doadp", "doadp-client"], sorted(kept)
+        assert kept["doadp-client"]["values"]["rounds"] == ROUNDS
+    checkpoint = load_state(tmp_path / "run" / project_app.CHECKPOINT_FILE)
+    assert "doadp" not in json.dumps(sorted(checkpoint["method"]))  # the agents' state is not the server's
+
+
+def test_a_bad_client_state_key_is_refused(tmp_path):
+    from flwr_strategies.clients.store import restore_client_state
+
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, STATE_DIR_KEY: str(tmp_path)},
+                  state=RecordDict(), run_config={})
+    with pytest.raises(ValueError, match="client-state-key = '../../etc': expected 32 lowercase hex digits"):
+        restore_client_state(ctx, {"client-state-key": "../../etc", "server-round": 2})
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_checkpoint_carries_the_client_state_key_and_a_bad_one_is_refused(tmp_path, monkeypatch):
+    _serve(FAMILIES["fedavg"], tmp_path / "run", None, monkeypatch=monkeypatch)
+    state = load_state(tmp_path / "run" / project_app.CHECKPOINT_FILE)
+    exp = get_experiment(FAMILIES["fedavg"])
+    strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params))
+    strategy.load_state_dict(state)
+    assert strategy.client_state_key == state["client_state_key"] and len(state["client_state_key"]) == 32
+    assert strategy.client_state_config()["client-state-key"] == state["client_state_key"]
+    with pytest.raises(ValueError, match="client_state_key' must be 32 lowercase hex digits"):
+        exp.spec.message_strategy(exp.server_setup(), dict(exp.params)).load_state_dict(
+            {**state, "client_state_key": "x"})
+
+
+def test_resume_without_a_checkpoint_stops_before_any_round(tmp_path, monkeypatch):
+    with pytest.raises(flwr_strategies.setup.SettingError, match="checkpoint.npz .*does not exist"):
+        _serve(FAMILIES["fedavg"], tmp_path / "empty", None, resume=True, monkeypatch=monkeypatch)
