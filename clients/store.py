@@ -8,7 +8,8 @@ keeps that state where the new run finds it again:
 
 - every strategy draws a client-state key once (32 hex digits), carries it in its checkpoint and
   sends it in each train config (:data:`~flwr_strategies.common.CLIENT_STATE_KEY`); a resumed run
-  also sends the checkpoint's round ``k`` (:data:`~flwr_strategies.common.CLIENT_STATE_RESUMED`);
+  also sends the checkpoint's round ``k`` (:data:`~flwr_strategies.common.CLIENT_STATE_RESUMED`) and
+  whether the partition trained at or before it (:data:`~flwr_strategies.common.CLIENT_STATE_KEPT`);
 - :func:`save_client_state` (after a train reply is built) writes the node's state records to
   ``<dir>/<key>/partition-<id>/round-<r>.npz`` atomically
   (:func:`~flwr_strategies.core.state.save_state`), keeping the two newest rounds;
@@ -20,22 +21,20 @@ keeps that state where the new run finds it again:
 ``FLWR_STRATEGIES_CLIENT_STATE_DIR`` where the ClientApp runs; never anything the server sends.
 The node's settings (DO-ADP's secret seed, budget and consent) are not written: they come from the
 node config every round. A node without a folder keeps nothing; when a resumed run then finds
-that its client keeps state, the client refuses the round with an error naming the records it
-lost, instead of silently starting them over.
+that the client of a partition that had trained keeps state, the client refuses the round with an
+error naming the records it lost, instead of silently starting them over.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
-from flwr.common import log
 
-from flwr_strategies.common import CLIENT_STATE_KEY, CLIENT_STATE_RESUMED, PARTITION_KEY
+from flwr_strategies.common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED, PARTITION_KEY
 from flwr_strategies.core.state import load_state, save_state
 
 __all__ = ["STATE_DIR_ENV", "STATE_DIR_KEY", "MARKER", "restore_client_state", "save_client_state", "state_dir"]
@@ -136,7 +135,8 @@ def restore_client_state(context: Context, config: dict[str, Any]) -> int:
     restored = max(rounds, default=0)
     if restored:
         _refill(context, load_state(rounds[restored]))
-    context.state[MARKER] = ConfigRecord({"key": key, "round": restored, "resumed": resumed, "warned": 0})
+    kept = int(config.get(CLIENT_STATE_KEPT, 0)) if resumed else 0
+    context.state[MARKER] = ConfigRecord({"key": key, "round": restored, "resumed": resumed, "kept": kept})
     return restored
 
 
@@ -144,10 +144,11 @@ def save_client_state(context: Context, config: dict[str, Any]) -> None:
     """After a train round (once the reply is built): write the client's state records to the
     node's folder for this round (atomically; the two newest rounds are kept).
 
-    In a resumed run, a client that keeps state but had nothing restored raises ``RuntimeError``
-    naming the records when the node has no folder (the round is refused: going on would silently
-    start that state over); with a folder, it logs a warning once (the partition had not trained
-    before the checkpoint, or its files were removed) and goes on.
+    In a resumed run, a client that keeps state, of a partition that trained at or before the
+    checkpoint's round, but had nothing restored (the node has no folder, or the folder lacks the
+    files) raises ``RuntimeError`` naming the records: the round is refused, since going on would
+    silently start that state over. A partition that had not trained starts empty, as in a
+    straight run.
 
     Parameters
     ----------
@@ -164,19 +165,15 @@ def save_client_state(context: Context, config: dict[str, Any]) -> None:
     marker = dict(context.state[MARKER])
     kept = _kept(context)
     folder = _folder(context, config, key)
-    if kept and marker["resumed"] and not marker["round"]:
-        names = ", ".join(sorted(kept))
-        if folder is None:
-            raise RuntimeError(
-                f"this run resumes a checkpoint of round {marker['resumed']}, but the node kept no client state for "
-                f"it: its client keeps {names} in context.state between rounds, which a new Flower run starts empty. "
-                f"Give every SuperNode a folder for it (--node-config \"{STATE_DIR_KEY}='...'\" or the environment "
-                f"variable {STATE_DIR_ENV}) before the run that is checkpointed, or run it again from round 0")
-        if not marker["warned"]:
-            log(WARNING, "flwr-strategies: this run resumes round %s, and %s holds no saved state of its client (%s) "
-                "for it: the partition had not trained before, or its files were removed; its state starts empty",
-                marker["resumed"], folder, names)
-            context.state[MARKER] = ConfigRecord({**marker, "warned": 1})
+    if kept and marker["resumed"] and marker["kept"] and not marker["round"]:
+        where = (f"{folder} holds no file of it" if folder is not None else
+                 f"the node has no folder for it (--node-config \"{STATE_DIR_KEY}='...'\" or the environment "
+                 f"variable {STATE_DIR_ENV}, set before the run that was checkpointed)")
+        raise RuntimeError(
+            f"this run resumes a checkpoint of round {marker['resumed']}, in which this partition had trained, but "
+            f"the node kept no client state for it: its client keeps {', '.join(sorted(kept))} in context.state "
+            f"between rounds, which a new Flower run starts empty, and {where}. Going on would silently start "
+            "that state over: give the node its folder back, or run again from round 0")
     if folder is None or not kept:
         return
     rnd = int(config.get("server-round", 0))

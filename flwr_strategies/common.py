@@ -27,6 +27,9 @@ PARTITION_KEY = "partition-id"
 CLIENT_STATE_KEY = "client-state-key"
 #: Train-config key of a resumed run: the checkpoint's round ``k`` (absent in a run that did not resume).
 CLIENT_STATE_RESUMED = "client-state-resumed"
+#: Train-config key of a resumed run: 1 when the partition trained at or before round ``k`` (its client
+#: may hold state to restore), else 0.
+CLIENT_STATE_KEPT = "client-state-kept"
 
 
 def _npy_header_length(blob: bytes) -> int:

@@ -107,8 +107,9 @@ def test_a_resume_whose_nodes_kept_no_state_is_refused_naming_it(tmp_path, monke
     cfg = FAMILIES["scaffold"]
     with pytest.raises(Killed):
         _serve(cfg, tmp_path / "run", None, kill_at=KILLED_AFTER + 1, monkeypatch=monkeypatch)
-    with pytest.raises(flwr_strategies.NoProgressError, match=r"resumes a checkpoint of round 2, but the node kept no "
-                       r"client state for it: its client keeps scaffold_c_i .*client-state-dir"):
+    with pytest.raises(flwr_strategies.NoProgressError, match=r"resumes a checkpoint of round 2, in which this partition "
+                       r"had trained, but the node kept no client state for it: its client keeps scaffold_c_i .*"
+                       r"client-state-dir"):
         _serve(cfg, tmp_path / "run", None, resume=True, monkeypatch=monkeypatch)
 
 
@@ -144,7 +145,8 @@ def test_a_checkpoint_carries_the_client_state_key_and_a_bad_one_is_refused(tmp_
     strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params))
     strategy.load_state_dict(state)
     assert strategy.client_state_key == state["client_state_key"] and len(state["client_state_key"]) == 32
-    assert strategy.client_state_config()["client-state-key"] == state["client_state_key"]
+    assert state["client_state_partitions"] == list(range(NODES))  # every partition had trained
+    assert strategy.client_state_config(0, ROUNDS + 1)["client-state-key"] == state["client_state_key"]
     with pytest.raises(ValueError, match="client_state_key' must be 32 lowercase hex digits"):
         exp.spec.message_strategy(exp.server_setup(), dict(exp.params)).load_state_dict(
             {**state, "client_state_key": "x"})

@@ -360,8 +360,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self._sampled[rnd] = [ins.partition_id for ins in instructions]
         out = []
         for ins in instructions:
-            config = {"server-round": rnd, **ins.config, **self.client_state_config(),
-                      PARTITION_KEY: int(ins.partition_id)}
+            config = {"server-round": rnd, **ins.config,
+                      **self.client_state_config(ins.partition_id, rnd), PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
             out.append((proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
         instructions = ins = None  # the start points may be views of a buffer the core now releases

@@ -446,8 +446,8 @@ class MessageStrategy(MethodAdapter, Strategy):
                 record = self._array_record(ins.arrays, ins.model_layout)
                 shared[key] = (record, list(record.keys()))
             layouts[int(ins.partition_id)] = shared[key][1]  # what its reply is read against
-            cfg = {**user, "server-round": rnd, **ins.config, **self.client_state_config(),
-                   PARTITION_KEY: int(ins.partition_id)}
+            cfg = {**user, "server-round": rnd, **ins.config,
+                   **self.client_state_config(ins.partition_id, rnd), PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(cfg)
             content = RecordDict({self.arrayrecord_key: shared[key][0], self.configrecord_key: config_record(cfg)})
             messages.append(Message(content, dst_node_id=self.node_of_partition[ins.partition_id],

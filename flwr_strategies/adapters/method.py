@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 from flwr.common import log
 
-from ..common import CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
+from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
 from ..core.server import ExternalModelError, ServerCore
 from ..core.validation import check_policy
 from .recorder import RoundRecorder
@@ -213,6 +213,7 @@ class MethodAdapter:
         #: The run's client-state key (:mod:`flwr_strategies.clients.store`): drawn once, carried by
         #: checkpoints and sent in every train config, so nodes find their state again after a resume.
         self.client_state_key = secrets.token_hex(16)
+        self._first_trained: dict[int, int] = {}  # partition -> the first method round it was sent to train
         self._names: list[str] | None = None
         self._sampled: dict[int, list[int]] = {}
 
@@ -352,7 +353,9 @@ class MethodAdapter:
             raise RuntimeError(f"{type(self).__name__} has not started: nothing to checkpoint yet")
         return {**self.core.state_dict(), "strategy": self.method_name(),
                 "hyperparameters": self.hyperparameter_values(), "changed_on_resume": list(self.changed_on_resume),
-                "client_state_key": self.client_state_key}
+                "client_state_key": self.client_state_key,
+                "client_state_partitions": sorted(p for p, r in self._first_trained.items()
+                                                  if r <= self.core.server_round)}
 
     def load_state_dict(self, state: dict[str, Any], *, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
         """Resume from a :meth:`state_dict`. Call it before the run: the core, built when the first
@@ -401,8 +404,14 @@ class MethodAdapter:
         key = state.get("client_state_key", self.client_state_key)
         if not isinstance(key, str) or len(key) != 32 or key.strip("0123456789abcdef"):
             raise ValueError(f"{name}: checkpoint 'client_state_key' must be 32 lowercase hex digits, got {key!r:.80}")
+        trained = state.get("client_state_partitions", [])
+        if not isinstance(trained, list) or not all(
+                isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= 0 for p in trained):
+            raise ValueError(f"{name}: checkpoint 'client_state_partitions' must be a list of partition ids, "
+                             f"got {trained!r:.80}")
         core_state = {k: v for k, v in state.items()
-                      if k not in ("strategy", "hyperparameters", "changed_on_resume", "client_state_key")}
+                      if k not in ("strategy", "hyperparameters", "changed_on_resume", "client_state_key",
+                                   "client_state_partitions")}
         if self.core is not None:
             self.core.load_state_dict(core_state)
             self.round_offset = int(self.core.server_round)
@@ -415,14 +424,19 @@ class MethodAdapter:
                 change["round"], change["setting"], change["now"], change["checkpoint"])
         self.changed_on_resume = list(history) + changes
         self.client_state_key = key
+        self._first_trained = {int(p): 0 for p in trained}
 
-    def client_state_config(self) -> dict[str, Any]:
-        """The train-config entries that let nodes keep their clients' state across Flower runs
-        (:mod:`flwr_strategies.clients.store`): the run's client-state key, and in a resumed run
-        the checkpoint's round."""
+    def client_state_config(self, partition_id: int, server_round: int) -> dict[str, Any]:
+        """The train-config entries of partition ``partition_id`` in method round ``server_round``
+        that let nodes keep their clients' state across Flower runs
+        (:mod:`flwr_strategies.clients.store`): the run's client-state key, and in a resumed run the
+        checkpoint's round and whether the partition trained at or before it (its client then holds
+        state to restore). Records that the partition was sent to train."""
+        first = self._first_trained.setdefault(int(partition_id), int(server_round))
         out: dict[str, Any] = {CLIENT_STATE_KEY: self.client_state_key}
         if self.round_offset:
             out[CLIENT_STATE_RESUMED] = int(self.round_offset)
+            out[CLIENT_STATE_KEPT] = int(first <= self.round_offset)
         return out
 
     def method_round(self, server_round: int) -> int:
