@@ -12,8 +12,9 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   warning, and nodes are ordered by node id instead;
 - the ``arrays`` Flower passes to ``configure_train`` are the global model: when a strategy
   wrapper changed them, a centralized method continues from them (others raise);
-- one ``Message`` per client (its own arrays and config; ``partition-id`` and ``server-round`` in
-  the config), with the arrays named like the user's ``state_dict`` when they are the model;
+- one ``Message`` per client (its own arrays and config; ``partition-id``, ``server-round`` and
+  the run's ``client-state-key`` (:mod:`flwr_strategies.clients.store`) in the config), with the
+  arrays named like the user's ``state_dict`` when they are the model;
 - replies decoded in one place, as read-only views of their bytes (no copies,
   :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
   a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
