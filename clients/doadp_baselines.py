@@ -1,4 +1,18 @@
-"""Clients of DO-ADP's baselines (DPDO, DP-DDA, CPGT): one agent each, on the user's model and data.
+"""Client pieces of DO-ADP's baselines (DPDO, DP-DDA, CPGT, D-mSGD): one agent each, on the user's model and data.
+
+Pieces for your own ``ClientApp`` (any ``torch.nn.Module`` without buffers, any data
+:class:`~flwr_strategies.clients.doadp.IndexedData` reads: a ``DataLoader``, a ``Dataset``, a list
+of ``(x, y)`` batches), shaped like :class:`~flwr_strategies.clients.doadp.DOADPAgent`::
+
+    agent = DPDOAgent(msg.content["arrays"].to_numpy_ndarrays(), message_config(msg), context.state,
+                      node_config=context.node_config, budget=ClientBudget(epsilon=1.0, rounds=10))
+    arrays, metrics = agent.train(model, IndexedData(trainloader, keys=("img", "label")))
+    agent.save(context.state)
+
+:class:`DPDOAgent`, :class:`DPDDAAgent`, :class:`CPGTAgent` and :class:`DMSGDAgent` (the
+non-private D-mSGD: ``DOADPAgent`` without noise or budget). The ready-made clients
+(:class:`DPDOClient`, :class:`DPDDAClient`, :class:`CPGTClient`) run the same agents on the
+project's ``ClientSetup``.
 
 Each runs the per-agent function of :mod:`flwr_strategies.doadp.baselines` with the agent's private
 generator (:func:`flwr_strategies.clients.doadp.private_generator`: OS entropy, or a client-side seed
@@ -20,7 +34,7 @@ below the one its budget needs, naming both.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,6 +45,7 @@ from flwr.common import Scalar
 from flwr_strategies.clients.base import TorchClient
 from flwr_strategies.clients.doadp import (
     ClientBudget,
+    DOADPAgent,
     IndexedData,
     _ledger,
     _no_budget_error,
@@ -49,14 +64,242 @@ from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, 
 from flwr_strategies.doadp.rng import check_client_seed
 from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 
-__all__ = ["DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client"]
+__all__ = [
+    "BaselineAgent", "DPDOAgent", "DPDDAAgent", "CPGTAgent", "DMSGDAgent", "ClientBudget", "IndexedData",
+    "DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client",
+]
+
+
+class BaselineAgent:
+    """One baseline agent's round on your own model and data (the shape of
+    :class:`~flwr_strategies.clients.doadp.DOADPAgent`); the base of :class:`DPDOAgent`,
+    :class:`DPDDAAgent` and :class:`CPGTAgent`, which your ``ClientApp`` uses::
+
+        agent = DPDOAgent(arrays, config, context.state, node_config=context.node_config)
+        reply_arrays, metrics = agent.train(model, IndexedData(trainloader))
+        agent.save(context.state)          # commit only once the reply exists
+
+    Parameters
+    ----------
+    arrays : list[np.ndarray]
+        What the server sent this agent (the mixed broadcasts, and x0 while the agent has no state).
+    config : dict
+        The round's config (``t``, ``bl_*`` and the method's keys).
+    state : RecordDict | None (default: None)
+        ``context.state``: the agent's private variables persist there between rounds.
+    node_config : Mapping | None (default: None)
+        ``context.node_config``: the node's own client seed, budget and private-evaluation consent
+        (``doadp-*`` keys, as DO-ADP's).
+    client_seed : int | None (default: None)
+        Client-side seed (any integer >= 0); None: the node's (``node_config``/``state``), else OS
+        entropy (:func:`~flwr_strategies.clients.doadp.client_seed_of`).
+    budget : ClientBudget | None (default: None)
+        The client's own privacy budget; None: ``node_config``'s or ``state``'s. Without one the
+        agent refuses to train.
+    allow_private_eval : bool | None (default: None)
+        Consent to send the private model when the server asks; None: the node's consent.
+    """
+
+    #: where the agent's variables persist in ``context.state``
+    key = "baseline"
+    #: the method's name in refusals
+    label = "baseline"
+
+    def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
+                 node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
+                 budget: ClientBudget | None = None, allow_private_eval: bool | None = None) -> None:
+        if client_seed is None:
+            client_seed = client_seed_of(state, node_config)
+        self.client_seed = check_client_seed(client_seed)
+        self.budget = budget if budget is not None else client_budget_of(state, node_config)
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(state, node_config)
+        self.arrays = [np.asarray(a, np.float64) for a in arrays]
+        self.config = dict(config)
+        self.t = int(config["t"])
+        self.stored = state[self.key].to_numpy_ndarrays() if state is not None and self.key in state else None
+        self.ledger = _ledger(state)
+        self.report = check_round_config(config, bool(allow_private_eval))
+        if self.budget is None:
+            raise _no_budget_error(self.label)
+        check_rounds_left(self.budget, self.t, self.ledger["rounds"], self.label)
+        clip = float(config["bl_clip"])
+        if clip > self.budget.clip:
+            raise ValueError(f"{self.label} client refuses the round: the server's clip={clip:g} is larger than the "
+                             f"client's own clip={self.budget.clip:g}")
+        self.next_state: list[np.ndarray] | None = None
+
+    def train(self, model: torch.nn.Module, data: Any, loss_fn: Callable = torch.nn.functional.cross_entropy
+              ) -> tuple[list[np.ndarray], dict[str, Scalar]]:
+        """Run the round on ``model`` (no buffers) and ``data`` (anything
+        :class:`~flwr_strategies.clients.doadp.IndexedData` reads); returns the reply arrays (plus
+        the private model in rounds of ``evaluate_private``, with consent) and metrics."""
+        if len(list(model.buffers())):
+            raise ValueError(f"{self.key} needs a model without buffers")
+        data = data if isinstance(data, IndexedData) else IndexedData(data)
+        self.check_noise(sum(p.numel() for p in model.parameters()), len(data))
+
+        def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            xb, yb = data.batch(idx)
+            dev = next(model.parameters()).device
+            load_flat_parameters(model, x)
+            return per_sample_gradients(model, loss_fn, xb.to(dev), yb.to(dev))
+
+        arrays, x, self.next_state, metrics = self.round(grad_fn, len(data), private_generator(self.client_seed, self.t))
+        if self.report:
+            arrays = arrays + [x.copy()]
+        return arrays, metrics
+
+    def round(self, grad_fn: Callable, q: int, rng: np.random.Generator):
+        """The method's round: ``(reply arrays, private model, next state, metrics)``."""
+        raise NotImplementedError
+
+    def check_noise(self, d: int, q: int) -> None:
+        """Refuse noise below the client's budget (per method), before any work."""
+        raise NotImplementedError
+
+    def batch(self) -> BatchGrad:
+        c = self.config
+        return BatchGrad(int(c["bl_batch_size"]), float(c["bl_clip"]), str(c["bl_clip_mode"]), str(c["bl_sampling"]))
+
+    def check_laplace(self, d: int, q: int, b0: float, lr: float, rs: float, rn: float, t: np.ndarray,
+                      shift: int, halves: int) -> None:
+        """Refuse a Laplace schedule ``b0 rn^(t + shift)`` whose pure-DP epsilon (``halves`` variables,
+        each released with it) over the client's rounds exceeds its budget, naming both b0. ``t`` are
+        the exponents of the step decay ``rs^t`` of the releases the client's rounds make; the
+        sensitivity is the servers' ``2 G sqrt(d) lr rs^t / b`` (``d`` parameters, ``q`` records)."""
+        b = int(self.config["bl_batch_size"])
+        sensitivities = 2.0 * float(self.config["bl_clip"]) * np.sqrt(d) * lr * rs**t / b
+        decays = rn ** (t + shift)
+        rate = min(1.0, b / q)
+        eps = halves * pure_dp_epsilon(sensitivities, b0 * decays, rate) if len(sensitivities) else 0.0
+        if eps > self.budget.epsilon * (1 + 1e-9):
+            own = calibrate_laplace_b0(self.budget.epsilon / halves, sensitivities, decays, rate)
+            raise ValueError(
+                f"{self.label} client refuses the round: the server's Laplace scale b0={b0:.6g} gives epsilon={eps:.4g} "
+                f"over the client's {self.budget.rounds} rounds on its {q} records, above its own "
+                f"epsilon={self.budget.epsilon:g}; its own budget needs b0 >= {own:.6g}"
+            )
+
+    def save(self, state) -> None:
+        """Commit the agent's variables into ``context.state`` and count the round (call once the
+        reply exists)."""
+        if self.next_state is None:
+            raise RuntimeError("call train() before save()")
+        if state is not None:
+            state[self.key] = ArrayRecord([np.asarray(a) for a in self.next_state])
+            _save_ledger(state, {**self.ledger, "rounds": self.ledger["rounds"] + 1})
+
+
+class DPDOAgent(BaselineAgent):
+    """DPDO agent (Huang et al. 2015): completes the previous iteration from the mixed broadcasts
+    ``arrays[0]`` and broadcasts ``x + Laplace(b0 rn^t)`` (its first round starts from x0 =
+    ``arrays[0]``, sent with ``bl_init``). Parameters as :class:`BaselineAgent`."""
+
+    key = "dpdo"
+    label = "DPDO"
+
+    def check_noise(self, d: int, q: int) -> None:
+        # round t releases the broadcast of t - 1 data-dependent steps: rs^(t-1) against rn^t, t = 1..rounds-1
+        c = self.config
+        self.check_laplace(d, q, float(c["dpdo_b0"]), float(c["dpdo_c"]), float(c["dpdo_rs"]), float(c["dpdo_rn"]),
+                           np.arange(self.budget.rounds - 1, dtype=np.float64), 1, 1)
+
+    def round(self, grad_fn, q, rng):
+        c = self.config
+        if self.stored is None:
+            if not int(c.get("bl_init", 0)):
+                raise ValueError("DPDO agent has no state and the server sent no x0")
+            x, z = self.arrays[0].copy(), None
+        else:
+            x, z = self.stored[0], self.arrays[0]
+        x, y = dpdo_round(x, z, self.t, c=float(c["dpdo_c"]), rs=float(c["dpdo_rs"]), b0=float(c["dpdo_b0"]),
+                          rn=float(c["dpdo_rn"]), rng=rng, grad_fn=grad_fn, q=q, bg=self.batch())
+        return [y], x, [x], {}
+
+
+class DPDDAAgent(BaselineAgent):
+    """DP-DDA agent (Liu et al. 2024): samples itself with probability p_s, adds its noisy gradient
+    to the mixed dual variable ``arrays[0]``, broadcasts z and moves to
+    ``x = -z / ((t+1) reg + beta0 sqrt(t+1))`` (x0 = ``arrays[1]`` while it has no state).
+    Parameters as :class:`BaselineAgent`."""
+
+    key = "dpdda"
+    label = "DP-DDA"
+
+    def check_noise(self, d: int, q: int) -> None:
+        c = self.config
+        check_gaussian_noise(self.budget, float(c["dpdda_sigma"]), float(c["bl_clip"]), int(c["bl_batch_size"]), q,
+                             str(c["bl_sampling"]), self.label)
+
+    def round(self, grad_fn, q, rng):
+        c = self.config
+        if self.stored is None:
+            if len(self.arrays) < 2:
+                raise ValueError("DP-DDA agent has no state and the server sent no x0")
+            x = self.arrays[1].copy()
+        else:
+            x = self.stored[0]
+        sigma = float(c["dpdda_sigma"])
+        if not sigma > 0:
+            raise ValueError(f"DP-DDA client refuses a round without noise (sigma={sigma})")
+        x_new, z, sampled = dpdda_round(x, self.arrays[0], self.t, p_s=float(c["dpdda_p_s"]), sigma=sigma,
+                                        reg=float(c["dpdda_reg"]), beta0=float(c["dpdda_beta0"]), rng=rng,
+                                        grad_fn=grad_fn, q=q, bg=self.batch())
+        return [z], x_new, [x_new], {"dpdda_sampled": int(sampled)}
+
+
+class CPGTAgent(BaselineAgent):
+    """CPGT agent (Xie et al. 2023): completes the previous iteration (model and tracker) from
+    ``arrays``, then sends the Top-k compressed, Laplace-perturbed differences of both to its
+    references. Parameters as :class:`BaselineAgent`."""
+
+    key = "cpgt"
+    label = "CPGT"
+
+    def check_noise(self, d: int, q: int) -> None:
+        c = self.config
+        self.check_laplace(d, q, float(c["cpgt_b0"]), float(c["cpgt_lr"]), float(c["cpgt_rs"]), float(c["cpgt_rn"]),
+                           np.arange(self.budget.rounds, dtype=np.float64), 0, 2)
+
+    def round(self, grad_fn, q, rng):
+        c, arrays = self.config, self.arrays
+        if self.stored is None or int(c.get("bl_init", 0)):
+            if len(arrays) != 3:
+                raise ValueError("CPGT agent has no state and the server sent no x0")
+            x, y, completion = arrays[0].copy(), None, None
+            h_x, h_y = arrays[1], arrays[2]
+        else:
+            x, y = self.stored
+            completion = tuple(arrays[:4])
+            h_x, h_y = arrays[4], arrays[5]
+        x, y, (ix, vx), (iy, vy) = cpgt_round(
+            x, y, completion, h_x, h_y, self.t, k=int(c["cpgt_k"]), lr=float(c["cpgt_lr"]), rs=float(c["cpgt_rs"]),
+            g_cons=float(c["cpgt_g_cons"]), b0=float(c["cpgt_b0"]), rn=float(c["cpgt_rn"]), rng=rng, grad_fn=grad_fn,
+            q=q, bg=self.batch(), msg_dtype="float64")
+        return [ix, vx, iy, vy], x, [x, y], {}
+
+
+class DMSGDAgent(DOADPAgent):
+    """The non-private D-mSGD agent (DO-ADP's network with p = 1, k = d, no noise, no clipping):
+    :class:`~flwr_strategies.clients.doadp.DOADPAgent` that accepts only the ``DMSGD`` server's
+    non-private rounds and needs no budget. Arguments as ``DOADPAgent`` (without ``budget`` and
+    ``require_private``)."""
+
+    def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
+                 node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
+                 allow_private_eval: bool | None = None) -> None:
+        super().__init__(arrays, config, state, node_config=node_config, client_seed=client_seed,
+                         require_private=False, allow_private_eval=allow_private_eval)
 
 
 class _BaselineClient(TorchClient):
-    key = "baseline"
+    """The ready-made agent of a baseline (legacy ``NumPyClient``; the Message API runs it through
+    :func:`flwr_strategies.clients.app.numpy_client_app`): its :attr:`agent` on ``setup``'s model and
+    training data, the agent's variables in ``setup.state``. Keyword arguments as
+    :class:`BaselineAgent` (None: read from ``setup.node_config``/``setup.state``)."""
 
-    #: the method's name in refusals
-    label = "baseline"
+    agent: type[BaselineAgent] = BaselineAgent
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
                  budget: ClientBudget | None = None, loss_fn: Callable = torch.nn.functional.cross_entropy,
@@ -82,182 +325,30 @@ class _BaselineClient(TorchClient):
     def num_train(self) -> int:
         return len(self.data)
 
-    def grad_fn(self):
-        model, data, loss_fn = self.model, self.data, self.loss_fn
-        if len(list(model.buffers())):
-            raise ValueError(f"{self.key} needs a model without buffers")
-
-        def fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            xb, yb = data.batch(idx)
-            dev = next(model.parameters()).device
-            load_flat_parameters(model, x)
-            return per_sample_gradients(model, loss_fn, xb.to(dev), yb.to(dev))
-
-        return fn
-
-    @staticmethod
-    def batch(config: dict[str, Scalar]) -> BatchGrad:
-        return BatchGrad(int(config["bl_batch_size"]), float(config["bl_clip"]), str(config["bl_clip_mode"]),
-                         str(config["bl_sampling"]))
-
-    def load(self) -> list[np.ndarray] | None:
-        st = self.setup.state
-        return st[self.key].to_numpy_ndarrays() if st is not None and self.key in st else None
-
-    def save(self, arrays: list[np.ndarray]) -> None:
-        if self.setup.state is not None:
-            self.setup.state[self.key] = ArrayRecord([np.asarray(a) for a in arrays])
-
-    def check(self, config: dict[str, Scalar]) -> None:
-        """Refuse a seed from the server, an unconsented private-model request, a round past the
-        client's rounds and noise below its budget (before any work)."""
-        check_round_config(config, self.allow_private_eval)
-        if self.budget is None:
-            raise _no_budget_error(self.label)
-        check_rounds_left(self.budget, int(config["t"]), _ledger(self.setup.state)["rounds"], self.label)
-        clip = float(config["bl_clip"])
-        if clip > self.budget.clip:
-            raise ValueError(f"{self.label} client refuses the round: the server's clip={clip:g} is larger than the "
-                             f"client's own clip={self.budget.clip:g}")
-        self.check_noise(config)
-
-    def check_noise(self, config: dict[str, Scalar]) -> None:
-        """Refuse noise below the client's budget (per method)."""
-        raise NotImplementedError
-
-    def check_laplace(self, config: dict[str, Scalar], b0: float, lr: float, rs: float, rn: float, t: np.ndarray,
-                      shift: int, halves: int) -> None:
-        """Refuse a Laplace schedule ``b0 rn^(t + shift)`` whose pure-DP epsilon (``halves`` variables,
-        each released with it) over the client's rounds exceeds its budget, naming both b0. ``t`` are
-        the exponents of the step decay ``rs^t`` of the releases the client's rounds make; the
-        sensitivity is the servers' ``2 G sqrt(d) lr rs^t / b``."""
-        b = int(config["bl_batch_size"])
-        d = sum(p.numel() for p in self.model.parameters())
-        sensitivities = 2.0 * float(config["bl_clip"]) * np.sqrt(d) * lr * rs**t / b
-        decays = rn ** (t + shift)
-        rate = min(1.0, b / self.num_train())
-        eps = halves * pure_dp_epsilon(sensitivities, b0 * decays, rate) if len(sensitivities) else 0.0
-        if eps > self.budget.epsilon * (1 + 1e-9):
-            own = calibrate_laplace_b0(self.budget.epsilon / halves, sensitivities, decays, rate)
-            raise ValueError(
-                f"{self.label} client refuses the round: the server's Laplace scale b0={b0:.6g} gives epsilon={eps:.4g} "
-                f"over the client's {self.budget.rounds} rounds on its {self.num_train()} records, above its own "
-                f"epsilon={self.budget.epsilon:g}; its own budget needs b0 >= {own:.6g}"
-            )
-
-    def reply(self, arrays: list[np.ndarray], x: np.ndarray, config: dict[str, Scalar], metrics: dict | None = None):
-        if check_round_config(config, self.allow_private_eval):
-            arrays = arrays + [x.copy()]
-        return arrays, self.num_train(), {**self.base_metrics(), **(metrics or {})}
-
-    def commit(self, arrays: list[np.ndarray]) -> None:
-        """Save the agent's variables and count the round (once the reply exists)."""
-        self.save(arrays)
-        if self.setup.state is not None:
-            ledger = _ledger(self.setup.state)
-            _save_ledger(self.setup.state, {**ledger, "rounds": ledger["rounds"] + 1})
-
-    def rng(self, config: dict[str, Scalar]) -> np.random.Generator:
-        return private_generator(self.client_seed, int(config["t"]))
+    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
+        agent = self.agent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
+                           allow_private_eval=self.allow_private_eval)
+        arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
+        agent.save(self.setup.state)
+        return arrays, self.num_train(), {**self.base_metrics(), **metrics}
 
 
 class DPDOClient(_BaselineClient):
-    """DPDO agent: completes the previous iteration from the mixed broadcasts and broadcasts
-    ``x + Laplace(b0 rn^t)``."""
+    """The ready-made DPDO client (:class:`DPDOAgent`)."""
 
-    key = "dpdo"
-    label = "DPDO"
-
-    def check_noise(self, config: dict[str, Scalar]) -> None:
-        # round t releases the broadcast of t - 1 data-dependent steps: rs^(t-1) against rn^t, t = 1..rounds-1
-        self.check_laplace(config, float(config["dpdo_b0"]), float(config["dpdo_c"]), float(config["dpdo_rs"]),
-                           float(config["dpdo_rn"]), np.arange(self.budget.rounds - 1, dtype=np.float64), 1, 1)
-
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        self.check(config)
-        t = int(config["t"])
-        state = self.load()
-        if state is None:
-            if not int(config.get("bl_init", 0)):
-                raise ValueError("DPDO agent has no state and the server sent no x0")
-            x, z = np.asarray(parameters[0], np.float64).copy(), None
-        else:
-            x, z = state[0], np.asarray(parameters[0], np.float64)
-        x, y = dpdo_round(x, z, t, c=float(config["dpdo_c"]), rs=float(config["dpdo_rs"]),
-                          b0=float(config["dpdo_b0"]), rn=float(config["dpdo_rn"]), rng=self.rng(config),
-                          grad_fn=self.grad_fn(), q=self.num_train(), bg=self.batch(config))
-        out = self.reply([y], x, config)
-        self.commit([x])
-        return out
+    agent = DPDOAgent
 
 
 class DPDDAClient(_BaselineClient):
-    """DP-DDA agent: samples itself with probability p_s, adds its noisy gradient to the mixed dual
-    variable, broadcasts z and moves to ``x = -z / ((t+1) reg + beta0 sqrt(t+1))``."""
+    """The ready-made DP-DDA client (:class:`DPDDAAgent`)."""
 
-    key = "dpdda"
-    label = "DP-DDA"
-
-    def check_noise(self, config: dict[str, Scalar]) -> None:
-        check_gaussian_noise(self.budget, float(config["dpdda_sigma"]), float(config["bl_clip"]),
-                             int(config["bl_batch_size"]), self.num_train(), str(config["bl_sampling"]), self.label)
-
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        self.check(config)
-        t = int(config["t"])
-        state = self.load()
-        if state is None:
-            if len(parameters) < 2:
-                raise ValueError("DP-DDA agent has no state and the server sent no x0")
-            x = np.asarray(parameters[1], np.float64).copy()
-        else:
-            x = state[0]
-        sigma = float(config["dpdda_sigma"])
-        if not sigma > 0:
-            raise ValueError(f"DP-DDA client refuses a round without noise (sigma={sigma})")
-        x_new, z, sampled = dpdda_round(x, np.asarray(parameters[0], np.float64), t, p_s=float(config["dpdda_p_s"]),
-                                        sigma=sigma, reg=float(config["dpdda_reg"]),
-                                        beta0=float(config["dpdda_beta0"]), rng=self.rng(config),
-                                        grad_fn=self.grad_fn(), q=self.num_train(), bg=self.batch(config))
-        out = self.reply([z], x_new, config, {"dpdda_sampled": int(sampled)})
-        self.commit([x_new])
-        return out
+    agent = DPDDAAgent
 
 
 class CPGTClient(_BaselineClient):
-    """CPGT agent: completes the previous iteration (model and tracker), then sends the Top-k
-    compressed, Laplace-perturbed differences of both to its references."""
+    """The ready-made CPGT client (:class:`CPGTAgent`)."""
 
-    key = "cpgt"
-    label = "CPGT"
-
-    def check_noise(self, config: dict[str, Scalar]) -> None:
-        self.check_laplace(config, float(config["cpgt_b0"]), float(config["cpgt_lr"]), float(config["cpgt_rs"]),
-                           float(config["cpgt_rn"]), np.arange(self.budget.rounds, dtype=np.float64), 0, 2)
-
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        self.check(config)
-        t = int(config["t"])
-        state = self.load()
-        arrays = [np.asarray(a, np.float64) for a in parameters]
-        if state is None or int(config.get("bl_init", 0)):
-            if len(arrays) != 3:
-                raise ValueError("CPGT agent has no state and the server sent no x0")
-            x, y, completion = arrays[0].copy(), None, None
-            h_x, h_y = arrays[1], arrays[2]
-        else:
-            x, y = state
-            completion = tuple(arrays[:4])
-            h_x, h_y = arrays[4], arrays[5]
-        msg_dtype = "float64"
-        x, y, (ix, vx), (iy, vy) = cpgt_round(
-            x, y, completion, h_x, h_y, t, k=int(config["cpgt_k"]), lr=float(config["cpgt_lr"]),
-            rs=float(config["cpgt_rs"]), g_cons=float(config["cpgt_g_cons"]), b0=float(config["cpgt_b0"]),
-            rn=float(config["cpgt_rn"]), rng=self.rng(config), grad_fn=self.grad_fn(), q=self.num_train(),
-            bg=self.batch(config), msg_dtype=msg_dtype)
-        out = self.reply([ix, vx, iy, vy], x, config)
-        self.commit([x, y])
-        return out
+    agent = CPGTAgent
 
 
 def build_dpdo_client(setup, params: dict[str, Any]) -> DPDOClient:

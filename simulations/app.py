@@ -1,49 +1,24 @@
 """The project's Flower app (``[tool.flwr.app.components]``): ``flwr run .``, the ``ray`` backend
-and real deployments all run these two objects.
+and real deployments all run these two objects (``docs/deployment.md`` describes their run config).
 
-**ServerApp** (``@app.main()``, the Message API). It first asks every node for its partition
-(``query.partition``) and learns the federation's size from the nodes' ``num-partitions``; then it
-runs the method on its Message-API strategy
-(:class:`~flwr_strategies.adapters.message.MessageStrategy`, Flower's ``strategy.start(...)``)
-with central evaluation on the experiment's test set. The per-round records have the keys of the
-in-process backend, and with ``out-dir`` set the ServerApp writes ``<out-dir>/results.json`` after
-every round (``status`` says whether the run is ``running``, ``completed``, ``degraded: ...`` or ``failed``: see
-:func:`~.results.finished_status`) and ``<out-dir>/final.npz`` (the final model) at
-the end, each file written atomically. ``out-dir`` stays inside the folder the node operator names
-in ``FLWR_STRATEGIES_OUTPUT_BASE`` where the ServerApp runs (else its working directory; a relative
-``out-dir`` is taken from there): one that leaves it (``..``, an absolute path elsewhere) is
-refused, as is a folder another run is writing to, or one holding another run's results unless the
-run config sets ``overwrite = true`` (:func:`output_folder`). A ServerApp that fails raises, so Flower marks the run ``finished:failed``. A Ray client
-actor that dies is not replaced by Flower's simulation runtime; the ServerApp then stops the run
-with an error instead of going on with fewer clients.
+**ServerApp** (``@app.main()``, the Message API): learns which node holds which partition
+(:func:`identify_nodes`), then runs the method's Message-API strategy through Flower's
+``strategy.start(...)`` with central evaluation. With ``out-dir`` it writes ``results.json`` after every
+round (its ``status``: :func:`~.results.finished_status`) and ``final.npz`` at the end, atomically, in a
+folder confined to ``FLWR_STRATEGIES_OUTPUT_BASE`` and held for the run (:func:`output_folder`). A
+ServerApp that fails raises (Flower marks the run ``finished:failed``); a dead Ray client actor stops
+the run (:class:`ActorDied`).
 
-**ClientApp**: ``@app.train()`` / ``@app.evaluate()`` run the method's client on a pooled model
-(the same client code as every other path), ``@app.query("partition")`` answers the partition
-query, and the legacy messages of a legacy-API ServerApp go to the same clients through Flower's
-``NumPyClient`` handling.
+**ClientApp**: train/evaluate run the method's client on a pooled model, ``query.partition`` answers
+the partition query, and a legacy-API ServerApp's messages reach the same clients
+(:class:`ProjectClientApp`).
 
-**Run config** (``[tool.flwr.app.config]`` or ``flwr run . --run-config "k=v ..."``): the runner's
-experiment keys (:func:`~.settings.config_from_run_config`: ``method``, ``dataset``,
-``num-clients`` (0 = one client per SuperNode, the default), ``num-server-rounds``, ``seed``,
-``partition``, ``alpha``, ``lr``, ``local-epochs``, ``batch-size``, ``fraction-fit``, ``data-dir``,
-``set`` (method hyperparameters as ``"key=value,key=value"``), ...), plus ``out-dir``, ``overwrite``,
-``resume`` (true: continue from ``<out-dir>/checkpoint.npz``, the strategy's checkpoint that a run with
-``out-dir`` writes after every round; the nodes restore their clients' state,
-:mod:`flwr_strategies.clients.store`), ``experiment`` (a whole :class:`~.experiment.ExperimentConfig` as
-JSON; the ``ray`` backend uses it, and it overrides the other keys) and ``node-order`` (``query``, the default, or
-``registration`` in Flower's simulation runtime: see :func:`identify_nodes`). Each SuperNode must be given its ``partition-id`` and
-``num-partitions`` through ``--node-config``; Flower's simulation runtime does that itself.
-
-**A client's secrets stay on its node.** The run config is the server's, so a client seed in it
-(``client-seed``, or ``client_seed`` inside ``experiment``) is refused on both sides. A SuperNode's
-own ``--node-config`` sets its DO-ADP seed (``doadp-client-seed``, a secret of at least 128 bits, for
-reproducible runs), its consent to private-model evaluation (``doadp-allow-private-eval``) and its
-privacy budget (``doadp-epsilon``, ``doadp-rounds``, optional ``doadp-delta`` and ``doadp-clip``); without
-them it draws from OS entropy, refuses to send its private model, and (a DO-ADP-family client) refuses to
-train, since it cannot check the noise the server asks for. The project's ``--backend ray`` gives its
-simulated SuperNodes those settings through :data:`~.settings.SIMULATED_NODES_ENV` (Flower's simulation
-runtime has no per-node config), the in-process backends through the experiment (the experimenter runs
-every simulated node).
+**Run config**: the runner's experiment keys (:func:`config_from_run_config`) plus ``out-dir``,
+``overwrite``, ``resume`` (true: continue from ``<out-dir>/checkpoint.npz``, the strategy's checkpoint a
+run with ``out-dir`` writes after every round; the nodes restore their clients' state,
+:mod:`flwr_strategies.clients.store`), ``experiment`` (a whole config as JSON) and ``node-order``.
+A client's secrets stay on its node: a client seed in the run config is refused; a SuperNode's own
+``--node-config`` gives its DO-ADP seed, consent and privacy budget (:func:`adopt_node_settings`).
 """
 
 from __future__ import annotations
@@ -65,15 +40,8 @@ from flwr.serverapp import Grid, ServerApp
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
 from flwr_strategies.clients.store import restore_client_state, save_client_state
-from flwr_strategies.clients.doadp import (
-    SEED_KEY,
-    allow_private_eval,
-    client_budget_of,
-    client_seed_of,
-    private_eval_allowed,
-    set_client_budget,
-    set_client_seed,
-)
+from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
+    private_eval_allowed, set_client_budget, set_client_seed)
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.core.state import atomic_write, load_state, save_state
 from flwr_strategies.setup import SettingError
@@ -178,18 +146,10 @@ class RunReport:
         if self.out_dir is None:
             return
         rounds = self.records()
-        data = {
-            "method": self.cfg.method,
-            "label": self.cfg.method,
-            "seed": self.cfg.seed,
-            "config": self.cfg.to_dict(),
-            "runtime": f"flwr run (ServerApp, {self.path})",
-            "status": status,
-            "timing": {"wall_s": time.perf_counter() - self._t0},
-            "summary": summarize(rounds, chance=self.chance),
-            "failure_log": list(getattr(self.source, "failure_log", [])),
-            "rounds": rounds,
-        }
+        data = {"method": self.cfg.method, "label": self.cfg.method, "seed": self.cfg.seed, "config": self.cfg.to_dict(),
+                "runtime": f"flwr run (ServerApp, {self.path})", "status": status,
+                "timing": {"wall_s": time.perf_counter() - self._t0}, "summary": summarize(rounds, chance=self.chance),
+                "failure_log": list(getattr(self.source, "failure_log", [])), "rounds": rounds}
         if error:
             data["error"] = error
         write_json(self.out_dir / "results.json", data)  # atomic: readers never see a half-written file
@@ -198,31 +158,27 @@ class RunReport:
         if self.out_dir is not None and arrays is not None:
             atomic_write(self.out_dir / "final.npz", lambda fh: np.savez(fh, *arrays))
 
-    def check_actors(self, server_round: int) -> None:
-        for entry in getattr(self.source, "failure_log", []):
-            if entry["round"] == server_round and any(m in entry["error"] for m in ACTOR_DEATH_MARKERS):
-                raise ActorDied(
-                    f"round {server_round}: a Ray client actor died ({entry['error'][:300]}). Flower's simulation "
-                    "runtime does not replace dead actors, so the remaining rounds would run with clients failing; "
-                    "the run stops here."
-                )
-
-    def check_claims(self, server_round: int) -> None:
-        for entry in getattr(self.source, "failure_log", []):
-            if entry["round"] == server_round and "claims partition" in entry["error"]:
-                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
-                                   f"addressed as ({entry['error']}); the node order is wrong, stopping the run")
-
     def write_checkpoint(self) -> None:
         """``<out_dir>/checkpoint.npz``: the strategy's state after its last completed round (atomic)."""
         if self.out_dir is not None and self.strategy is not None and self.strategy.core is not None:
             save_state(self.out_dir / CHECKPOINT_FILE, self.strategy.state_dict())
 
     def __call__(self, record: dict[str, Any]) -> None:  # on_round_end
+        """Write the checkpoint and the file, then stop the run when a Ray client actor died or a reply
+        claims another partition."""
         self.write_checkpoint()
         self.write()
-        self.check_actors(int(record["round"]))
-        self.check_claims(int(record["round"]))
+        server_round = int(record["round"])
+        errors = [e["error"] for e in getattr(self.source, "failure_log", []) if e["round"] == server_round]
+        for error in errors:
+            if any(m in error for m in ACTOR_DEATH_MARKERS):
+                raise ActorDied(f"round {server_round}: a Ray client actor died ({error[:300]}). Flower's simulation "
+                                "runtime does not replace dead actors, so the remaining rounds would run with clients "
+                                "failing; the run stops here.")
+        for error in errors:
+            if "claims partition" in error:
+                raise RuntimeError(f"round {server_round}: a node's reply names another partition than the one it was "
+                                   f"addressed as ({error}); the node order is wrong, stopping the run")
 
 
 # ------------------------------------------------------------------------------ server side
@@ -240,7 +196,7 @@ def identify_nodes(grid: Grid, order: str = "query", num_nodes: int = 0, timeout
     ``i`` is the ``i``-th node by registration time. This avoids 10,000 query messages, which Flower's
     in-memory state delivers in time proportional to nodes x pending messages. Every training
     reply's ``partition-id`` then confirms the order; a mismatch stops the run
-    (:meth:`RunReport.check_claims`).
+    (:class:`RunReport`).
     """
     if order not in NODE_ORDERS:
         raise ValueError(f"node-order must be one of {NODE_ORDERS}, got {order!r}")
@@ -297,13 +253,9 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, repo
         done = int(resume["server_round"])
         log(INFO, "flwr-strategies: resuming %s after round %d of %d", cfg.method, done, cfg.rounds)
     per_round = round_timeout(cfg)
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-        num_rounds=cfg.rounds - done,
-        timeout=per_round,
-        evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)),
-    )
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
+                            num_rounds=cfg.rounds - done, timeout=per_round,
+                            evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)))
     strategy.history.finalize()
     return result.arrays.to_numpy_ndarrays()
 
@@ -334,7 +286,8 @@ def output_folder(run_config: dict[str, Any]) -> OutputFolder | None:
     if not isinstance(overwrite, bool):
         raise SettingError("run config overwrite", overwrite, "true or false")
     # a resumed run continues the results of the run it resumes, in the same folder
-    return OutputFolder(confined_out_dir(out_dir), overwrite=overwrite or resuming(run_config), setting="run config out-dir",
+    return OutputFolder(confined_out_dir(out_dir), overwrite=overwrite or resuming(run_config),
+                        setting="run config out-dir",
                         how="set overwrite = true in the run config")
 
 

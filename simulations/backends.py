@@ -32,20 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.common import (
-    Context,
-    DisconnectRes,
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    GetParametersIns,
-    GetParametersRes,
-    GetPropertiesIns,
-    GetPropertiesRes,
-    ReconnectIns,
-    RecordDict,
-)
+from flwr.common import (Context, DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+    GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, RecordDict)
 from flwr.server.client_proxy import ClientProxy
 
 from .driver import CoreDriver, PartitionContexts
@@ -92,13 +80,9 @@ class InProcessClientProxy(ClientProxy):
         self.node_id = partition_id
         self.client_fn = client_fn
         self.caller = caller or BoundedCaller(None)
-        self.context = Context(
-            run_id=0,
-            node_id=partition_id,
-            node_config={"partition-id": partition_id, "num-partitions": num_partitions},
-            state=RecordDict(),
-            run_config=dict(run_config or {}),
-        )
+        self.context = Context(run_id=0, node_id=partition_id,
+                               node_config={"partition-id": partition_id, "num-partitions": num_partitions},
+                               state=RecordDict(), run_config=dict(run_config or {}))
 
     def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
         return self.client_fn(self.context).get_properties(ins)
@@ -133,15 +117,9 @@ def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = No
     """Run ``cfg``'s core and clients directly in this process (:class:`~.driver.CoreDriver`)."""
     exp = get_experiment(cfg)
     cfg = exp.cfg  # resolved: every setting filled in
-    driver = CoreDriver(
-        build_core(cfg),
-        exp.client_fit,
-        PartitionContexts(cfg.num_clients),
-        evaluate_fn=exp.evaluate_fn,
-        client_timeout=cfg.client_timeout,
-        max_num_examples=exp.spec.max_num_examples(exp.server_setup()),
-        on_round_end=on_round_end,
-    )
+    driver = CoreDriver(build_core(cfg), exp.client_fit, PartitionContexts(cfg.num_clients),
+                        evaluate_fn=exp.evaluate_fn, client_timeout=cfg.client_timeout,
+                        max_num_examples=exp.spec.max_num_examples(exp.server_setup()), on_round_end=on_round_end)
     rounds = driver.run(cfg.rounds, state=state)
     return RunOutcome(rounds, driver.failure_log, driver.global_arrays(), driver.core.state_dict(), "inprocess driver",
                       driver.contexts.values())
@@ -160,10 +138,8 @@ def run_inprocess(cfg: ExperimentConfig, on_round_end=None, verbose: bool = Fals
 
 
 # -- Ray: Flower's simulation runtime through `flwr run` ------------------------------------------
-APP_COMPONENTS = {
-    "serverapp": "flwr_strategies.simulations.app:server_app",
-    "clientapp": "flwr_strategies.simulations.app:client_app",
-}
+APP_COMPONENTS = {"serverapp": "flwr_strategies.simulations.app:server_app",
+                  "clientapp": "flwr_strategies.simulations.app:client_app"}
 
 _APP_PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -212,13 +188,9 @@ def write_app_dir(folder: Path | str, *, serverapp: str | None = None, clientapp
 def federation_config(cfg: ExperimentConfig, verbose: bool = False) -> dict[str, Any]:
     """``flwr run --federation-config`` for ``cfg``: one SuperNode per client, the per-client Ray
     resources (Flower's CLI takes whole CPUs: ``client_cpus`` is rounded up), Ray's logging."""
-    return {
-        "num-supernodes": int(cfg.num_clients),
-        "client-resources-num-cpus": max(1, math.ceil(cfg.client_cpus)),
-        "client-resources-num-gpus": float(cfg.client_gpus),
-        "init-args-logging-level": "INFO" if verbose else "ERROR",
-        "init-args-log-to-driver": bool(verbose),
-    }
+    return {"num-supernodes": int(cfg.num_clients), "client-resources-num-cpus": max(1, math.ceil(cfg.client_cpus)),
+            "client-resources-num-gpus": float(cfg.client_gpus),
+            "init-args-logging-level": "INFO" if verbose else "ERROR", "init-args-log-to-driver": bool(verbose)}
 
 
 def _read_results(path: Path) -> dict[str, Any] | None:

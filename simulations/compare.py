@@ -107,15 +107,8 @@ def entry_config(entry: RunEntry, base: dict[str, Any], overrides: dict[str, Any
     return ExperimentConfig.from_dict(conf)
 
 
-def run_entries(
-    entries: list[RunEntry],
-    base: dict[str, Any],
-    overrides: dict[str, Any],
-    out_dir: Path,
-    *,
-    target: float | None = None,
-    title: str = "",
-) -> list[dict[str, Any]]:
+def run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[str, Any], out_dir: Path, *,
+                target: float | None = None, title: str = "") -> list[dict[str, Any]]:
     """Run each entry (same partition and seed) and write summary.md, accuracy.png, summary.json.
 
     Every entry's settings are checked before the first one trains. An entry whose run raises, or

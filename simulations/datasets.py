@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import math
 import os
 import pickle
@@ -316,14 +315,6 @@ def read_cifar_pickle(path: Path, label_keys: tuple[str, ...], num_classes: int)
     return data.reshape(-1, 3, 32, 32), check_labels(path, labels, num_classes)
 
 
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bool = True) -> DatasetBundle:
     """CIFAR-10/100 from the python-pickle layout (``cifar-10-batches-py``, ``cifar-100-python``),
     read file by file and checked (no download; torchvision's file lists and MD5 sums)."""
@@ -332,12 +323,10 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
     from flwr_strategies.clients.training import TensorData
 
     from torchvision.datasets import CIFAR10, CIFAR100
+    from torchvision.datasets.utils import check_integrity
 
-    cls, folder, mean, std, classes = (
-        (CIFAR10, "cifar-10-batches-py", CIFAR10_MEAN, CIFAR10_STD, 10)
-        if name == "cifar10"
-        else (CIFAR100, "cifar-100-python", CIFAR100_MEAN, CIFAR100_STD, 100)
-    )
+    cls, folder, mean, std, classes = {"cifar10": (CIFAR10, "cifar-10-batches-py", CIFAR10_MEAN, CIFAR10_STD, 10),
+                                       "cifar100": (CIFAR100, "cifar-100-python", CIFAR100_MEAN, CIFAR100_STD, 100)}[name]
     expected = [f"{folder}/{n}" for n, _ in cls.train_list + cls.test_list] + [f"{folder}/{cls.meta['filename']}"]
     if data_dir is None or not all((Path(data_dir) / e).exists() for e in expected):
         where = data_dir if data_dir is not None else "DIR"
@@ -355,7 +344,7 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
 
     xtr, ytr = read(cls.train_list)
     xte, yte = read(cls.test_list)
-    if any(_md5(root / n) != md5 for n, md5 in cls.train_list + cls.test_list):
+    if not all(check_integrity(str(root / n), md5) for n, md5 in cls.train_list + cls.test_list):
         notes.append(f"{name}: files present but their checksums differ from the official release (a local copy)")
     m = torch.tensor(mean).view(1, 3, 1, 1)
     s = torch.tensor(std).view(1, 3, 1, 1)
@@ -366,27 +355,14 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
     xtr, ytr = to_tensor(xtr, ytr)
     xte, yte = to_tensor(xte, yte)
     notes.append(f"{name}: {len(ytr)} train / {len(yte)} test from {data_dir}")
-    return DatasetBundle(
-        name,
-        TensorData(xtr, ytr, random_crop_flip() if augment else None),
-        TensorData(xte, yte),
-        classes,
-        (3, 32, 32),
-        notes,
-    )
+    return DatasetBundle(name, TensorData(xtr, ytr, random_crop_flip() if augment else None), TensorData(xte, yte),
+                         classes, (3, 32, 32), notes)
 
 
 # -- Synthetic(alpha, beta) ------------------------------------------------------------------
-def load_synthetic_bundle(
-    num_clients: int,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    seed: int = 0,
-    dim: int = 60,
-    num_classes: int = 10,
-    test_fraction: float = 0.2,
-    mean_samples: float = 4.0,
-) -> DatasetBundle:
+def load_synthetic_bundle(num_clients: int, alpha: float = 1.0, beta: float = 1.0, seed: int = 0, dim: int = 60,
+                          num_classes: int = 10, test_fraction: float = 0.2,
+                          mean_samples: float = 4.0) -> DatasetBundle:
     """FedProx's Synthetic(alpha, beta) (Li et al., MLSys 2020, Sec. 5.1).
 
     Client k: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta), v_k ~ N(B_k, 1);
@@ -450,12 +426,10 @@ def download_dataset(name: str, data_dir: str | os.PathLike | None) -> Path:
 
 # -- Flower Datasets ---------------------------------------------------------------------------
 #: The project's partition names and the Flower Datasets partitioner each maps to for ``hf:`` datasets.
-HF_PARTITIONERS = {
-    "iid": "IidPartitioner",
-    "dirichlet-class": "DirichletPartitioner (self_balancing, the same family as the project's)",
-    "pathological": "PathologicalPartitioner (class_assignment_mode='random')",
-    "label-count": "PathologicalPartitioner (class_assignment_mode='deterministic')",
-}
+HF_PARTITIONERS = {"iid": "IidPartitioner",
+                   "dirichlet-class": "DirichletPartitioner (self_balancing, the same family as the project's)",
+                   "pathological": "PathologicalPartitioner (class_assignment_mode='random')",
+                   "label-count": "PathologicalPartitioner (class_assignment_mode='deterministic')"}
 
 
 def hf_partitioner(kind: str, num_clients: int, label: str, *, alpha: float, classes_per_client: int, seed: int,
@@ -570,31 +544,15 @@ def load_hf_bundle(name: str, num_clients: int, partition: str, seed: int = 0, *
     std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-8)
     notes.append(f"{HF_PREFIX}{name} through Flower Datasets: {len(ytr)} train / {len(yte)} test, "
                  f"{HF_PARTITIONERS[partition]} over {num_clients} clients (seed {seed})")
-    return DatasetBundle(
-        f"{HF_PREFIX}{name}",
-        TensorData((train - mean) / std, torch.tensor(ytr)),
-        TensorData((test - mean) / std, torch.tensor(yte)),
-        num_classes,
-        tuple(int(d) for d in xtr.shape[1:]),
-        notes,
-        partitions=parts,
-    )
+    return DatasetBundle(f"{HF_PREFIX}{name}", TensorData((train - mean) / std, torch.tensor(ytr)),
+                         TensorData((test - mean) / std, torch.tensor(yte)), num_classes,
+                         tuple(int(d) for d in xtr.shape[1:]), notes, partitions=parts)
 
 
-def load_dataset(
-    name: str,
-    data_dir: str | os.PathLike | None = None,
-    seed: int = 0,
-    *,
-    num_clients: int = 10,
-    synthetic_alpha: float = 1.0,
-    synthetic_beta: float = 1.0,
-    synthetic_mean_samples: float = 4.0,
-    partition: str | None = None,
-    alpha: float = 0.5,
-    classes_per_client: int = 2,
-    download: bool = False,
-) -> DatasetBundle:
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int = 0, *, num_clients: int = 10,
+                 synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0, synthetic_mean_samples: float = 4.0,
+                 partition: str | None = None, alpha: float = 0.5, classes_per_client: int = 2,
+                 download: bool = False) -> DatasetBundle:
     """Load dataset ``name``; an unknown name raises ``KeyError`` listing the valid ones.
 
     ``synthetic_mean_samples`` is the log-normal mean of Synthetic's client sizes (4.0: about 400

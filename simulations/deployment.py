@@ -2,17 +2,14 @@
 and a private simulation SuperLink for ``flwr run`` (the ``ray`` backend).
 
 - :class:`LocalDeployment`: ``flower-superlink`` plus ``num_supernodes`` ``flower-supernode``
-  processes, each given its ``partition-id`` (``tests/test_deployment.py``, ``docs/deployment.md``).
-- :class:`LocalSimulation`: one ``flower-superlink --simulation``; ``flwr run`` with
-  ``--federation-config "num-supernodes=N ..."`` then runs the app in Flower's simulation runtime
-  (Ray). This is what ``flwr run .`` does with its default ``local`` connection, except that the
-  SuperLink here has its own ``FLWR_HOME`` and free port (so parallel runs do not share state) and
-  is stopped when the run ends.
+  processes, each given its ``partition-id`` (``docs/deployment.md``).
+- :class:`LocalSimulation`: one ``flower-superlink --simulation`` for ``flwr run`` with
+  ``--federation-config "num-supernodes=N ..."`` (Flower's simulation runtime, Ray), as ``flwr run .``
+  with its ``local`` connection, but with its own ``FLWR_HOME`` and free port, stopped when the run ends.
 
-Everything runs on 127.0.0.1 in insecure mode, with runtime dependency installation disabled (the
-app runs in the current environment); every port is chosen free by the caller's process; every
-process is started here and stopped here by its process id, together with every subprocess Flower
-spawned below it (:meth:`FlowerProcesses.stop`).
+Everything runs on 127.0.0.1 in insecure mode, in the current environment (no runtime dependency
+installation), on free ports; every process is stopped by its process id, with every subprocess
+Flower spawned below it (:meth:`FlowerProcesses.stop`).
 
 Example::
 
@@ -99,17 +96,9 @@ def deployment_env(flwr_home: Path) -> dict[str, str]:
     """Environment for every Flower process of the deployment and for the ``flwr`` CLI (``PATH``
     starts with the running interpreter's scripts folder: :func:`tool_path`)."""
     env = os.environ.copy()
-    env.update(
-        {
-            "PATH": tool_path(env.get("PATH", "")),
-            "FLWR_HOME": str(flwr_home),
-            "FLWR_TELEMETRY_ENABLED": "0",
-            "FLWR_DISABLE_UPDATE_CHECK": "1",
-            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
+    env.update({"PATH": tool_path(env.get("PATH", "")), "FLWR_HOME": str(flwr_home), "FLWR_TELEMETRY_ENABLED": "0",
+                "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"})
     return env
 
 
@@ -144,10 +133,6 @@ def _descendants(roots: set[int]) -> set[int]:
 
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` is a live (not zombie) process."""
-    return _alive(pid)
-
-
-def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0] != "Z"
@@ -210,21 +195,13 @@ class FlowerProcesses:
         """Write ``$FLWR_HOME/config.toml`` with the connection ``CONNECTION`` (the default)."""
         self.flwr_home.mkdir(parents=True, exist_ok=True)
         path = self.flwr_home / "config.toml"
-        path.write_text(
-            f'[superlink]\ndefault = "{self.CONNECTION}"\n\n'
-            f'[superlink.{self.CONNECTION}]\naddress = "{self.address}"\ninsecure = true\n'
-        )
+        path.write_text(f'[superlink]\ndefault = "{self.CONNECTION}"\n\n'
+                        f'[superlink.{self.CONNECTION}]\naddress = "{self.address}"\ninsecure = true\n')
         return path
 
     def superlink_command(self) -> list[str]:
-        return [
-            "flower-superlink",
-            "--insecure",
-            "--isolation", "subprocess",
-            "--disable-runtime-dependency-installation",
-            "--host", HOST,
-            "--port", str(self.superlink_port),
-        ]
+        return ["flower-superlink", "--insecure", "--isolation", "subprocess", "--disable-runtime-dependency-installation",
+                "--host", HOST, "--port", str(self.superlink_port)]
 
     def start(self):
         """Start the SuperLink and wait until it answers."""
@@ -280,7 +257,7 @@ class FlowerProcesses:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in children):
             time.sleep(0.1)
         late = self.descendants()
         self.stopped_pids |= late
@@ -304,9 +281,7 @@ class FlowerProcesses:
     # -- the flwr CLI ------------------------------------------------------------------------
     def flwr(self, *args: str, timeout: float = 120.0, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
         """Run ``flwr <args>`` against this runtime (its ``FLWR_HOME``), bounded in time."""
-        return subprocess.run(
-            ["flwr", *args], env=self.env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-        )
+        return subprocess.run(["flwr", *args], env=self.env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
     def flwr_run_args(self, app_dir: Path | str, run_config: dict[str, Any]) -> list[str]:
         """Arguments of ``flwr run APP_DIR CONNECTION --run-config ... --stream``. The run config
@@ -359,11 +334,8 @@ class LocalDeployment(FlowerProcesses):
     num_supernodes : int
         Number of SuperNodes; SuperNode ``i`` gets ``--node-config "partition-id=i
         num-partitions=num_supernodes"``. Must be >= 1. Defaults to 3.
-    workdir : Path
-        Scratch folder for ``FLWR_HOME`` (its ``config.toml`` names this SuperLink as the default
-        connection ``deploy``) and the process logs.
-    startup_timeout : float
-        Seconds to wait for the SuperLink's ``/health`` endpoint. Defaults to 60.
+    workdir, startup_timeout
+        As for :class:`FlowerProcesses` (connection ``deploy``).
     """
 
     def __init__(self, num_supernodes: int = 3, workdir: Path | str = ".", startup_timeout: float = 60.0) -> None:
@@ -377,18 +349,9 @@ class LocalDeployment(FlowerProcesses):
         """Start the SuperLink, wait until it answers, then start the SuperNodes."""
         super().start()
         for i, port in enumerate(self.supernode_ports):
-            self._spawn(
-                f"supernode-{i}",
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink", self.address,
-                    "--node-config", f"partition-id={i} num-partitions={self.num_supernodes}",
-                    "--host", HOST,
-                    "--port", str(port),
-                    "--max-wait-time", str(int(self.startup_timeout)),
-                ],
-            )
+            self._spawn(f"supernode-{i}", ["flower-supernode", "--insecure", "--superlink", self.address, "--node-config",
+                                           f"partition-id={i} num-partitions={self.num_supernodes}", "--host", HOST,
+                                           "--port", str(port), "--max-wait-time", str(int(self.startup_timeout))])
         return self
 
 
@@ -399,13 +362,9 @@ class LocalSimulation(FlowerProcesses):
 
     Parameters
     ----------
-    workdir : Path
-        Scratch folder for ``FLWR_HOME`` (connection ``local-sim``) and the logs.
-    startup_timeout : float
-        Seconds to wait for the SuperLink's ``/health`` endpoint. Defaults to 60.
-    env : dict | None
-        Extra environment variables (for example ``PYTHONPATH``, so that the ``flwr-simulation``
-        process and its Ray workers import the same package as the caller).
+    workdir, startup_timeout, env
+        As for :class:`FlowerProcesses` (connection ``local-sim``); ``env`` can give ``PYTHONPATH``, so
+        that the ``flwr-simulation`` process and its Ray workers import the same package as the caller.
     """
 
     CONNECTION = "local-sim"

@@ -66,17 +66,9 @@ def fit_config(server_round: int) -> dict:
 def server_fn(context: Context) -> ServerAppComponents:
     spec = get_method(METHOD)
     params = resolve_params(spec, {})  # method hyperparameters, e.g. {"proximal_mu": 0.01}
-    setup = ServerSetup(
-        initial_parameters=get_weights(make_model()),
-        evaluate_fn=central_evaluate,
-        num_clients=NUM_CLIENTS,
-        fraction_fit=1.0,
-        num_rounds=NUM_ROUNDS,
-        seed=SEED,
-        train=TRAIN,
-        model_fn=make_model,
-        fit_config=fit_config,
-    )
+    setup = ServerSetup(initial_parameters=get_weights(make_model()), evaluate_fn=central_evaluate,
+                        num_clients=NUM_CLIENTS, fraction_fit=1.0, num_rounds=NUM_ROUNDS, seed=SEED, train=TRAIN,
+                        model_fn=make_model, fit_config=fit_config)
     strategy = spec.legacy_strategy(setup, params)  # <-- the constructor (a legacy flwr Strategy)
     return ServerAppComponents(
         strategy=strategy,

@@ -19,17 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flwr.client import Client
-from flwr.common import (
-    Context,
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    GetParametersIns,
-    GetParametersRes,
-    GetPropertiesIns,
-    GetPropertiesRes,
-)
+from flwr.common import (Context, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns, GetParametersRes,
+    GetPropertiesIns, GetPropertiesRes)
 
 from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
@@ -84,27 +75,15 @@ class Experiment:
     def fit_config(self, server_round: int) -> dict[str, Any]:
         """The standard per-round client config (the strategy adds the round, ``server-round``)."""
         lr = {} if self.train.lr == AUTO_LR else {"lr": self.train.lr_at(server_round)}  # "auto": the core's own
-        return {
-            **lr,
-            "local_epochs": int(self.train.local_epochs or 0),
-            "local_steps": int(self.train.local_steps or 0),
-            "batch_size": int(self.train.batch_size),
-            "seed": int(self.cfg.seed),
-        }
+        return {**lr, "local_epochs": int(self.train.local_epochs or 0),
+                "local_steps": int(self.train.local_steps or 0), "batch_size": int(self.train.batch_size),
+                "seed": int(self.cfg.seed)}
 
     def server_setup(self) -> ServerSetup:
-        return ServerSetup(
-            initial_parameters=[a.copy() for a in self.initial_parameters],
-            evaluate_fn=self.evaluate_fn,
-            num_clients=self.cfg.num_clients,
-            fraction_fit=self.cfg.fraction_fit,
-            num_rounds=self.cfg.rounds,
-            seed=self.cfg.seed,
-            train=self.train,
-            model_fn=self.model_fn,
-            fit_config=self.fit_config,
-            num_examples=self.task.num_examples(),
-        )
+        return ServerSetup(initial_parameters=[a.copy() for a in self.initial_parameters], evaluate_fn=self.evaluate_fn,
+                           num_clients=self.cfg.num_clients, fraction_fit=self.cfg.fraction_fit,
+                           num_rounds=self.cfg.rounds, seed=self.cfg.seed, train=self.train, model_fn=self.model_fn,
+                           fit_config=self.fit_config, num_examples=self.task.num_examples())
 
     def build_strategy(self):
         return self.spec.legacy_strategy(self.server_setup(), dict(self.params))
@@ -152,17 +131,9 @@ class Experiment:
             if partition_id not in self._data_cache:
                 self._data_cache[partition_id] = self.task.client_data(partition_id)
             train_data, test_data = self._data_cache[partition_id]
-        return ClientSetup(
-            partition_id=partition_id,
-            num_partitions=self.cfg.num_clients,
-            model=model,
-            train_data=train_data,
-            test_data=test_data,
-            train=self.train,
-            device=self.device,
-            seed=self.cfg.seed,
-            state=state,
-        )
+        return ClientSetup(partition_id=partition_id, num_partitions=self.cfg.num_clients, model=model,
+                           train_data=train_data, test_data=test_data, train=self.train, device=self.device,
+                           seed=self.cfg.seed, state=state)
 
     def build_client(self, context: Context, model: torch.nn.Module) -> Any:
         """The method's ``NumPyClient`` for ``context``'s partition, using ``model``."""
@@ -221,9 +192,8 @@ def _simulated_node(context: Context, client_seed: int | None, allow_private_eva
     private-model evaluation, its privacy budget), written into its ``context.state`` where the node
     has none of its own (the project's app writes a SuperNode's own node config there first, and
     records a node without a budget as such; the strategy never sees it)."""
-    from flwr_strategies.clients.doadp import (
-        BUDGET_STATE_KEY, CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY, allow_private_eval as consent,
-        client_budget_of, set_client_budget, set_client_seed)
+    from flwr_strategies.clients.doadp import (BUDGET_STATE_KEY, CONSENT_KEY, PRIVATE_EVAL_KEY, SECRET_KEY, SEED_KEY,
+        allow_private_eval as consent, client_budget_of, set_client_budget, set_client_seed)
 
     node = simulated_node_config(client_seed, allow_private_eval, pid, budget)
     if SEED_KEY in node and SECRET_KEY not in context.state:

@@ -59,13 +59,9 @@ class InProcessGrid(Grid):
         _enter_flower_task(self.run_id, self.node_id)
         self._run: Any = None
         self.contexts = {
-            1000 + p: Context(
-                run_id=self.run_id,
-                node_id=1000 + p,
-                node_config={"partition-id": p, "num-partitions": num_nodes},
-                state=RecordDict(),
-                run_config=dict(run_config or {}),
-            )
+            1000 + p: Context(run_id=self.run_id, node_id=1000 + p,
+                              node_config={"partition-id": p, "num-partitions": num_nodes}, state=RecordDict(),
+                              run_config=dict(run_config or {}))
             for p in range(num_nodes)
         }
         self._replies: dict[str, Message] = {}

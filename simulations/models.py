@@ -63,15 +63,10 @@ class LeNetCIFAR(nn.Module):
 
     def __init__(self, in_ch: int = 3, num_classes: int = 10) -> None:
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(in_ch, 64, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2),
-            nn.Conv2d(64, 64, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2),
-        )
-        self.classifier = nn.Sequential(
-            nn.Linear(64 * 5 * 5, 384), nn.ReLU(inplace=True),
-            nn.Linear(384, 192), nn.ReLU(inplace=True),
-            nn.Linear(192, num_classes),
-        )
+        self.features = nn.Sequential(nn.Conv2d(in_ch, 64, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2),
+                                      nn.Conv2d(64, 64, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2))
+        self.classifier = nn.Sequential(nn.Linear(64 * 5 * 5, 384), nn.ReLU(inplace=True), nn.Linear(384, 192),
+                                        nn.ReLU(inplace=True), nn.Linear(192, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(torch.flatten(self.features(x), 1))
@@ -84,10 +79,8 @@ def build_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn
     if key == "logreg":
         return nn.Sequential(nn.Flatten(), nn.Linear(flat, num_classes))
     if key == "mlp":
-        return nn.Sequential(
-            nn.Flatten(), nn.Linear(flat, 200), nn.ReLU(inplace=True),
-            nn.Linear(200, 200), nn.ReLU(inplace=True), nn.Linear(200, num_classes),
-        )
+        return nn.Sequential(nn.Flatten(), nn.Linear(flat, 200), nn.ReLU(inplace=True), nn.Linear(200, 200),
+                             nn.ReLU(inplace=True), nn.Linear(200, num_classes))
     if key in ("cnn_mnist", "cnn_svhn", "cnn_cifar"):
         if len(input_shape) != 3:
             raise SettingError("model", name, f"a model for this data: it needs image inputs (C, H, W), the data are {input_shape}")

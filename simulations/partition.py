@@ -37,15 +37,8 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
     return [np.sort(s) for s in np.array_split(rng.permutation(len(labels)), num_clients)]
 
 
-def dirichlet_client_prior(
-    labels: np.ndarray,
-    num_clients: int,
-    alpha: float,
-    rng: np.random.Generator,
-    *,
-    classes_per_client: int | None = None,
-    refill: bool = False,
-) -> list[np.ndarray]:
+def dirichlet_client_prior(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator, *,
+                           classes_per_client: int | None = None, refill: bool = False) -> list[np.ndarray]:
     """FedDyn-style Dirichlet split: equal sizes, per-client class prior p_i ~ Dir(alpha * 1_C).
 
     Clients take turns (in random order) drawing one class from their prior and taking the next
@@ -90,14 +83,8 @@ def dirichlet_client_prior(
     return [np.sort(np.array(o, dtype=np.int64)) for o in out]
 
 
-def dirichlet_per_class(
-    labels: np.ndarray,
-    num_clients: int,
-    alpha: float,
-    rng: np.random.Generator | int,
-    *,
-    min_size: int = 10,
-) -> list[np.ndarray]:
+def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator | int, *,
+                        min_size: int = 10) -> list[np.ndarray]:
     """NIID-bench "labeldir" split (FedMUD Non-IID-1) via flwr-datasets' ``DirichletPartitioner``.
 
     For each class, proportions over clients are drawn from Dir(alpha); clients already holding
@@ -117,15 +104,8 @@ def dirichlet_per_class(
     if min_size * num_clients > len(labels):
         raise ValueError(f"min_size {min_size} x {num_clients} clients exceeds the {len(labels)} samples")
     seed = int(rng.integers(2**31 - 1)) if isinstance(rng, np.random.Generator) else int(rng)
-    part = DirichletPartitioner(
-        num_partitions=num_clients,
-        partition_by="label",
-        alpha=float(alpha),
-        min_partition_size=min_size,
-        self_balancing=True,
-        shuffle=True,
-        seed=seed,
-    )
+    part = DirichletPartitioner(num_partitions=num_clients, partition_by="label", alpha=float(alpha),
+                                min_partition_size=min_size, self_balancing=True, shuffle=True, seed=seed)
     part.dataset = Dataset.from_dict({"label": labels.astype(np.int64), "idx": np.arange(len(labels))})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,17 +165,9 @@ def natural(groups: np.ndarray | None, num_clients: int) -> list[np.ndarray]:
     return [np.flatnonzero(groups == i) for i in range(num_clients)]
 
 
-def make_partition(
-    kind: str,
-    labels: np.ndarray,
-    num_clients: int,
-    seed: int,
-    *,
-    alpha: float = 0.5,
-    classes_per_client: int = 2,
-    groups: np.ndarray | None = None,
-    min_size: int = 10,
-) -> list[np.ndarray]:
+def make_partition(kind: str, labels: np.ndarray, num_clients: int, seed: int, *, alpha: float = 0.5,
+                   classes_per_client: int = 2, groups: np.ndarray | None = None,
+                   min_size: int = 10) -> list[np.ndarray]:
     """Dispatch by name; an unknown name raises ``KeyError`` listing the valid ones."""
     rng = np.random.default_rng(seed)
     kind = kind.lower()

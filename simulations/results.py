@@ -220,16 +220,9 @@ def write_json(path: str | Path, data: dict[str, Any]) -> Path:
 
 
 def _default(o: Any) -> Any:
-    try:
-        import numpy as np
+    import numpy as np
 
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:
-        pass
-    return str(o)
+    return o.item() if isinstance(o, np.generic) else o.tolist() if isinstance(o, np.ndarray) else str(o)
 
 
 # ------------------------------------------------------------------------------ output folders

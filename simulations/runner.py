@@ -122,22 +122,12 @@ def _run(cfg: ExperimentConfig, out: OutputFolder | None, label: str | None, tar
         progress.close()
     rounds = strategy.rounds
     summary = summarize(rounds, target, chance=task_chance_loss(exp.task))
-    results = {
-        "method": cfg.method,
-        "label": label or cfg.method,
-        "status": f"failed: {error}" if error else run_status(summary),
-        "seed": cfg.seed,
-        "config": {k: v for k, v in cfg.to_dict().items() if k != "provenance"},
-        "provenance": cfg.sources(),
-        "params": exp.params,
-        "paper": exp.spec.paper,
-        "data_notes": list(getattr(exp.task, "notes", [])),
-        "versions": package_versions(),
-        "timing": {**timing, "wall_s": time.perf_counter() - t0},
-        "summary": summary,
-        "failure_log": strategy.failure_log,
-        "rounds": rounds,
-    }
+    results = {"method": cfg.method, "label": label or cfg.method,
+               "status": f"failed: {error}" if error else run_status(summary), "seed": cfg.seed,
+               "config": {k: v for k, v in cfg.to_dict().items() if k != "provenance"}, "provenance": cfg.sources(),
+               "params": exp.params, "paper": exp.spec.paper, "data_notes": list(getattr(exp.task, "notes", [])),
+               "versions": package_versions(), "timing": {**timing, "wall_s": time.perf_counter() - t0},
+               "summary": summary, "failure_log": strategy.failure_log, "rounds": rounds}
     if out is not None:
         write_json(out.path / "results.json", results)
     if stopped is not None:

@@ -40,24 +40,23 @@ def register_task(name: str, build: Callable[[Any], Task]) -> None:
     _TASKS[name] = build
 
 
-def task_choices(name: str) -> dict[str, tuple[str, ...]]:
-    """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
-    the task takes free-form values, such as a checkpoint path for ``--model``)."""
+def _builder(name: str) -> Callable[[Any], Task]:
     for module in _TASK_MODULES:
         importlib.import_module(module)
     if name not in _TASKS:
         raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
-    builder = _TASKS[name]
-    return {key: tuple(getattr(builder, key, ()) or ()) for key in ("datasets", "partitions", "models")}
+    return _TASKS[name]
+
+
+def task_choices(name: str) -> dict[str, tuple[str, ...]]:
+    """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
+    the task takes free-form values, such as a checkpoint path for ``--model``)."""
+    return {key: tuple(getattr(_builder(name), key, ()) or ()) for key in ("datasets", "partitions", "models")}
 
 
 def build_task(name: str, cfg: Any) -> Task:
     """Build task ``name`` for experiment config ``cfg``."""
-    for module in _TASK_MODULES:
-        importlib.import_module(module)
-    if name not in _TASKS:
-        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name](cfg)
+    return _builder(name)(cfg)
 
 
 class ClassificationTask:
@@ -69,34 +68,19 @@ class ClassificationTask:
 
     def __init__(self, cfg: Any) -> None:
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-        self.bundle = load_dataset(
-            cfg.dataset,
-            cfg.data_dir,
-            data_seed,
-            num_clients=cfg.num_clients,
-            synthetic_alpha=cfg.synthetic_alpha,
-            synthetic_beta=cfg.synthetic_beta,
-            synthetic_mean_samples=getattr(cfg, "synthetic_mean_samples", 4.0),
-            partition=cfg.partition,
-            alpha=cfg.alpha,
-            classes_per_client=cfg.classes_per_client,
-            download=getattr(cfg, "download", False),
-        )
+        self.bundle = load_dataset(cfg.dataset, cfg.data_dir, data_seed, num_clients=cfg.num_clients,
+                                   synthetic_alpha=cfg.synthetic_alpha, synthetic_beta=cfg.synthetic_beta,
+                                   synthetic_mean_samples=getattr(cfg, "synthetic_mean_samples", 4.0),
+                                   partition=cfg.partition, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
+                                   download=getattr(cfg, "download", False))
         kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
         self.partition_kind = kind
         labels = self.bundle.train.y.cpu().numpy()
         if self.bundle.partitions is not None:  # partitioned by the loader (Flower Datasets' partitioners)
             self.parts = self.bundle.partitions
         else:
-            self.parts = make_partition(
-                kind,
-                labels,
-                cfg.num_clients,
-                data_seed,
-                alpha=cfg.alpha,
-                classes_per_client=cfg.classes_per_client,
-                groups=self.bundle.groups,
-            )
+            self.parts = make_partition(kind, labels, cfg.num_clients, data_seed, alpha=cfg.alpha,
+                                        classes_per_client=cfg.classes_per_client, groups=self.bundle.groups)
         self.model_name = cfg.model or default_model(self.bundle.name, self.bundle.input_shape)
         self.device = torch.device(cfg.device)
         self.test = self.bundle.test.to(self.device)

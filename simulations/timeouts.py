@@ -1,24 +1,17 @@
 """Bounded client calls for the in-process backend: a client that does not return in time fails.
 
-The default limit (``client_timeout="auto"``) is tied to the run's own rounds, not to a fixed
-hour: a call may take ten times the slowest call that returned so far (at least 60 s; 600 s
-before any has returned), so a hung client costs about ten clients' worth of work.
+The default limit (``client_timeout="auto"``, :func:`auto_limit`) follows the run's own calls: ten
+times the slowest call that returned so far (at least 60 s; 600 s before any has returned).
 
-:class:`BoundedCaller` runs each client call with a time limit and raises :class:`ClientTimeout`
-in the caller when it overruns (the round counts that client as failed and goes on). Two ways,
-chosen per call:
+:class:`BoundedCaller` raises :class:`ClientTimeout` in the caller when a call overruns (the round
+counts that client as failed and goes on), in one of two ways:
 
-- **main thread** (the usual case): the call runs right there, under a ``SIGALRM`` interval timer.
-  When it fires, the handler raises :class:`ClientTimeout` inside the client's code, which stops
-  it: a client stuck in Python code, a ``sleep``, a lock or an ``Event.wait`` is interrupted. Cost:
-  two ``setitimer`` system calls per call, no thread hand-off. Used only while nobody else has a
-  ``SIGALRM`` handler installed.
-- **other threads** (or ``SIGALRM`` in use): the call runs on a persistent daemon worker thread and
-  the caller waits at most ``timeout`` seconds. A worker stuck in an overrunning call is abandoned
-  (a daemon thread never blocks interpreter exit) and the next call gets a fresh worker. Python
-  cannot stop a thread, so the abandoned call keeps what it holds (its pooled model, a CPU core if
-  it spins); the run goes on. This is also the fallback for a client stuck inside a C extension
-  that never returns to Python, which a signal handler cannot interrupt.
+- **main thread**, while nobody else has a ``SIGALRM`` handler: the call runs right there under a
+  ``SIGALRM`` interval timer whose handler raises inside the client's code, interrupting Python code,
+  a ``sleep``, a lock or an ``Event.wait`` (two ``setitimer`` calls per call, no thread hand-off);
+- **otherwise**: the call runs on a persistent daemon worker thread; a worker stuck in an overrunning
+  call (also inside a C extension, which a signal cannot interrupt) is abandoned, keeping what it holds,
+  and the next call gets a fresh one.
 """
 
 from __future__ import annotations

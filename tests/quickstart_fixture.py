@@ -184,6 +184,22 @@ def run_message_app(app: Path, nodes: int, config: dict[str, Any], seed: int = 0
     return accs, grid.errors
 
 
+def _RegisteringClientManager():
+    """Flower's ``SimpleClientManager`` whose ``wait_for`` first registers the grid's nodes.
+
+    ``start_grid`` registers nodes when ``num_available``/``all``/``sample`` are called, or every 5 s;
+    a strategy that calls ``wait_for`` first (this library's legacy strategies, before round 1) would
+    otherwise wait for that tick on every run (5 s per in-process run)."""
+    from flwr.server.client_manager import SimpleClientManager
+
+    class Registering(SimpleClientManager):
+        def wait_for(self, num_clients: int, timeout: int = 86400) -> bool:
+            self.num_available()  # wrapped by start_grid: registers the grid's nodes now
+            return super().wait_for(num_clients, timeout)
+
+    return Registering()
+
+
 def run_legacy_app(app: Path, nodes: int, config: dict[str, Any]):
     """Run the legacy app (``server_fn`` + Flower's ``start_grid``) in process; returns Flower's
     ``History``, the app's strategy and the reasons of the ClientApps' error replies."""
@@ -199,6 +215,7 @@ def run_legacy_app(app: Path, nodes: int, config: dict[str, Any]):
         context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config)
         components = server_app.server_fn(context)
         grid = _Grid(client_app.app, nodes, config)
-        history = start_grid(grid=grid, strategy=components.strategy, config=components.config)
+        history = start_grid(grid=grid, strategy=components.strategy, config=components.config,
+                             client_manager=_RegisteringClientManager())
         components.strategy.history.finalize()  # closes the last round's record
         return history, components.strategy, grid.errors

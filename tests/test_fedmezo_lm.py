@@ -14,7 +14,8 @@ from flwr_strategies.fedmezo import MeZOEngine
 from flwr_strategies.fedmezo.local import mezo_local_train
 from flwr_strategies.simulations.lm.data import (CATEGORIES, collate, generate_instructions, load_instruction_file,
                                  split_clients, tokenize_records)
-from flwr_strategies.simulations.lm.model import apply_lora, batch_loss, ensure_tiny_base, load_causal_lm, per_example_loss
+from flwr_strategies.simulations.lm.model import apply_lora, ensure_tiny_base, load_causal_lm
+from flwr_strategies.simulations.lm.task import evaluate_lm
 from flwr_strategies.simulations.lm.tokenizer import build_byte_tokenizer
 
 
@@ -43,7 +44,7 @@ def test_tiny_base_is_pretrained_and_loads_like_a_checkpoint(base_dir):
     assert model.config.model_type == "llama"
     assert sum(p.numel() for p in model.parameters()) == 115_520
     test = tokenize_records(generate_instructions(40, seed=99), tok)
-    loss = float(np.mean(per_example_loss(model, test, tok.pad_token_id)))
+    loss, _ = evaluate_lm(model, test, tok.pad_token_id)  # mean per-example response loss
     # a random byte model sits near ln(260) = 5.56; the pretrained base is far below
     assert loss < 0.8 * np.log(260)
     peft_model = apply_lora(model)
@@ -87,12 +88,12 @@ def test_directional_derivative_matches_autograd(base_dir):
     model.eval()
     eng = MeZOEngine(model, mu=1e-3)
     params = eng.tensors
-    loss = batch_loss(model, batch)
+    loss = model(**batch).loss
     grads = torch.autograd.grad(loss, params)
     from flwr_strategies.fedmezo import z_like
     zs = z_like(params, 77)
     ref = float(sum((z * gr).sum() for z, gr in zip(zs, grads)))
-    res = eng.step(lambda: batch_loss(model, batch), lr=1e-9, seed=77)
+    res = eng.step(lambda: model(**batch).loss, lr=1e-9, seed=77)
     assert abs(res.g - ref) <= 1e-2 * abs(ref)
 
 
@@ -111,7 +112,7 @@ def test_frozen_base_and_nan_guard(base_dir):
     data = tokenize_records(generate_instructions(12, seed=6), tok)
     lora0 = _digest(m1, True)
     eng = MeZOEngine(m1, mu=1e-3)
-    out = mezo_local_train(eng, lambda idx: batch_loss(m1, collate(data, idx, tok.pad_token_id)), len(data),
+    out = mezo_local_train(eng, lambda idx: m1(**collate(data, idx, tok.pad_token_id)).loss, len(data),
                            lr=1e-3, steps=3, batch_size=1, run_seed=0, server_round=1, partition_id=0)
     assert np.isfinite(out["train_loss"]) and out["n_skipped"] == 0
     assert _digest(m1, False) == _digest(m2, False)
@@ -120,7 +121,7 @@ def test_frozen_base_and_nan_guard(base_dir):
     before = [p.detach().clone() for p in eng.tensors]
     short = tokenize_records(generate_instructions(2, seed=6), tok, max_len=20)
     assert all((l == -100).all() for l in short.labels)
-    res = eng.step(lambda: batch_loss(m1, collate(short, [0], tok.pad_token_id)), lr=1e-3, seed=3)
+    res = eng.step(lambda: m1(**collate(short, [0], tok.pad_token_id)).loss, lr=1e-3, seed=3)
     assert res.skipped and eng.n_skipped == 1
     assert all(torch.equal(a, b) for a, b in zip(before, eng.tensors))
 

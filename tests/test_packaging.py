@@ -11,7 +11,8 @@
   into a clean venv (reusing the installed dependencies), expose the same modules: ``flwr_strategies``,
   ``flwr_strategies.clients``, ``flwr_strategies.simulations`` and their subpackages. In both,
   ``pkgutil.walk_packages`` over ``flwr_strategies`` lists no test, doc or notebook module and ends
-  in under 30 s, and ``import flwr_strategies.tests`` fails.
+  (a walk that recursed into the package never did: the probe's timeout catches it), and
+  ``import flwr_strategies.tests`` fails.
 - From the wheel, in a folder that holds its own ``clients/`` and ``simulations/`` packages
   (tripwires that raise when imported): ``import clients`` / ``import simulations`` fail there, and
   every registered method builds and runs two rounds, with ``flwr_strategies`` coming from the wheel.
@@ -203,16 +204,14 @@ def test_project_app_ships_no_code():
 
 
 # What an install exposes: pkgutil.walk_packages over flwr_strategies (what documentation generators
-# and plugin scanners do), timed, then over flwr_strategies.clients / .simulations (an editable
+# and plugin scanners do), then over flwr_strategies.clients / .simulations (an editable
 # install maps those two from the repository's top-level folders, outside flwr_strategies' __path__).
 _PROBE = textwrap.dedent(
     """
-    import importlib, json, pkgutil, sys, time
+    import importlib, json, pkgutil, sys
     errors = []
-    t0 = time.perf_counter()
     import flwr_strategies
     walked = [m.name for m in pkgutil.walk_packages(flwr_strategies.__path__, "flwr_strategies.", onerror=errors.append)]
-    seconds = time.perf_counter() - t0
     exposed = set(walked)
     for sub in ("flwr_strategies.clients", "flwr_strategies.simulations"):
         pkg = importlib.import_module(sub)
@@ -226,7 +225,7 @@ _PROBE = textwrap.dedent(
             refused.append(name)
     files = {name: importlib.import_module(name).__file__
              for name in ("flwr_strategies", "flwr_strategies.clients.base", "flwr_strategies.simulations.cli")}
-    print(json.dumps({"walked": walked, "seconds": seconds, "exposed": sorted(exposed), "refused": refused,
+    print(json.dumps({"walked": walked, "exposed": sorted(exposed), "refused": refused,
                       "errors": errors, "files": files}))
     """
 )
@@ -243,7 +242,6 @@ def _probe(python: Path | str, cwd: Path) -> dict:
 
 def _check_exposure(found: dict) -> None:
     assert not found["errors"], found["errors"]
-    assert found["seconds"] < 30, found["seconds"]
     assert not [n for n in found["exposed"] if _NOT_PACKAGE.search(n)], found["exposed"]
     assert sorted(found["refused"]) == sorted(["flwr_strategies.tests", "flwr_strategies.docs",
                                                "flwr_strategies.notebooks", "clients", "simulations"])

@@ -53,8 +53,8 @@ def _serve(cfg: ExperimentConfig, out, state_dir, *, resume=False, kill_at=None,
             ctx.node_config[STATE_DIR_KEY] = str(state_dir)
         if "epsilon" in resolved.params:  # DO-ADP's nodes: their own budget and secret seed
             pid = int(ctx.node_config["partition-id"])
-            ctx.node_config.update({"doadp-epsilon": float(resolved.params["epsilon"]),
-                                    "doadp-rounds": resolved.rounds, "doadp-client-seed": format(2**127 + 7919 * pid, "032x")})
+            ctx.node_config.update({"doadp-epsilon": float(resolved.params["epsilon"]), "doadp-rounds": resolved.rounds,
+                                    "doadp-client-seed": format(2**127 + 7919 * pid, "032x")})
     if kill_at is not None:
         original = project_app.RunReport.__call__
 
@@ -107,9 +107,9 @@ def test_a_resume_whose_nodes_kept_no_state_is_refused_naming_it(tmp_path, monke
     cfg = FAMILIES["scaffold"]
     with pytest.raises(Killed):
         _serve(cfg, tmp_path / "run", None, kill_at=KILLED_AFTER + 1, monkeypatch=monkeypatch)
-    with pytest.raises(flwr_strategies.NoProgressError, match=r"resumes a checkpoint of round 2, in which this partition "
-                       r"had trained, but the node kept no client state for it: its client keeps scaffold_c_i .*"
-                       r"client-state-dir"):
+    with pytest.raises(flwr_strategies.NoProgressError,
+                       match=r"resumes a checkpoint of round 2, in which this partition had trained, but the node "
+                       r"kept no client state for it: its client keeps scaffold_c_i .*client-state-dir"):
         _serve(cfg, tmp_path / "run", None, resume=True, monkeypatch=monkeypatch)
 
 

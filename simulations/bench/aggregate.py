@@ -52,16 +52,16 @@ import logging
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+
+from . import max_diff, options, rss_kib, run_child, timed, write_out  # noqa: E402
 
 __all__ = ["measure_fedavg", "measure_dfedcata", "measure_scaffold", "main"]
 
@@ -93,17 +93,6 @@ def _client_models(replies: int, params: int, arrays: int, seed: int):
     counts = rng.integers(20, 201, size=replies)
     for i in range(replies):
         yield [rng.standard_normal(n, dtype=np.float32) for n in _layout(params, arrays)], int(counts[i])
-
-
-def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b))
-
-
-def _timed(call) -> tuple[float, float]:
-    gc.collect()
-    w0, c0 = time.perf_counter(), time.process_time()
-    call()
-    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def _peak(call) -> int:
@@ -177,13 +166,14 @@ def _legacy_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: i
         return lambda: flower.aggregate_fit(1, results, [])[0]
 
     out = _compare(prepare_ours, prepare_flower, repeats)
-    out["max_abs_diff"] = _max_diff(parameters_to_ndarrays(prepare_ours()()), parameters_to_ndarrays(prepare_flower()()))
+    out["max_abs_diff"] = max_diff(parameters_to_ndarrays(prepare_ours()()), parameters_to_ndarrays(prepare_flower()()))
     return out
 
 
 # ------------------------------------------------------------------------------ Message API
-def _client_app(contents: dict[int, Any]):
-    """A ClientApp that answers the partition query and returns node ``p``'s prepared reply."""
+def _client_app(reply):
+    """A ClientApp that answers the partition query and trains with ``reply(msg, partition_id)``
+    (the reply's ``RecordDict``)."""
     from flwr.app import Message
     from flwr.clientapp import ClientApp
 
@@ -191,11 +181,7 @@ def _client_app(contents: dict[int, Any]):
 
     app = ClientApp()
     app.query("partition")(partition_query)
-
-    @app.train()
-    def train(msg, context):
-        return Message(contents[int(context.node_config["partition-id"])], reply_to=msg)
-
+    app.train()(lambda msg, context: Message(reply(msg, int(context.node_config["partition-id"])), reply_to=msg))
     return app
 
 
@@ -208,7 +194,7 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
 
     contents = {i: RecordDict({"arrays": ArrayRecord(model), "metrics": MetricRecord({"num-examples": count})})
                 for i, (model, count) in enumerate(_client_models(replies, params, arrays, seed))}
-    grid = InProcessGrid(_client_app(contents), replies)
+    grid = InProcessGrid(_client_app(lambda msg, pid: contents[pid]), replies)
     initial = ArrayRecord([np.zeros(n, np.float32) for n in _layout(params, arrays)])
     ours = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=replies, min_evaluate_nodes=0,
                   min_available_nodes=replies)
@@ -227,7 +213,7 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
         return lambda: flower.aggregate_train(1, answered)[0]
 
     out = _compare(prepare_ours, prepare_flower, repeats)
-    out["max_abs_diff"] = _max_diff(prepare_ours()().to_numpy_ndarrays(), prepare_flower()().to_numpy_ndarrays())
+    out["max_abs_diff"] = max_diff(prepare_ours()().to_numpy_ndarrays(), prepare_flower()().to_numpy_ndarrays())
     return out
 
 
@@ -237,7 +223,7 @@ def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
     for i in range(repeats):
         order = (("ours", prepare_ours), ("flower", prepare_flower))
         for name, prepare in (order if i % 2 == 0 else order[::-1]):
-            times[name].append(_timed(prepare()))
+            times[name].append(timed(prepare())[1:])
     out: dict[str, Any] = {}
     for name, prepare in (("ours", prepare_ours), ("flower", prepare_flower)):
         out[name] = {"wall_s": statistics.median(t[0] for t in times[name]),
@@ -249,8 +235,7 @@ def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
 def measure_fedavg(replies: int = 100, params: int = 1_000_000, arrays: int = 10, repeats: int = 7,
                    seed: int = 0) -> dict[str, Any]:
     """Both APIs, this library's FedAvg against Flower's, in this process."""
-    res = {"replies": replies, "params": params, "arrays": arrays, "repeats": repeats,
-           "model_bytes": params * 4}
+    res = {"replies": replies, "params": params, "arrays": arrays, "repeats": repeats, "model_bytes": params * 4}
     with _quiet_flower():
         res["legacy"] = _legacy_fedavg(replies, params, arrays, repeats, seed)
         gc.collect()
@@ -279,14 +264,6 @@ def print_fedavg(res: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------ DFedCata
-def _rss_kib() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def _contract(arrays: list[np.ndarray], pid: int, peers: int) -> list[np.ndarray]:
     """The peer's local step: a contraction of its start point towards its own target, in place."""
     target = np.float32(pid / peers)
@@ -296,9 +273,10 @@ def _contract(arrays: list[np.ndarray], pid: int, peers: int) -> list[np.ndarray
     return arrays
 
 
-def _dfedcata_legacy_round(strategy, manager, parameters, r: int, peers: int):
-    """One round as Flower's legacy ``Server.fit_round`` holds it: every ``FitIns`` of the round,
-    then every ``FitRes``, until ``aggregate_fit`` returns (the new global model, as Flower keeps it)."""
+def legacy_round(strategy, manager, parameters, r: int, peers: int):
+    """One round as Flower's legacy ``Server.fit_round`` holds it: every (serialised) ``FitIns`` of
+    the round, then every ``FitRes`` of the contracting peers, until ``aggregate_fit`` returns the new
+    global model (kept, as Flower keeps it) and the round's metrics."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
     instructions = strategy.configure_fit(r, parameters, manager)
@@ -308,49 +286,30 @@ def _dfedcata_legacy_round(strategy, manager, parameters, r: int, peers: int):
         results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1,
                                       {"partition-id": proxy.pid})))
         del arrays
-    parameters, _ = strategy.aggregate_fit(r, results, [])
+    out = strategy.aggregate_fit(r, results, [])
     del instructions, results
-    return parameters
+    return out
 
 
 def _dfedcata_message_round(strategy, grid, initial, r: int, peers: int):
     """One round as Flower's ``Strategy.start`` holds it: the round's instruction messages and
     every reply, until ``aggregate_train`` returns (the new global model, as Flower keeps it)."""
-    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.app import ConfigRecord, Message
 
     instructions = list(strategy.configure_train(r, initial, ConfigRecord(), grid))
-    replies = []
-    for msg in instructions:
-        pid = strategy.partition_of_node[msg.metadata.dst_node_id]
-        record = next(iter(msg.content.array_records.values()))
-        arrays = _contract(record.to_numpy_ndarrays(), pid, peers)
-        replies.append(Message(RecordDict({"arrays": ArrayRecord(arrays),
-                                           "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})}),
-                               reply_to=msg))
-        del arrays
+    replies = [Message(_contracted(msg, strategy.partition_of_node[msg.metadata.dst_node_id], peers), reply_to=msg)
+               for msg in instructions]
     arrays, _ = strategy.aggregate_train(r, replies)
     del instructions, replies
     return arrays
 
 
-def _contracting_client_app(peers: int):
-    """A ClientApp whose peers answer the partition query and contract what they receive."""
-    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-    from flwr.clientapp import ClientApp
+def _contracted(msg, pid: int, peers: int):
+    """A peer's reply: the contraction of the arrays ``msg`` carries."""
+    from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-    from flwr_strategies.clients.app import partition_query
-
-    app = ClientApp()
-    app.query("partition")(partition_query)
-
-    @app.train()
-    def train(msg, context):
-        pid = int(context.node_config["partition-id"])
-        arrays = _contract(next(iter(msg.content.array_records.values())).to_numpy_ndarrays(), pid, peers)
-        return Message(RecordDict({"arrays": ArrayRecord(arrays),
-                                   "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})}), reply_to=msg)
-
-    return app
+    arrays = _contract(next(iter(msg.content.array_records.values())).to_numpy_ndarrays(), pid, peers)
+    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
 
 
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
@@ -374,7 +333,7 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
     x0 = np.random.default_rng(seed).standard_normal(params, dtype=np.float32)
     table = peers * params * 4
     gc.collect()
-    base_kib = _rss_kib()  # everything imported, the initial model built: the strategy's memory from here
+    base_kib = rss_kib()  # everything imported, the initial model built: the strategy's memory from here
     tracemalloc.start()
     walls = []
     if api == "legacy":
@@ -384,17 +343,17 @@ def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int)
         parameters = strategy.initialize_parameters(manager)
         for r in range(1, rounds + 1):
             w0 = time.perf_counter()
-            parameters = _dfedcata_legacy_round(strategy, manager, parameters, r, peers)
+            parameters = legacy_round(strategy, manager, parameters, r, peers)[0]
             walls.append(time.perf_counter() - w0)
     elif api == "start":
-        grid = InProcessGrid(_contracting_client_app(peers), peers)
+        grid = InProcessGrid(_client_app(lambda msg, pid: _contracted(msg, pid, peers)), peers)
         strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
         w0 = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
             strategy.start(grid=grid, initial_arrays=ArrayRecord([x0]), num_rounds=rounds)
         walls.append((time.perf_counter() - w0) / rounds)
     else:
-        grid = InProcessGrid(_client_app({}), peers)
+        grid = InProcessGrid(_client_app(None), peers)
         initial = ArrayRecord([x0])
         strategy = MessageDFedCata(min_available_nodes=peers, fraction_evaluate=0.0, min_evaluate_nodes=0, seed=seed)
         for r in range(1, rounds + 1):
@@ -417,12 +376,8 @@ def _dfedcata_cmd(args: argparse.Namespace) -> dict[str, Any]:
     apis = ("legacy", "message", "start") if args.api == "all" else (args.api,)
     out: dict[str, Any] = {}
     for api in apis:
-        cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "aggregate", "dfedcata", "--child",
-               "--api", api, "--peers", str(args.peers), "--params", str(args.params), "--rounds", str(args.rounds)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"the {api} measurement failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-        out[api] = json.loads(done.stdout.strip().splitlines()[-1])
+        out[api] = run_child(["aggregate", "dfedcata", "--child", "--api", api, "--peers", str(args.peers), "--params",
+                              str(args.params), "--rounds", str(args.rounds)], f"the {api} measurement")
     first = out[apis[0]]
     print(f"DFedCata, {first['peers']} peers x {first['params']:,} params (float32), every message of a round in "
           f"flight, {first['rounds']} rounds; one table = {first['table_bytes'] / MB:.0f} MB\n")
@@ -469,13 +424,13 @@ def measure_scaffold(replies: int = 100, params: int = 1_000_000, arrays: int = 
     cpus: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(repeats):
         for who, call in calls.items():
-            w, c = _timed(call)
+            _, w, c = timed(call)
             walls[who].append(w)
             cpus[who].append(c)
     peaks = {who: _peak(call) for who, call in calls.items()}
     (ow, oc), (rw, rc) = calls["ours"](), calls["numpy"]()
     out: dict[str, Any] = {"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
-                           "max_abs_diff": max(_max_diff(ow, rw), _max_diff(oc, rc))}
+                           "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))}
     for who in calls:
         out[who] = {"wall_s": statistics.median(walls[who]), "cpu_s": statistics.median(cpus[who]),
                     "wall_s_runs": walls[who], "peak_bytes": peaks[who]}
@@ -502,27 +457,14 @@ def print_scaffold(res: dict[str, Any]) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench aggregate", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what")
-    f = sub.add_parser("fedavg", help="FedAvg aggregate_train/aggregate_fit against Flower's (default)")
-    f.add_argument("--replies", type=int, default=100)
-    f.add_argument("--params", type=int, default=1_000_000)
-    f.add_argument("--arrays", type=int, default=10)
-    f.add_argument("--repeats", type=int, default=7)
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--out")
+    for name, repeats, text in (("fedavg", 7, "FedAvg aggregate_train/aggregate_fit against Flower's (default)"),
+                                ("scaffold", 5, "SCAFFOLD's server step against a streaming NumPy step")):
+        f = sub.add_parser(name, help=text)
+        options(f, replies=100, params=1_000_000, arrays=10, repeats=repeats, seed=0, out=None)
     d = sub.add_parser("dfedcata", help="DFedCata through both adapters, a round's messages in flight")
-    d.add_argument("--peers", type=int, default=50)
-    d.add_argument("--params", type=int, default=2_000_000)
-    d.add_argument("--rounds", type=int, default=2)
+    options(d, peers=50, params=2_000_000, rounds=2, out=None)
     d.add_argument("--api", default="all", choices=("all", "legacy", "message", "start"))
-    d.add_argument("--out")
     d.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    sc = sub.add_parser("scaffold", help="SCAFFOLD's server step against a streaming NumPy step")
-    sc.add_argument("--replies", type=int, default=100)
-    sc.add_argument("--params", type=int, default=1_000_000)
-    sc.add_argument("--arrays", type=int, default=10)
-    sc.add_argument("--repeats", type=int, default=5)
-    sc.add_argument("--seed", type=int, default=0)
-    sc.add_argument("--out")
     return p
 
 
@@ -539,9 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         res = measure_fedavg(args.replies, args.params, args.arrays, args.repeats, args.seed)
         print_fedavg(res)
-    if args.out and not getattr(args, "child", False):
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+    if not getattr(args, "child", False):
+        write_out(args.out, res)
     return 0
 
 

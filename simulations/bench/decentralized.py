@@ -35,25 +35,15 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import ROOT, child_env, options, rss_kib, run_child, write_out  # noqa: E402
 OFFICIAL_REFERENCE_S = 2.41  # issue 15: official code, MNIST MLP, 20 clients, 1 epoch, batch 32, median s/round
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _available_bytes() -> int:
@@ -64,38 +54,9 @@ def _available_bytes() -> int:
     return 0
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
 # ----------------------------------------------------------------------------------- memory
 def _tables(method: str) -> int:
     return {"dfedcata": 3, "dfedavg": 2, "dpsgd": 2}[method]
-
-
-def _legacy_round(strategy, manager, r: int, peers: int) -> dict:
-    """One round through the legacy Flower adapter as Flower's in-process server runs it: every
-    ``FitIns`` (serialised) is built first and kept until the round ends, every peer replies with a
-    serialised ``FitRes``, then the strategy aggregates (all messages in flight at once)."""
-    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
-
-    parameters = strategy._returned if r > 1 else ndarrays_to_parameters(strategy.core_factory_arrays)
-    ins = strategy.configure_fit(r, parameters, manager)
-    results = []
-    for proxy, fit_ins in ins:
-        arrays = parameters_to_ndarrays(fit_ins.parameters)
-        target = np.float32(proxy.pid / peers)
-        for a in arrays:
-            a *= np.float32(0.9)
-            a += np.float32(0.1) * target
-        results.append((proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1, {"partition-id": proxy.pid})))
-        del arrays
-    _, metrics = strategy.aggregate_fit(r, results, [])
-    del ins, results
-    return metrics
 
 
 def measure_memory(peers: int, params: int, topology: str, rounds: int, method: str, dtype: str, seed: int = 0,
@@ -111,7 +72,9 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
     from flwr_strategies.dfedcata.config import DFedCataConfig
     from flwr_strategies.dfedcata.server import DFedAvgServer, DFedCataServer, DPSGDServer
 
-    base_kib = _rss_kib()
+    from .aggregate import _contract
+
+    base_kib = rss_kib()
     x0 = np.random.default_rng(seed).standard_normal(params).astype(dtype)
     graph = GraphConfig(topology=topology, client_eval_every=0)
     kw = dict(num_partitions=peers, graph=graph, seed=seed, on_train_config=lambda r: {"lr": 0.1}, dtype=dtype)
@@ -129,17 +92,19 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
     table = core.models.data.nbytes
     walls, cpus, links = [], [], []
     if through == "legacy":
+        from flwr.common import ndarrays_to_parameters
+
         from flwr_strategies.adapters.legacy import LegacyStrategy
 
-        from .aggregate import _client_manager
+        from .aggregate import _client_manager, legacy_round
 
         manager = _client_manager(peers)  # Flower's SimpleClientManager; the peers report their partition-id
         strategy = LegacyStrategy(core_factory=lambda arrays, n: core, min_available_clients=peers,
                                   fraction_evaluate=0.0)
-        strategy.core_factory_arrays = core.global_arrays()
+        parameters = ndarrays_to_parameters(core.global_arrays())
         for r in range(1, rounds + 1):
             w0, c0 = time.perf_counter(), time.process_time()
-            metrics = _legacy_round(strategy, manager, r, peers)
+            parameters, metrics = legacy_round(strategy, manager, parameters, r, peers)
             walls.append(time.perf_counter() - w0)
             cpus.append(time.process_time() - c0)
             links.append(int(metrics["links"]))
@@ -148,28 +113,22 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
         pids = core.select(r, range(peers))
         replies = []
         for ins in core.configure_train(r, pids):
-            # the peer: a cheap contraction of its start point, written in place (its arrays are views
-            # of the server's spare row, so one message is in flight at a time and nothing is copied)
-            target = np.float32(ins.partition_id / peers)
-            for a in ins.arrays:
-                a *= np.float32(0.9)
-                a += np.float32(0.1) * target
-            replies.append(Reply(ins.partition_id, ins.arrays, 1, {"train_loss": 0.0}))
+            # the peer contracts its start point in place (its arrays are views of the server's spare
+            # row, so one message is in flight at a time and nothing is copied)
+            replies.append(Reply(ins.partition_id, _contract(ins.arrays, ins.partition_id, peers), 1,
+                                 {"train_loss": 0.0}))
         metrics = core.train_round(r, replies, sampled=pids, on_bad_reply="drop")
         core.global_arrays()  # the model a run evaluates
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
         links.append(int(metrics["links"]))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {
-        "method": method, "through": through, "peers": peers, "params": params, "topology": topology, "rounds": rounds,
-        "dtype": dtype,
-        "table_bytes": table, "tables_held": _tables(method), "baseline_rss_bytes": base_kib * 1024,
-        "peak_rss_bytes": peak_kib * 1024, "tables_worth": (peak_kib - base_kib) * 1024 / table,
-        "setup_s": setup_s, "s_per_round": float(np.median(walls)), "cpu_s_per_round": float(np.median(cpus)),
-        "wall_s_rounds": walls, "links_per_round": float(np.mean(links)),
-        "consensus_distance": float(core.consensus_distance()),
-    }
+    return {"method": method, "through": through, "peers": peers, "params": params, "topology": topology,
+            "rounds": rounds, "dtype": dtype, "table_bytes": table, "tables_held": _tables(method),
+            "baseline_rss_bytes": base_kib * 1024, "peak_rss_bytes": peak_kib * 1024,
+            "tables_worth": (peak_kib - base_kib) * 1024 / table, "setup_s": setup_s,
+            "s_per_round": float(np.median(walls)), "cpu_s_per_round": float(np.median(cpus)), "wall_s_rounds": walls,
+            "links_per_round": float(np.mean(links)), "consensus_distance": float(core.consensus_distance())}
 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
@@ -185,13 +144,9 @@ def cmd_memory(args: argparse.Namespace) -> dict:
         raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({_tables(args.method)} tables of {table / 2**30:.2f} GiB) "
                          f"but only {avail / 2**30:.1f} GiB is available now; retry later, lower --peers/--params, "
                          "or pass --force")
-    cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "decentralized", "memory", "--child",
-           "--peers", str(args.peers), "--params", str(args.params), "--topology", args.topology,
-           "--rounds", str(args.rounds), "--method", args.method, "--dtype", args.dtype, "--through", args.through]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(), cwd=str(ROOT))
-    if out.returncode != 0:
-        raise SystemExit(f"the measurement failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = run_child(["decentralized", "memory", "--child", "--peers", str(args.peers), "--params", str(args.params),
+                     "--topology", args.topology, "--rounds", str(args.rounds), "--method", args.method, "--dtype",
+                     args.dtype, "--through", args.through], "the measurement", env=child_env(), cwd=ROOT)
     gib = 2**30
     print(f"{res['method']} through the {res['through']}: {res['peers']} peers x {res['params']:,} params ({res['dtype']}), {res['topology']} graph "
           f"({res['links_per_round']:.0f} links/round), {res['rounds']} rounds; one table = {res['table_bytes'] / gib:.2f} GiB\n")
@@ -209,12 +164,10 @@ def _modes_cfg(args: argparse.Namespace, sequential: bool):
     params = {"beta": args.beta, "lam": 0.05, "neighbours": args.neighbours}
     if sequential:
         params.update(sequential_inplace=True, extrapolation_anchor="prev_local")
-    return ExperimentConfig(
-        method="dfedcata", dataset="mnist", data_dir=args.data_dir, model="mlp", num_clients=args.clients,
-        rounds=args.rounds * (args.clients if sequential else 1), partition="dirichlet", alpha=0.3, lr=0.1,
-        lr_decay=0.998, local_epochs=1, batch_size=32, weight_decay=5e-4, grad_clip=10.0, seed=args.seed,
-        progress=False, params=params,
-    )
+    return ExperimentConfig(method="dfedcata", dataset="mnist", data_dir=args.data_dir, model="mlp",
+                            num_clients=args.clients, rounds=args.rounds * (args.clients if sequential else 1),
+                            partition="dirichlet", alpha=0.3, lr=0.1, lr_decay=0.998, local_epochs=1, batch_size=32,
+                            weight_decay=5e-4, grad_clip=10.0, seed=args.seed, progress=False, params=params)
 
 
 def _time_run(cfg) -> dict:
@@ -231,14 +184,10 @@ def _time_run(cfg) -> dict:
 
 def run_official(official_dir: str, args: argparse.Namespace) -> dict:
     """The official code's DFedCata server on our MNIST split, in a child process; its s/round."""
-    cmd = [sys.executable, "-m", "flwr_strategies.simulations.bench.decentralized", "official-child",
-           "--official-dir", official_dir, "--data-dir", args.data_dir, "--clients", str(args.clients),
-           "--rounds", str(args.rounds), "--seed", str(args.seed), "--beta", str(args.beta),
-           "--neighbours", str(args.neighbours)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(), cwd=str(ROOT))
-    if out.returncode != 0:
-        raise SystemExit(f"the official code failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(["decentralized", "official-child", "--official-dir", official_dir, "--data-dir", args.data_dir,
+                      "--clients", str(args.clients), "--rounds", str(args.rounds), "--seed", str(args.seed),
+                      "--beta", str(args.beta), "--neighbours", str(args.neighbours)], "the official code",
+                     env=child_env(), cwd=ROOT)
 
 
 def official_child(args: argparse.Namespace) -> dict:
@@ -342,28 +291,22 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench decentralized", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     m = sub.add_parser("memory", help="server memory and time at the paper's shape")
-    m.add_argument("--peers", type=int, default=100)
+    options(m, peers=100, topology="random", rounds=3, out=None)
     m.add_argument("--params", type=int, default=11_200_000, help="model size d (ResNet-18-GN: 11.2M)")
-    m.add_argument("--topology", default="random")
-    m.add_argument("--rounds", type=int, default=3)
     m.add_argument("--method", default="dfedcata", choices=("dfedcata", "dfedavg", "dpsgd"))
     m.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     m.add_argument("--through", default="core", choices=("core", "legacy"),
                    help="core: one message in flight; legacy: Flower's legacy adapter, all messages of a round in flight")
     m.add_argument("--force", action="store_true", help="run even if the machine seems short of memory")
-    m.add_argument("--out")
     m.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for name, helptext in (("modes", "synchronous vs sequential_inplace s/round"), ("official-child", argparse.SUPPRESS)):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--data-dir", help="MNIST idx files (default: ../shared/data/mnist)")
-        q.add_argument("--clients", type=int, default=20)
+        options(q, clients=20, beta=0.9, seed=0, out=None)
         q.add_argument("--rounds", type=int, default=5, help="algorithm rounds")
         q.add_argument("--neighbours", type=int, default=2, help="random graph picks per peer (official: 0.1 x clients)")
-        q.add_argument("--beta", type=float, default=0.9)
-        q.add_argument("--seed", type=int, default=0)
         q.add_argument("--official-dir", help="checkout of github.com/zzylyxx/DFedCata to run and time")
         q.add_argument("--repeat", type=int, default=1, help="time each mode this many times, keep the fastest")
-        q.add_argument("--out")
     return p
 
 
@@ -373,9 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(official_child(args)))
         return 0
     res = cmd_memory(args) if args.what == "memory" else cmd_modes(args)
-    if getattr(args, "out", None) and not getattr(args, "child", False):
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(res, indent=1))
+    if not getattr(args, "child", False):
+        write_out(args.out, res)
     return 0
 
 

@@ -22,31 +22,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
-import subprocess
-import sys
 import time
+
+from . import ROOT, child_env, options, rss_kib, run_child, write_out
 
 
 def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
+    return rss_kib() / 1024.0
 
 
 def _synthetic_reply(pid: int, t: int, d: int, k: int, p: float, seed: int):
     import numpy as np
 
     rng = np.random.default_rng([seed, pid, t])
-    if rng.random() >= p:
-        return [np.empty(0, np.int64), np.empty(0, np.float32)]
+    if rng.random() >= p:  # the reply's arrays, examples and metrics (doadp_active says whether it is empty)
+        return [np.empty(0, np.int64), np.empty(0, np.float32)], 1, {"doadp_active": 0}
     start = int(rng.integers(d))
     idx = np.sort((start + np.arange(k)) % d).astype(np.uint32 if d <= 2**32 else np.uint64)
-    return [idx, rng.normal(0.0, 1e-3, size=k).astype(np.float32)]
+    return [idx, rng.normal(0.0, 1e-3, size=k).astype(np.float32)], 1, {"doadp_active": 1}
 
 
 def _config(args):
@@ -82,15 +77,14 @@ def _child(args) -> dict:
             t0 = time.perf_counter()
             ins = core.configure_train(r, list(range(n)))
             t1 = time.perf_counter()
-            replies = [Reply(i.partition_id, _synthetic_reply(i.partition_id, r, d, k, args.p, args.seed), 1, {})
-                       for i in ins]
+            replies = [Reply(i.partition_id, *_synthetic_reply(i.partition_id, r, d, k, args.p, args.seed)) for i in ins]
             del ins
             t2 = time.perf_counter()
             core.train_round(r, replies, sampled=range(n), on_bad_reply="raise")
             del replies
             times.append((t1 - t0) + (time.perf_counter() - t2))  # server work only, not the synthetic agents
     else:
-        from flwr.app import ArrayRecord, Message, RecordDict
+        from flwr.app import ArrayRecord, Message
 
         from flwr_strategies.clients.app import message_config, partition_query, train_reply
         from flwr_strategies.doadp.serverapp import DOADP
@@ -104,7 +98,7 @@ def _child(args) -> dict:
         def train(msg: Message, context):
             cfg = message_config(msg)
             pid = int(context.node_config["partition-id"])
-            return train_reply(msg, context, _synthetic_reply(pid, int(cfg["server-round"]), d, k, args.p, args.seed), 1)
+            return train_reply(msg, context, *_synthetic_reply(pid, int(cfg["server-round"]), d, k, args.p, args.seed))
 
         app.query("partition")(partition_query)
         grid = InProcessGrid(app, n)
@@ -127,14 +121,9 @@ def _child(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulations bench doadp", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--agents", type=int, default=100)
+    options(ap, agents=100, rounds=4, k_frac=0.4, p=0.8, seed=0, out=None)
     ap.add_argument("--dim", type=int, default=1_000_000, help="model parameters d")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--k-frac", type=float, default=0.4)
-    ap.add_argument("--p", type=float, default=0.8)
     ap.add_argument("--path", choices=("core", "message", "both"), default="both")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -142,29 +131,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     paths = ("core", "message") if args.path == "both" else (args.path,)
     results = []
-    import flwr_strategies
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(flwr_strategies.__file__)))
     for path in paths:
-        cmd = [sys.executable, "-c", "import sys; from flwr_strategies.simulations.bench.doadp import main; "
-               "raise SystemExit(main(sys.argv[1:]))", "--child", "--path", path,
-               "--agents", str(args.agents), "--dim", str(args.dim), "--rounds", str(args.rounds),
-               "--k-frac", str(args.k_frac), "--p", str(args.p), "--seed", str(args.seed)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0",
-               "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
-        if proc.returncode != 0:
-            print(proc.stderr[-3000:], file=sys.stderr)
-            return proc.returncode
-        res = json.loads(proc.stdout.strip().splitlines()[-1])
+        res = run_child(["doadp", "--child", "--path", path, "--agents", str(args.agents), "--dim", str(args.dim),
+                         "--rounds", str(args.rounds), "--k-frac", str(args.k_frac), "--p", str(args.p),
+                         "--seed", str(args.seed)], f"the {path} measurement",
+                        env=child_env(OMP_NUM_THREADS="1", FLWR_TELEMETRY_ENABLED="0"), cwd=ROOT)
         results.append(res)
         print(f"{path:>8}: {res['agents']} agents x {res['dim']:,} params (k={res['k']:,}, p={res['p']}); "
               f"one table {res['table_mib']:.0f} MiB; RSS after imports {res['rss_start_mib']:.0f} MiB, after setup "
               f"{res['rss_setup_mib']:.0f} MiB, peak {res['peak_rss_mib']:.0f} MiB = "
               f"{res['peak_above_setup_tables']:.2f} tables above it; {res['s_per_round_median']:.2f} s/round")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    write_out(args.out, results)
     return 0
 
 

@@ -18,9 +18,10 @@ norm of the Gaussian noise one step adds to an agent's model.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from . import options, write_out
 
 
 def _net():
@@ -112,15 +113,9 @@ def run(args, alpha: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulations bench doadp_stepsize", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", required=True, help="folder with MNIST's t10k idx files")
-    ap.add_argument("--alphas", default="0.005,0.01,0.02,0.05,0.1,0.2,0.5")
-    ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--agents", type=int, default=4)
-    ap.add_argument("--records", type=int, default=2000)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--epsilon", type=float, default=1.0)
+    options(ap, alphas="0.005,0.01,0.02,0.05,0.1,0.2,0.5", rounds=200, agents=4, records=2000, batch_size=32,
+            epsilon=1.0, seed=0, out=None)
     ap.add_argument("--calibration", choices=("theorem1", "accountant"), default="theorem1")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out")
     args = ap.parse_args(argv)
     print(f"DO-ADP, quickstart CNN on MNIST: {args.agents} agents x {args.records} records, {args.rounds} rounds, "
           f"b={args.batch_size}, epsilon={args.epsilon}, calibration={args.calibration}\n")
@@ -135,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {alpha:g} | {res['sigma']:.3f} | {res['step_noise_norm']:.2f} | {res['first_loss']:.2f} -> "
               f"{res['last_loss']:.4g} ({res['max_loss']:.4g}) | {res['private_avg_accuracy']:.3f} | "
               f"{res['public_accuracy']:.3f} | {res['seconds']:.0f} |", flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1))
+    write_out(args.out, results)
     return 0
 
 

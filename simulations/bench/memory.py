@@ -20,21 +20,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import time
 
 import torch
 
+from . import options, rss_kib, run_child, write_out
+
 MODES = ("forward", "mezo", "backprop")
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _build(args):
@@ -103,7 +95,7 @@ def measure(args, mode: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = _rss_kib() * 1024
+        base = rss_kib() * 1024
     _one_step(mode, model, batch, engine, 0)  # warm-up (kernels, allocator)
     if cuda:
         torch.cuda.synchronize()
@@ -113,10 +105,7 @@ def measure(args, mode: str) -> dict:
     if cuda:
         torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / args.repeat
-    if cuda:
-        peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"mode": mode, "peak_bytes": int(peak), "before_bytes": int(base), "extra_bytes": int(max(0, peak - base)),
             "wall_s": wall, "model": name, "params": n_total, "lora_params": n_lora,
             "tokens": int(batch["input_ids"].numel()), "device": args.device,
@@ -127,14 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m simulations bench memory", description=__doc__.split("\n")[0])
     p.add_argument("--model-dir", help="local causal-LM checkpoint (default: the cached tiny pretrained base)")
     p.add_argument("--hidden", type=int, default=0, help="instead: a random Llama of this hidden size (memory only)")
-    p.add_argument("--layers", type=int, default=4)
+    options(p, layers=4)
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="base model dtype")
     p.add_argument("--lora-r", type=int, default=128, help="LoRA rank (alpha = 2r; paper: 128 / 256)")
     p.add_argument("--adapter-dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="LoRA adapter dtype")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-len", type=int, default=320)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--repeat", type=int, default=5)
+    options(p, batch_size=8, max_len=320, device="cuda" if torch.cuda.is_available() else "cpu", repeat=5)
     p.add_argument("--steps", type=int, default=30, help="H, MeZO steps per round (for the upload bytes)")
     p.add_argument("--out", help="write the results as JSON")
     p.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
@@ -158,9 +144,8 @@ def run(argv: list[str]) -> dict:
             torch.cuda.empty_cache()
             rows.append(measure(args, mode))
         else:
-            cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "memory", *argv, "--mode", mode]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            rows.append(run_child(["memory", *argv, "--mode", mode], f"the {mode} measurement",
+                                  env={**os.environ, "PYTHONWARNINGS": "ignore"}))
     r0 = rows[0]
     mib = lambda b: b / 2**20
     print(f"model: {r0['model']} ({r0['params']:,} params, {r0['lora_params']:,} LoRA), batch {args.batch_size} "
@@ -180,7 +165,5 @@ def run(argv: list[str]) -> dict:
           f"seed-and-scalar (H={args.steps}) {seed_up:,} B; ratio {lora_up / seed_up:.0f}x")
     res = {"rows": rows, "mezo_forward_peak_ratio": ratio_peak, "mezo_forward_extra_ratio": ratio_extra,
            "lora_upload_bytes": lora_up, "seed_upload_bytes": seed_up}
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(res, fh, indent=1)
+    write_out(args.out, res)
     return res

@@ -18,7 +18,6 @@ Prints a markdown table; ``--out`` also writes the rows as JSON. Single thread
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
@@ -27,6 +26,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from flwr_strategies.decentralized import Topology, mix, mixing_matrix  # noqa: E402
+
+from . import options, write_out  # noqa: E402
 
 
 def _best(fn, repeats: int) -> float:
@@ -54,33 +55,20 @@ def run(clients: list[int], params: int, topologies: list[str], repeats: int = 3
             build_ms = _best(build, repeats)
             W = state["W"]
             mix_ms = _best(lambda: mix(W, X, out=X), repeats)
-            rows.append(
-                {
-                    "clients": m,
-                    "params": params,
-                    "topology": name,
-                    "nnz_per_row": W.nnz / m,
-                    "build_ms": build_ms,
-                    "mix_ms": mix_ms,
-                    "avg_ms": avg_ms,
-                    "ratio": mix_ms / avg_ms,
-                    "ns_per_nnz_elem": mix_ms * 1e6 / (W.nnz * params),
-                }
-            )
+            rows.append({"clients": m, "params": params, "topology": name, "nnz_per_row": W.nnz / m,
+                         "build_ms": build_ms, "mix_ms": mix_ms, "avg_ms": avg_ms, "ratio": mix_ms / avg_ms,
+                         "ns_per_nnz_elem": mix_ms * 1e6 / (W.nnz * params)})
         del X
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    out = [
-        "| clients | params | topology | nnz(W)/m | build W (ms) | mixing (ms/round) | plain average (ms) | mixing / average | ns per nnz x param |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    out = ["| clients | params | topology | nnz(W)/m | build W (ms) | mixing (ms/round) | plain average (ms) | "
+           "mixing / average | ns per nnz x param |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(
-            f"| {r['clients']} | {r['params'] / 1e6:.1f}M | {r['topology']} | {r['nnz_per_row']:.2f} | "
-            f"{r['build_ms']:.1f} | {r['mix_ms']:.0f} | {r['avg_ms']:.0f} | {r['ratio']:.2f} | {r['ns_per_nnz_elem']:.3f} |"
-        )
+        out.append(f"| {r['clients']} | {r['params'] / 1e6:.1f}M | {r['topology']} | {r['nnz_per_row']:.2f} | "
+                   f"{r['build_ms']:.1f} | {r['mix_ms']:.0f} | {r['avg_ms']:.0f} | {r['ratio']:.2f} | "
+                   f"{r['ns_per_nnz_elem']:.3f} |")
     return "\n".join(out)
 
 
@@ -89,14 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", type=int, nargs="+", default=[25, 50, 100])
     p.add_argument("--params", type=int, default=11_000_000, help="model size d (ResNet-18 ~ 11.2M)")
     p.add_argument("--topologies", nargs="+", default=["ring", "random"])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=None)
+    options(p, repeats=3, out=None)
     a = p.parse_args(argv)
     rows = run(a.clients, a.params, a.topologies, a.repeats)
     print(table(rows))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_out(a.out, rows)
 
 
 if __name__ == "__main__":

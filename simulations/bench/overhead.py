@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,6 +31,7 @@ from flwr_strategies.clients.base import train_settings
 from flwr_strategies.clients.training import client_generator, get_weights, local_sgd, set_weights
 
 from ..experiment import ExperimentConfig, get_experiment
+from . import max_diff, options, timed, write_out
 
 
 def _inplace(x: np.ndarray, y, op: np.ufunc) -> np.ndarray:
@@ -66,20 +66,6 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
     return global_w, time.perf_counter() - t0, accs
 
 
-def _final_weights(outcome) -> list[np.ndarray]:
-    return outcome.final_arrays
-
-
-def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
-    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in zip(a, b))
-
-
-def _timed(fn):
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - t0, time.process_time() - c0
-
-
 def message_api_inprocess(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list[float]]:
     """The project's Flower app (Message-API strategy + ClientApp) on an in-process Grid: Flower's
     message objects and array serialisation, without Flower's runtime (no SuperLink, no Ray)."""
@@ -97,25 +83,20 @@ def message_api_inprocess(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m simulations bench overhead", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", help="MNIST idx folder; without it: digits + MLP")
-    p.add_argument("--num-clients", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=5)
+    options(p, num_clients=20, rounds=5, device="cpu", client_gpus=0.0)
     p.add_argument("--model", help="override the model (e.g. cnn_cifar, resnet18_gn with --dataset cifar10)")
     p.add_argument("--dataset", help="override the dataset")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--repeat", type=int, default=3, help="runs of (a), (b) and (b2), interleaved; the fastest counts")
     p.add_argument("--client-cpus", type=float, default=None, help="Ray CPUs per client (default: all CPUs, one actor)")
-    p.add_argument("--client-gpus", type=float, default=0.0)
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
 
     dataset = args.dataset or ("mnist" if args.data_dir else "digits")
-    cfg = ExperimentConfig(
-        method="fedavg", dataset=dataset, data_dir=args.data_dir, num_clients=args.num_clients,
-        rounds=args.rounds, seed=0, fraction_fit=1.0, local_epochs=1, batch_size=32, lr=0.05,
-        model=args.model, device=args.device, progress=False,
-        client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus,
-    )
+    cfg = ExperimentConfig(method="fedavg", dataset=dataset, data_dir=args.data_dir, num_clients=args.num_clients,
+                           rounds=args.rounds, seed=0, fraction_fit=1.0, local_epochs=1, batch_size=32, lr=0.05,
+                           model=args.model, device=args.device, progress=False,
+                           client_cpus=args.client_cpus or float(os.cpu_count() or 1), client_gpus=args.client_gpus)
     exp = get_experiment(cfg)
     torch.set_num_threads(max(1, cfg.client_threads))
     print(f"workload: FedAvg, {dataset}, {exp.task.model_name}, {cfg.num_clients} clients, 1 local epoch, "
@@ -127,17 +108,17 @@ def main(argv: list[str]) -> int:
     message_api_inprocess(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
     runs: dict[str, list[tuple]] = {"a": [], "b": [], "b2": []}
     for _ in range(max(1, args.repeat)):
-        runs["a"].append(_timed(lambda: plain_loop(cfg)))
-        runs["b"].append(_timed(lambda: run_inprocess(cfg)[0]))
-        runs["b2"].append(_timed(lambda: message_api_inprocess(cfg)))
+        runs["a"].append(timed(lambda: plain_loop(cfg)))
+        runs["b"].append(timed(lambda: run_inprocess(cfg)[0]))
+        runs["b2"].append(timed(lambda: message_api_inprocess(cfg)))
     best = {k: (v[-1][0], min(r[1] for r in v), min(r[2] for r in v)) for k, v in runs.items()}
     (floor_w, _, floor_acc), floor_s, floor_cpu = best["a"]
     outcome_b, b_s, b_cpu = best["b"]
     (final_b2, acc_b2), b2_s, b2_cpu = best["b2"]
     rows = [
         ("(a) plain PyTorch loop", floor_s, floor_cpu, None, floor_acc, 0.0),
-        ("(b) inprocess backend", b_s, b_cpu, None, [r["accuracy"] for r in outcome_b.rounds], _max_diff(floor_w, _final_weights(outcome_b))),
-        ("(b2) Message-API app, in-process grid", b2_s, b2_cpu, None, acc_b2, _max_diff(floor_w, final_b2)),
+        ("(b) inprocess backend", b_s, b_cpu, None, [r["accuracy"] for r in outcome_b.rounds], max_diff(floor_w, outcome_b.final_arrays)),
+        ("(b2) Message-API app, in-process grid", b2_s, b2_cpu, None, acc_b2, max_diff(floor_w, final_b2)),
     ]
     ray_timing = None
     if not args.skip_ray:
@@ -152,7 +133,7 @@ def main(argv: list[str]) -> int:
         rounds_s = steady + sum(walls[1:])
         startup = ray_timing["total_s"] - rounds_s
         ray_timing = {**ray_timing, "steady_round_s": steady, "rounds_only_s": rounds_s, "startup_incl_actors_s": startup}
-        rows.append(("(c) ray backend (flwr run), rounds only", rounds_s, None, startup, c_acc, _max_diff(floor_w, _final_weights(outcome_c))))
+        rows.append(("(c) ray backend (flwr run), rounds only", rounds_s, None, startup, c_acc, max_diff(floor_w, outcome_c.final_arrays)))
 
     print()
     print("| path | wall s | ratio to (a) | CPU s (this process) | start-up s | final accuracy | max abs diff of final model vs (a) |")
@@ -169,9 +150,6 @@ def main(argv: list[str]) -> int:
               f"simulation + Ray + actor start-up {startup - ray_timing['superlink_start_s']:.1f} s")
     same = all(r[5] == 0.0 for r in rows)
     print(f"same final model on every path: {same}")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({
-            "rows": [dict(zip(("path", "wall_s", "cpu_s", "startup_s", "accuracy", "max_diff"), r)) for r in rows],
-            "ray_timing": ray_timing, "same_model": same}, indent=2))
+    write_out(args.out, {"rows": [dict(zip(("path", "wall_s", "cpu_s", "startup_s", "accuracy", "max_diff"), r))
+                                  for r in rows], "ray_timing": ray_timing, "same_model": same}, indent=2)
     return 0 if same else 1

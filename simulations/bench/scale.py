@@ -1,17 +1,14 @@
 """``python -m simulations bench scale``: many clients, a stateful method, both backends.
 
-- **Federated** (default: SCAFFOLD, 10,000 clients, 1% sampled per round, Synthetic(1,1) logistic
-  regression with one natural group per client at the 60-sample floor): each backend runs in its own
-  fresh process, so peaks do not mix. Reported: seconds per round (median of the rounds after the
-  first, and round 1 apart: it includes the clients' first-use start-up), set-up time, final
-  accuracy, and the peak resident memory of the whole process tree (the driver, and for ``ray`` the
-  SuperLink, the ``flwr-simulation`` process and every Ray worker), sampled every 0.2 s. SCAFFOLD's
-  client control variates live in each client's ``context.state`` (Flower's per-node state: one
-  Context per node in the simulation runtime, :class:`~..driver.PartitionContexts` in process),
-  not in a server-side dict; the in-process run also reports how many contexts hold state and
-  their bytes.
-- **Decentralized** (``--decentralized``): the peer-graph mixing step at ``--clients`` peers: memory
-  of the per-client model table and mixing time on the ring and the paper's random-10 graph.
+Default: SCAFFOLD, 10,000 clients, 1% sampled per round, Synthetic(1,1) logistic regression with one
+natural group per client at the 60-sample floor. Each backend runs in its own fresh process, so peaks
+do not mix. Reported: seconds per round (median of the rounds after the first, and round 1 apart: it
+includes the clients' first-use start-up), set-up time, final accuracy, and the peak resident memory
+of the whole process tree (the driver, and for ``ray`` the SuperLink, the ``flwr-simulation`` process
+and every Ray worker), sampled every 0.2 s. SCAFFOLD's client control variates live in each client's
+``context.state`` (one Context per node in the simulation runtime,
+:class:`~..driver.PartitionContexts` in process), not in a server-side dict; the in-process run also
+reports how many contexts hold state and their bytes. (The mixing step at many peers: ``bench mixing``.)
 """
 
 from __future__ import annotations
@@ -19,33 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..experiment import ExperimentConfig
+from . import child_env, options, rss_kib, run_child, write_out
 
 DEFAULTS = {"method": "scaffold", "dataset": "synthetic", "clients": 10_000, "fraction": 0.01, "rounds": 4}
-
-
-def _rss_mb(who: int) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024.0
-
-
-def _proc_rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class TreeMemory:
@@ -63,7 +42,7 @@ class TreeMemory:
         from ..deployment import _descendants
 
         pids = _descendants({os.getpid()})
-        sizes = [_proc_rss_kb(p) / 1024.0 for p in pids]
+        sizes = [rss_kib(p) / 1024.0 for p in pids]
         self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
         self.peak_single_mb = max(self.peak_single_mb, max(sizes, default=0.0))
         self.peak_processes = max(self.peak_processes, len(pids))
@@ -84,12 +63,10 @@ class TreeMemory:
 
 
 def scale_config(args: argparse.Namespace, backend: str) -> ExperimentConfig:
-    return ExperimentConfig(
-        method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
-        fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
-        client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
-        client_timeout=None if backend == "ray" else 3600.0,
-    )
+    return ExperimentConfig(method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
+                            fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
+                            client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
+                            client_timeout=None if backend == "ray" else 3600.0)
 
 
 def run_one(args: argparse.Namespace, backend: str) -> dict:
@@ -112,17 +89,14 @@ def run_one(args: argparse.Namespace, backend: str) -> dict:
         total = time.perf_counter() - t0
     rounds = outcome.rounds
     walls = [r["wall_s"] for r in rounds if r["round"] > 0]
-    return {
-        "backend": backend, "method": cfg.method, "clients": cfg.num_clients,
-        "sampled_per_round": rounds[1]["clients"], "rounds": cfg.rounds,
-        "round1_s": walls[0], "median_round_s": float(np.median(walls[1:] if len(walls) > 1 else walls)),
-        "total_s": total, "experiment_build_s": built,
-        "startup_s": None if backend == "inprocess" else timing["startup_s"],
-        "final_accuracy": rounds[-1].get("accuracy"), "failures": sum(r.get("failures", 0) for r in rounds),
-        "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
-        "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
-        "path": outcome.path,
-    }
+    return {"backend": backend, "method": cfg.method, "clients": cfg.num_clients,
+            "sampled_per_round": rounds[1]["clients"], "rounds": cfg.rounds, "round1_s": walls[0],
+            "median_round_s": float(np.median(walls[1:] if len(walls) > 1 else walls)), "total_s": total,
+            "experiment_build_s": built, "startup_s": None if backend == "inprocess" else timing["startup_s"],
+            "final_accuracy": rounds[-1].get("accuracy"), "failures": sum(r.get("failures", 0) for r in rounds),
+            "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
+            "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
+            "path": outcome.path}
 
 
 def _inprocess_state(outcome) -> tuple[float | None, int | None]:
@@ -140,41 +114,10 @@ def _inprocess_state(outcome) -> tuple[float | None, int | None]:
 
 def federated(args: argparse.Namespace, backend: str) -> dict:
     """Run one backend in a fresh subprocess and return its figures."""
-    cmd = [sys.executable, "-m", "flwr_strategies.simulations", "bench", "scale", "--_one", backend,
-           "--method", args.method, "--dataset", args.dataset, "--clients", str(args.clients),
-           "--fraction", str(args.fraction), "--rounds", str(args.rounds), "--client-cpus", str(args.client_cpus),
-           "--mean-samples", str(args.mean_samples)]
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
-    marker = "SCALE-RESULT "
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(marker)]
-    if res.returncode != 0 or not lines:
-        raise RuntimeError(f"bench scale ({backend}) failed with code {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
-    return json.loads(lines[-1][len(marker):])
-
-
-def decentralized(clients: int, params: int, topologies: list[str]) -> list[dict]:
-    from flwr_strategies.decentralized import Topology, mix, mixing_matrix
-
-    rows = []
-    before = _rss_mb(resource.RUSAGE_SELF)
-    X = np.random.default_rng(0).standard_normal((clients, params), dtype=np.float32)
-    table_mb = X.nbytes / 2**20
-    for name in topologies:
-        top = Topology(name, clients, seed=0)
-        W = mixing_matrix(top.graph(0), allow_disconnected=top.time_varying)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            mix(W, X, out=X)
-            times.append(time.perf_counter() - t0)
-        rows.append({"clients": clients, "params": params, "topology": name, "nnz_W": int(W.nnz),
-                     "table_mb": table_mb, "mix_ms": 1e3 * min(times)})
-    for r in rows:
-        r["peak_rss_growth_mb"] = _rss_mb(resource.RUSAGE_SELF) - before
-    return rows
+    return run_child(["scale", "--_one", backend, "--method", args.method, "--dataset", args.dataset, "--clients",
+                      str(args.clients), "--fraction", str(args.fraction), "--rounds", str(args.rounds), "--client-cpus",
+                      str(args.client_cpus), "--mean-samples", str(args.mean_samples)], f"bench scale ({backend})",
+                     env=child_env(), timeout=args.timeout, marker="SCALE-RESULT ")
 
 
 def _fmt(v, spec: str) -> str:
@@ -185,18 +128,12 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m simulations bench scale", description=__doc__.splitlines()[0])
     p.add_argument("--method", default=DEFAULTS["method"], help="a stateful method (default: scaffold)")
     p.add_argument("--dataset", default=DEFAULTS["dataset"], choices=("synthetic", "digits"))
-    p.add_argument("--clients", type=int, default=DEFAULTS["clients"])
     p.add_argument("--fraction", type=float, default=DEFAULTS["fraction"], help="fraction sampled per round")
-    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
-    p.add_argument("--backends", default="inprocess,ray")
+    options(p, clients=DEFAULTS["clients"], rounds=DEFAULTS["rounds"], backends="inprocess,ray", out=None)
     p.add_argument("--client-cpus", type=float, default=1.0, help="Ray CPUs per client")
     p.add_argument("--mean-samples", type=float, default=0.0,
                    help="log-normal mean of Synthetic's client sizes (0: about 60 samples per client)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per backend run")
-    p.add_argument("--decentralized", action="store_true", help="also time the peer-graph mixing step")
-    p.add_argument("--params", type=int, default=101_770, help="model size for --decentralized (MLP 784-128-10)")
-    p.add_argument("--topologies", default="ring,random")
-    p.add_argument("--out")
     p.add_argument("--_one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._one:
@@ -205,7 +142,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(1)
         print("SCALE-RESULT " + json.dumps(run_one(args, args._one)), flush=True)
         return 0
-    out = {"federated": [], "decentralized": []}
+    out = {"federated": []}
     for backend in [b for b in args.backends.split(",") if b]:
         out["federated"].append(federated(args, backend))
     print(f"{args.method}, {args.dataset}, {args.clients} clients, {args.fraction:.0%} sampled per round, {args.rounds} rounds")
@@ -217,14 +154,5 @@ def main(argv: list[str]) -> int:
         print(f"| {r['backend']} | {r['sampled_per_round']} | {r['round1_s']:.2f} | {r['median_round_s']:.2f} | "
               f"{r['total_s']:.1f} | {_fmt(r['final_accuracy'], '.3f')} | {r['failures']} | {r['peak_rss_tree_mb']:.0f} | "
               f"{r['peak_rss_largest_process_mb']:.0f} | {state} |")
-    if args.decentralized:
-        out["decentralized"] = decentralized(args.clients, args.params, args.topologies.split(","))
-        print()
-        print("| clients | params | topology | nnz(W) | model table MB | mixing ms/round |")
-        print("|---|---|---|---|---|---|")
-        for r in out["decentralized"]:
-            print(f"| {r['clients']} | {r['params']} | {r['topology']} | {r['nnz_W']} | {r['table_mb']:.0f} | {r['mix_ms']:.1f} |")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2))
+    write_out(args.out, out, indent=2)
     return 0

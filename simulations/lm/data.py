@@ -27,28 +27,27 @@ WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "robot",
 CATEGORIES = ("reverse", "upper", "add", "subtract", "first_letter", "length", "repeat", "sort")
 
 
+#: Each category's instruction and answer for a word ``w`` and two numbers ``a >= b``.
+_TEMPLATES = {
+    "reverse": lambda w, a, b: (f"Reverse the word {w}.", w[::-1]),
+    "upper": lambda w, a, b: (f"Write the word {w} in upper case.", w.upper()),
+    "add": lambda w, a, b: (f"What is {a} plus {b}?", str(a + b)),
+    "subtract": lambda w, a, b: (f"What is {a} minus {b}?", str(a - b)),
+    "first_letter": lambda w, a, b: (f"What is the first letter of {w}?", w[0]),
+    "length": lambda w, a, b: (f"How many letters are in {w}?", str(len(w))),
+    "repeat": lambda w, a, b: (f"Repeat the word {w} twice.", f"{w} {w}"),
+    "sort": lambda w, a, b: (f"Sort the letters of {w}.", "".join(sorted(w))),
+}
+
+
 def _make(cat: str, rng: np.random.Generator) -> dict:
     w = WORDS[int(rng.integers(len(WORDS)))]
     a, b = int(rng.integers(50)), int(rng.integers(50))
-    if cat == "reverse":
-        ins, out = f"Reverse the word {w}.", w[::-1]
-    elif cat == "upper":
-        ins, out = f"Write the word {w} in upper case.", w.upper()
-    elif cat == "add":
-        ins, out = f"What is {a} plus {b}?", str(a + b)
-    elif cat == "subtract":
-        a, b = max(a, b), min(a, b)
-        ins, out = f"What is {a} minus {b}?", str(a - b)
-    elif cat == "first_letter":
-        ins, out = f"What is the first letter of {w}?", w[0]
-    elif cat == "length":
-        ins, out = f"How many letters are in {w}?", str(len(w))
-    elif cat == "repeat":
-        ins, out = f"Repeat the word {w} twice.", f"{w} {w}"
-    elif cat == "sort":
-        ins, out = f"Sort the letters of {w}.", "".join(sorted(w))
-    else:
+    if cat not in _TEMPLATES:
         raise ValueError(f"unknown category {cat!r}")
+    if cat == "subtract":
+        a, b = max(a, b), min(a, b)
+    ins, out = _TEMPLATES[cat](w, a, b)
     return {"instruction": ins, "input": "", "output": out, "category": cat}
 
 
@@ -65,12 +64,8 @@ def _record(r: dict, fmt: str) -> dict:
     if fmt == "gsm8k":
         return {"instruction": r["question"], "input": "",
                 "output": str(r["answer"]).replace("####", "The answer is"), "category": "none"}
-    rec = {
-        "instruction": r["instruction"],
-        "input": r.get("input", r.get("context", "")) or "",
-        "output": r.get("output", r.get("response", "")),
-        "category": r.get("category", "none"),
-    }
+    rec = {"instruction": r["instruction"], "input": r.get("input", r.get("context", "")) or "",
+           "output": r.get("output", r.get("response", "")), "category": r.get("category", "none")}
     if fmt == "codealpaca":  # the reference's category is the programming language in ``input``
         rec["category"] = str(r.get("input", "") or "none")
     return rec

@@ -1,5 +1,5 @@
-"""Causal-LM loading (from a local checkpoint directory), the tiny pretrained default base model,
-LoRA wrapping with peft, and loss helpers.
+"""Causal-LM loading (from a local checkpoint directory), the tiny pretrained default base model and
+LoRA wrapping with peft.
 
 The default base is a small LLaMA-architecture model (``LlamaConfig``: hidden 64, 2 layers, 4
 heads, vocab 260 bytes+specials) given a short backprop pre-training on generated instruction text
@@ -18,11 +18,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from .data import CATEGORIES, LMData, collate, generate_instructions, tokenize_records
+from .data import CATEGORIES, collate, generate_instructions, tokenize_records
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, build_byte_tokenizer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -157,26 +156,3 @@ def apply_lora(model: nn.Module, *, r: int = 8, alpha: int = 16, dropout: float 
     cfg = LoraConfig(task_type="CAUSAL_LM", r=int(r), lora_alpha=int(alpha), lora_dropout=float(dropout),
                      target_modules=targets)
     return get_peft_model(model, cfg)
-
-
-def batch_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """HF causal-LM mean cross-entropy over the unmasked (response) tokens of the batch."""
-    return model(**batch).loss
-
-
-@torch.no_grad()
-def per_example_loss(model: nn.Module, data: LMData, pad_id: int, batch_size: int = 32) -> np.ndarray:
-    """Mean response-token cross-entropy of each example (NaN for an example with no label)."""
-    was = model.training
-    model.eval()
-    out = []
-    for s in range(0, len(data), batch_size):
-        idx = list(range(s, min(len(data), s + batch_size)))
-        b = collate(data, idx, pad_id)
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.float()
-        lab = b["labels"][:, 1:]
-        lp = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), lab, ignore_index=-100, reduction="none")
-        cnt = (lab != -100).sum(1)
-        out.append((lp.sum(1) / cnt).numpy())
-    model.train(was)
-    return np.concatenate(out) if out else np.zeros(0)
