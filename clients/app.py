@@ -8,7 +8,8 @@
 - :func:`numpy_client_app`: a complete ``ClientApp`` (``@app.train()``, ``@app.evaluate()``,
   ``@app.query("partition")``) running any legacy ``NumPyClient`` built by ``client_fn(context)``.
   The ready-made clients of every method go through it, so the Message API and the legacy API run
-  the same client code and give the same numbers.
+  the same client code and give the same numbers. Its train handler keeps the client's state on the
+  node across Flower runs (:mod:`flwr_strategies.clients.store`), so a resumed run continues exactly.
 - :func:`reply_config` / :func:`train_reply`: small helpers for hand-written handlers.
 """
 
@@ -22,6 +23,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from flwr_strategies.common import PARTITION_KEY
+
+from .store import restore_client_state, save_client_state
 
 __all__ = ["partition_query", "numpy_client_app", "message_config", "train_reply", "PARTITION_KEY"]
 WEIGHT_KEY = "num-examples"
@@ -93,9 +96,13 @@ def numpy_client_app(client_fn: Callable[[Context], Any]) -> ClientApp:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        config = message_config(msg)
+        restore_client_state(context, config)  # a resumed run: the node's saved state (clients/store.py)
         client = client_fn(context)
-        weights, n, metrics = client.fit(msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
-        return train_reply(msg, context, weights, n, metrics)
+        weights, n, metrics = client.fit(msg.content["arrays"].to_numpy_ndarrays(), config)
+        reply = train_reply(msg, context, weights, n, metrics)
+        save_client_state(context, config)
+        return reply
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:

@@ -14,9 +14,11 @@ the partition query, and a legacy-API ServerApp's messages reach the same client
 (:class:`ProjectClientApp`).
 
 **Run config**: the runner's experiment keys (:func:`config_from_run_config`) plus ``out-dir``,
-``overwrite``, ``experiment`` (a whole config as JSON) and ``node-order``. A client's secrets stay on
-its node: a client seed in the run config is refused; a SuperNode's own ``--node-config`` gives its
-DO-ADP seed, consent and privacy budget (:func:`adopt_node_settings`).
+``overwrite``, ``resume`` (true: continue from ``<out-dir>/checkpoint.npz``, the strategy's checkpoint a
+run with ``out-dir`` writes after every round; the nodes restore their clients' state,
+:mod:`flwr_strategies.clients.store`), ``experiment`` (a whole config as JSON) and ``node-order``.
+A client's secrets stay on its node: a client seed in the run config is refused; a SuperNode's own
+``--node-config`` gives its DO-ADP seed, consent and privacy budget (:func:`adopt_node_settings`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
+from flwr_strategies.clients.store import restore_client_state, save_client_state
 from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
     private_eval_allowed, set_client_budget, set_client_seed)
 from flwr_strategies.core.messages import numeric_metrics
-from flwr_strategies.core.state import atomic_write
+from flwr_strategies.core.state import atomic_write, load_state, save_state
 from flwr_strategies.setup import SettingError
 
 from .backends import round_timeout
@@ -62,7 +65,9 @@ class ActorDied(RuntimeError):
 
 # ------------------------------------------------------------------------------ run config
 #: Run-config keys that belong to the app, not to the experiment's settings.
-APP_KEYS = ("out-dir", "overwrite", "experiment", "node-order")
+APP_KEYS = ("out-dir", "overwrite", "experiment", "node-order", "resume")
+#: The strategy's checkpoint in ``out-dir``, written after every round; ``resume = true`` continues from it.
+CHECKPOINT_FILE = "checkpoint.npz"
 
 
 def requested_clients(run_config: dict[str, Any]) -> int:
@@ -132,6 +137,7 @@ class RunReport:
         self._t0 = time.perf_counter()
         self.path = ""
         self.final: list[np.ndarray] | None = None
+        self.strategy: Any = None  # the strategy whose checkpoint is written after every round
 
     def records(self) -> list[dict[str, Any]]:
         return [] if self.source is None else [dict(r) for r in self.source.snapshot()]
@@ -152,8 +158,15 @@ class RunReport:
         if self.out_dir is not None and arrays is not None:
             atomic_write(self.out_dir / "final.npz", lambda fh: np.savez(fh, *arrays))
 
+    def write_checkpoint(self) -> None:
+        """``<out_dir>/checkpoint.npz``: the strategy's state after its last completed round (atomic)."""
+        if self.out_dir is not None and self.strategy is not None and self.strategy.core is not None:
+            save_state(self.out_dir / CHECKPOINT_FILE, self.strategy.state_dict())
+
     def __call__(self, record: dict[str, Any]) -> None:  # on_round_end
-        """Write the file, then stop the run when a Ray client actor died or a reply claims another partition."""
+        """Write the checkpoint and the file, then stop the run when a Ray client actor died or a reply
+        claims another partition."""
+        self.write_checkpoint()
         self.write()
         server_round = int(record["round"])
         errors = [e["error"] for e in getattr(self.source, "failure_log", []) if e["round"] == server_round]
@@ -226,15 +239,22 @@ def _evaluate_fn(exp: Experiment):
     return evaluate
 
 
-def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport) -> list[np.ndarray]:
-    """Run ``exp``'s method on its Message-API strategy (Flower's ``start()``); returns the final model."""
+def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, report: RunReport,
+                         resume: dict[str, Any] | None = None) -> list[np.ndarray]:
+    """Run ``exp``'s method on its Message-API strategy (Flower's ``start()``); returns the final
+    model. ``resume``: a checkpoint (``state_dict()``) to continue from, for the remaining rounds."""
     cfg = exp.cfg
     strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params), on_round_end=report)
     strategy.nodes = probe  # the partitions are known already: no second query
-    report.source, report.path = strategy.history, "Message API strategy"
+    report.source, report.path, report.strategy = strategy.history, "Message API strategy", strategy
+    done = 0
+    if resume is not None:
+        strategy.load_state_dict(resume)
+        done = int(resume["server_round"])
+        log(INFO, "flwr-strategies: resuming %s after round %d of %d", cfg.method, done, cfg.rounds)
     per_round = round_timeout(cfg)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord([a.copy() for a in exp.initial_parameters]),
-                            num_rounds=cfg.rounds, timeout=per_round,
+                            num_rounds=cfg.rounds - done, timeout=per_round,
                             evaluate_fn=strategy.central_evaluation(_evaluate_fn(exp)))
     strategy.history.finalize()
     return result.arrays.to_numpy_ndarrays()
@@ -265,19 +285,50 @@ def output_folder(run_config: dict[str, Any]) -> OutputFolder | None:
     overwrite = run_config.get("overwrite", False)
     if not isinstance(overwrite, bool):
         raise SettingError("run config overwrite", overwrite, "true or false")
-    return OutputFolder(confined_out_dir(out_dir), overwrite=overwrite, setting="run config out-dir",
+    # a resumed run continues the results of the run it resumes, in the same folder
+    return OutputFolder(confined_out_dir(out_dir), overwrite=overwrite or resuming(run_config),
+                        setting="run config out-dir",
                         how="set overwrite = true in the run config")
+
+
+def resuming(run_config: dict[str, Any]) -> bool:
+    """The run config's ``resume``: continue from ``<out-dir>/checkpoint.npz`` (needs ``out-dir``)."""
+    value = run_config.get("resume", False)
+    if not isinstance(value, bool):
+        raise SettingError("run config resume", value, "true or false")
+    if value and not str(run_config.get("out-dir", "") or ""):
+        raise SettingError("run config resume", value, f"false, or true with out-dir set (the folder holding "
+                                                       f"{CHECKPOINT_FILE})")
+    return value
+
+
+def resume_checkpoint(out: OutputFolder | None, rc: dict[str, Any], rounds: int) -> dict[str, Any] | None:
+    """The checkpoint a ``resume = true`` run continues from (None otherwise), checked before any
+    round: it must exist in ``out-dir`` and stop before the run's last round."""
+    if out is None or not resuming(rc):
+        return None
+    path = out.path / CHECKPOINT_FILE
+    if not path.is_file():
+        raise SettingError("run config resume", True, f"a run whose out-dir holds {CHECKPOINT_FILE} ({path} does "
+                                                      "not exist: no round of the run to resume had finished)")
+    state = load_state(path)
+    done = state.get("server_round")
+    if not isinstance(done, int) or not 0 <= done < rounds:
+        raise ValueError(f"{path}: checkpoint server_round = {done!r}, but the run has num-server-rounds={rounds}: "
+                         "nothing is left to run (or the checkpoint is of another run)")
+    return state
 
 
 def _serve(grid: Grid, rc: dict[str, Any], wanted: int, out: OutputFolder | None) -> RunReport:
     probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), wanted)
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
+    resume = resume_checkpoint(out, rc, cfg.rounds)
     torch.set_num_threads(max(1, int(cfg.client_threads)))
     exp = get_experiment(cfg)
     report = RunReport(cfg, out, chance=task_chance_loss(exp.task))
     log(INFO, "flwr-strategies: %s on %d clients, %d rounds", cfg.method, cfg.num_clients, cfg.rounds)
     try:
-        final = run_message_strategy(grid, exp, probe, report)
+        final = run_message_strategy(grid, exp, probe, report, resume)
     except BaseException as err:
         report.write("failed", f"{type(err).__name__}: {err}")
         raise
@@ -342,8 +393,12 @@ def adopt_node_settings(context: Context) -> None:
 def _train(msg: Message, context: Context) -> Message:
     adopt_node_settings(context)
     exp = experiment_for(context)
-    weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
-    return train_reply(msg, context, weights, n, metrics)
+    config = message_config(msg)
+    restore_client_state(context, config)
+    weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), config)
+    reply = train_reply(msg, context, weights, n, metrics)
+    save_client_state(context, config)
+    return reply
 
 
 def _evaluate(msg: Message, context: Context) -> Message:

@@ -343,8 +343,9 @@ class LegacyStrategy(MethodAdapter, Strategy):
                       client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
         self._global(server_round, parameters, client_manager)
         proxies = self.candidates(client_manager)  # the round's record opens after the wait for the clients
-        return self.session.configure(self.core, self.method_round(server_round), proxies, lambda ins, config: (
-            proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)))
+        return self.session.configure(self.core, self.method_round(server_round), proxies,
+                                      lambda ins, config: (proxies[ins.partition_id], FitIns(_parameters(ins.arrays), config)),
+                                      per_partition=self.client_state_config)
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list[tuple[ClientProxy, FitRes] | BaseException]) -> tuple[Parameters | None, dict[str, Scalar]]:

@@ -12,8 +12,9 @@ Flower's own ``Strategy.start()`` and overrides the hooks only:
   warning, and nodes are ordered by node id instead;
 - the ``arrays`` Flower passes to ``configure_train`` are the global model: when a strategy
   wrapper changed them, a centralized method continues from them (others raise);
-- one ``Message`` per client (its own arrays and config; ``partition-id`` and ``server-round`` in
-  the config), with the arrays named like the user's ``state_dict`` when they are the model;
+- one ``Message`` per client (its own arrays and config; ``partition-id``, ``server-round`` and
+  the run's ``client-state-key`` (:mod:`flwr_strategies.clients.store`) in the config), with the
+  arrays named like the user's ``state_dict`` when they are the model;
 - replies decoded in one place, as read-only views of their bytes (no copies,
   :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
   a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
@@ -431,7 +432,8 @@ class MessageStrategy(MethodAdapter, Strategy):
             content = RecordDict({self.arrayrecord_key: shared[key][0], self.configrecord_key: config_record(cfg)})
             return Message(content, dst_node_id=self.node_of_partition[ins.partition_id], message_type=MessageType.TRAIN)
 
-        messages = self.session.configure(self.core, rnd, available, message, base=dict(config or {}))
+        messages = self.session.configure(self.core, rnd, available, message, base=dict(config or {}),
+                                           per_partition=self.client_state_config)
         # the grid gives each message its id when it pushes it: the error reply that Flower's
         # SuperLink sends for an unreachable node names it only as the reply to one of these
         self._sent[rnd] = [(msg.metadata, self.partition_of_node[msg.metadata.dst_node_id]) for msg in messages]

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import secrets
 import typing
 from collections.abc import Callable, Mapping
 from logging import WARNING
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 from flwr.common import log
 
+from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
 from ..core.declare import declared
 from ..core.server import ExternalModelError, ServerCore
 from ..core.validation import check_policy
@@ -238,6 +240,10 @@ class MethodAdapter:
         self._pending_state: dict[str, Any] | None = None
         #: Hyperparameters a resume permitted to differ from the checkpoint (:meth:`load_state_dict`).
         self.changed_on_resume: list[dict[str, Any]] = []
+        #: The run's client-state key (:mod:`flwr_strategies.clients.store`): drawn once, carried by
+        #: checkpoints and sent in every train config, so nodes find their state again after a resume.
+        self.client_state_key = secrets.token_hex(16)
+        self._first_trained: dict[int, int] = {}  # partition -> the first method round it was sent to train
         self._names: list[str] | None = None
 
     def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -375,7 +381,10 @@ class MethodAdapter:
         if self.core is None:
             raise RuntimeError(f"{type(self).__name__} has not started: nothing to checkpoint yet")
         return {**self.core.state_dict(), "strategy": self.method_name(),
-                "hyperparameters": self.hyperparameter_values(), "changed_on_resume": list(self.changed_on_resume)}
+                "hyperparameters": self.hyperparameter_values(), "changed_on_resume": list(self.changed_on_resume),
+                "client_state_key": self.client_state_key,
+                "client_state_partitions": sorted(p for p, r in self._first_trained.items()
+                                                  if r <= self.core.server_round)}
 
     def load_state_dict(self, state: dict[str, Any], *, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
         """Resume from a :meth:`state_dict`. Call it before the run: the core, built when the first
@@ -421,7 +430,17 @@ class MethodAdapter:
         history = state.get("changed_on_resume", [])
         if not isinstance(history, list):
             raise ValueError(f"{name}: checkpoint 'changed_on_resume' must be a list, got {type(history).__name__}")
-        core_state = {k: v for k, v in state.items() if k not in ("strategy", "hyperparameters", "changed_on_resume")}
+        key = state.get("client_state_key", self.client_state_key)
+        if not isinstance(key, str) or len(key) != 32 or key.strip("0123456789abcdef"):
+            raise ValueError(f"{name}: checkpoint 'client_state_key' must be 32 lowercase hex digits, got {key!r:.80}")
+        trained = state.get("client_state_partitions", [])
+        if not isinstance(trained, list) or not all(
+                isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= 0 for p in trained):
+            raise ValueError(f"{name}: checkpoint 'client_state_partitions' must be a list of partition ids, "
+                             f"got {trained!r:.80}")
+        core_state = {k: v for k, v in state.items()
+                      if k not in ("strategy", "hyperparameters", "changed_on_resume", "client_state_key",
+                                   "client_state_partitions")}
         if self.core is not None:
             self.core.load_state_dict(core_state)
             self.round_offset = int(self.core.server_round)
@@ -433,6 +452,21 @@ class MethodAdapter:
             log(WARNING, "%s: resuming from round %s with %s = %r (the checkpoint has %r; allow_changed)", name,
                 change["round"], change["setting"], change["now"], change["checkpoint"])
         self.changed_on_resume = list(history) + changes
+        self.client_state_key = key
+        self._first_trained = {int(p): 0 for p in trained}
+
+    def client_state_config(self, partition_id: int, server_round: int) -> dict[str, Any]:
+        """The train-config entries of partition ``partition_id`` in method round ``server_round``
+        that let nodes keep their clients' state across Flower runs
+        (:mod:`flwr_strategies.clients.store`): the run's client-state key, and in a resumed run the
+        checkpoint's round and whether the partition trained at or before it (its client then holds
+        state to restore). Records that the partition was sent to train."""
+        first = self._first_trained.setdefault(int(partition_id), int(server_round))
+        out: dict[str, Any] = {CLIENT_STATE_KEY: self.client_state_key}
+        if self.round_offset:
+            out[CLIENT_STATE_RESUMED] = int(self.round_offset)
+            out[CLIENT_STATE_KEPT] = int(first <= self.round_offset)
+        return out
 
     def method_round(self, server_round: int) -> int:
         """The method's round of Flower's ``server_round`` (they differ after a resume)."""

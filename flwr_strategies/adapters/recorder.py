@@ -273,16 +273,20 @@ class RoundSession:
         self.sampled: dict[int, list[int]] = {}  # round -> partitions, from configure to train
 
     def configure(self, core: Any, server_round: int, available: Iterable[int],
-                  send: Callable[[Instruction, dict[str, Any]], Any], base: Mapping[str, Any] | None = None) -> list:
+                  send: Callable[[Instruction, dict[str, Any]], Any], base: Mapping[str, Any] | None = None,
+                  per_partition: Callable[[int, int], Mapping[str, Any]] | None = None) -> list:
         """``send(instruction, config)`` for each partition the core samples from ``available``
-        (``config``: ``base``, ``server-round``, the instruction's, ``partition-id``); then the core
-        may release the instructions' buffers. Returns what ``send`` returned."""
+        (``config``: ``base``, ``server-round``, the instruction's, ``per_partition(partition, round)``,
+        ``partition-id``); then the core may release the instructions' buffers. Returns what ``send``
+        returned."""
         rec = self.history.record(server_round)
         instructions = core.configure_train(server_round, core.select(server_round, available))
         self.sampled[server_round] = [ins.partition_id for ins in instructions]
         out = []
         for ins in instructions:
-            config = {**(base or {}), "server-round": server_round, **ins.config, PARTITION_KEY: int(ins.partition_id)}
+            config = {**(base or {}), "server-round": server_round, **ins.config,
+                      **(per_partition(ins.partition_id, server_round) if per_partition else {}),
+                      PARTITION_KEY: int(ins.partition_id)}
             rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
             out.append(send(ins, config))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
