@@ -11,6 +11,11 @@
   the server's noise against: a run whose run config (the server's) asks for epsilon 20 is refused by
   every node, naming the server's sigma and the one the node's budget needs; a SuperNode whose node
   config seed is small (the issue's 11) refuses to train.
+- Issue 26: a user's ServerApp (``tests/fixtures/doadp-budget``: Flower's ``start()`` on the Message-API
+  ``DOADP`` with an ``AmplifiedAccountant`` whose ``max_epsilon`` covers one of the two planned rounds)
+  stops with Flower's ``PrivacyBudgetExhausted`` before round 2: the run reads ``finished:failed``, its
+  log names the budget, and the epsilon the accountant reports is that of the one round that ran
+  (recomputed independently from the mechanism's sigma, clip, batch and record count).
 - The server cannot regenerate any noise: from everything it sends, receives and holds (every message
   of the run, its run config, its results), no generator it can build reproduces one of the noise
   vectors the clients applied; with the nodes' seeds, the same attack reproduces all of them.
@@ -30,13 +35,15 @@ from flwr.app import Context, RecordDict
 
 import flwr_strategies.doadp.algorithm as algorithm
 from flwr_strategies.doadp.rng import agent_generator, draw_batch
+from flwr_strategies.privacy import GaussianSteps
 from flwr_strategies.simulations import app as project_app
 from flwr_strategies.simulations.deployment import HOST, FlowerProcesses, LocalDeployment, pid_alive
-from flwr_strategies.simulations.experiment import ExperimentConfig
+from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 from flwr_strategies.simulations.settings import simulated_node_config
 
 ROOT = Path(__file__).resolve().parents[1]
+BUDGET_APP = ROOT / "tests" / "fixtures" / "doadp-budget"
 N, ROUNDS = 3, 2
 #: each SuperNode's own secret seed of 128 bits (its operator's; the server never sees it)
 NODE_SEEDS = {0: "8f14e45fceea167a5a36dedd4bea2543", 1: "c9f0f895fb98ab9159f51fd0297e236d",
@@ -230,3 +237,27 @@ def test_a_server_asking_for_less_noise_than_the_nodes_budget_is_refused(deploym
     if (out / "results.json").exists():  # the run may also stop for lack of progress; no update ever applied
         rounds = json.loads((out / "results.json").read_text())["rounds"]
         assert all(r["failures"] == N for r in rounds[1:]), rounds
+
+
+def test_max_epsilon_stops_a_deployed_run_before_the_round_that_would_pass_it(deployment, tmp_path):
+    cfg = ExperimentConfig(method="doadp", dataset="digits", num_clients=N, rounds=ROUNDS, seed=0,
+                           params={"p": 0.7, "eval_every": 1, "epsilon": 1.0})  # the nodes' own budget
+    exp = get_experiment(cfg.validate())
+    plan = exp.spec.message_strategy(exp.server_setup(), dict(exp.params)).build_core(
+        [a.copy() for a in exp.initial_parameters], N)
+    mech, delta = plan.mechanism(), plan.config.delta
+    one, two = mech.epsilon(1, delta), mech.epsilon(2, delta)
+    limit = (one + two) / 2  # covers round 1, not round 2
+    out = tmp_path / "budget"
+    out.mkdir()
+    res = deployment.flwr_run(BUDGET_APP, {"experiment": json.dumps(cfg.to_dict()), "max-epsilon": limit,
+                                           "out-dir": str(out)}, timeout=RUN_TIMEOUT_S)
+    log = f"{res.stdout}\n{res.stderr}\n{deployment.all_logs(20000)}"
+    assert _latest_status(deployment) == "finished:failed", log[-4000:]
+    assert "PrivacyBudgetExhausted" in log and f"round 2 would exceed max_epsilon={limit:g}" in log, log[-4000:]
+    spent = json.loads((out / "privacy.json").read_text())
+    assert spent["server_round"] == 1 and spent["num_releases"] == 1, spent  # round 1 ran and is counted
+    ran = GaussianSteps(spent["sigma"], spent["clip"], spent["batch_size"], spent["dataset_size"], spent["sampling"])
+    assert spent["epsilon"] == pytest.approx(ran.epsilon(1, delta), rel=1e-12) and spent["delta"] == delta
+    assert spent["epsilon"] == pytest.approx(one, rel=1e-12) and one <= limit < two
+    assert spent["accounting_method"].startswith("DO-ADP"), spent

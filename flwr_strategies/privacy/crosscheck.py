@@ -61,20 +61,9 @@ def subsampled_gaussian_epsilon(
     return float(acc.get_epsilon(delta))
 
 
-def doadp_crosscheck(
-    sigma: float,
-    delta0: float,
-    T: int,
-    p: float,
-    k: int,
-    d: int,
-    q: int,
-    G: float,
-    batch_size: int = 1,
-    delta: float = 1e-5,
-    sampling: str = "uniform",
-    allow_low_p: bool = False,
-) -> dict:
+def doadp_crosscheck(sigma: float, delta0: float, T: int, p: float, k: int, d: int, q: int, G: float, *,
+                     batch_size: int = 1, delta: float = 1e-5, sampling: str = "uniform",
+                     allow_low_p: bool = False) -> dict:
     """DO-ADP's noise ``sigma`` seen three ways, at one ``delta``:
 
     * ``certified_eps``: what a standard accountant certifies for the mechanism that runs (no credit

@@ -98,23 +98,13 @@ def _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
     return _Chain(p_amp=p_amp, k_eff=k_eff, d=d, q=q, T=T, b=b, G=G, delta0=delta0)
 
 
-def doadp_sigma_components(
-    epsilon: float,
-    delta0: float,
-    T: int,
-    p: float,
-    k: int,
-    d: int,
-    q: int,
-    G: float,
-    batch_size: int = 1,
-    clip_mode: str = "coordinate",
-    mode: str = "paper",
-    allow_low_p: bool = False,
-) -> dict:
+def doadp_sigma_components(epsilon: float, delta0: float, T: int, p: float, k: int, d: int, q: int, G: float, *,
+                           batch_size: int = 1, clip_mode: str = "coordinate", mode: str = "paper",
+                           allow_low_p: bool = False) -> dict:
     """Return ``sigma_thm``, ``sigma_floor``, ``T_min`` and the resolved ``p_amp``/``k_eff``.
 
-    Same arguments as :func:`doadp_sigma`.
+    Arguments as :func:`doadp_sigma` (``batch_size``, ``clip_mode``, ``mode``, ``allow_low_p``: its
+    ``**options``).
     """
     eps = check_epsilon(epsilon)
     c = _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
@@ -135,22 +125,8 @@ def doadp_sigma_components(
     }
 
 
-def doadp_sigma(
-    epsilon: float,
-    delta0: float,
-    T: int,
-    p: float,
-    k: int,
-    d: int,
-    q: int,
-    G: float,
-    batch_size: int = 1,
-    clip_mode: str = "coordinate",
-    mode: str = "paper",
-    strict: bool = False,
-    allow_low_p: bool = False,
-    noise_scaling: str = "theorem",
-) -> float:
+def doadp_sigma(epsilon: float, delta0: float, T: int, p: float, k: int, d: int, q: int, G: float, *,
+                strict: bool = False, noise_scaling: str = "theorem", **options) -> float:
     """Noise standard deviation per coordinate for DO-ADP to be (epsilon, delta)-DP.
 
     Parameters
@@ -172,20 +148,17 @@ def doadp_sigma(
         Local dataset size of each agent (>= 1).
     G : float
         Clipping bound (> 0): each coordinate of a per-sample gradient is clipped to G/sqrt(d).
-    batch_size : int, optional
-        Samples per step, default 1 (the paper). Noise goes on the mean of the clipped gradients.
-    clip_mode : str, optional
-        ``"coordinate"`` (default) or ``"l2"``; ``"l2"`` forces ``k_eff = d``.
-    mode : str, optional
-        ``"paper"`` (default, as claimed by the paper) or ``"conservative"`` (``p_amp = 1``,
-        ``k_eff = d``).
     strict : bool, optional
         If True, raise when ``T < T_min`` (the theorem's condition) instead of returning the floor.
-    allow_low_p : bool, optional
-        Accept ``0 < p < 1/2`` (default False).
     noise_scaling : str, optional
         ``"theorem"`` (default) or ``"paper_prose"``: sigma = sigma_dense * p * k/d, the paper's
         Fig. 3 prose reading. The latter is not backed by Theorem 1.
+    **options
+        Keyword-only, those of :func:`doadp_sigma_components`: ``batch_size`` (samples per step,
+        default 1, the paper's; the noise goes on the mean of the clipped gradients), ``clip_mode``
+        (``"coordinate"``, default, or ``"l2"``, which forces ``k_eff = d``), ``mode`` (``"paper"``,
+        default, as claimed by the paper, or ``"conservative"``: ``p_amp = 1``, ``k_eff = d``) and
+        ``allow_low_p`` (accept ``0 < p < 1/2``; default False).
 
     Returns
     -------
@@ -196,18 +169,14 @@ def doadp_sigma(
         raise ValueError(
             f"noise_scaling must be one of {NOISE_SCALINGS}, got noise_scaling={noise_scaling!r}"
         )
-    comp = doadp_sigma_components(
-        epsilon, delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p
-    )
+    comp = doadp_sigma_components(epsilon, delta0, T, p, k, d, q, G, **options)
     if strict and not comp["theorem_applies"]:
         raise ValueError(
             f"Theorem 1 needs T >= q^2 eps^2 / (4 p^2 b^2) = {comp['T_min']:.6g}, got T={T}; "
             "pass strict=False to use the noise floor instead"
         )
     if noise_scaling == "paper_prose":
-        dense = doadp_sigma_components(
-            epsilon, delta0, T, 1.0, d, d, q, G, batch_size, clip_mode, mode, allow_low_p
-        )
+        dense = doadp_sigma_components(epsilon, delta0, T, 1.0, d, d, q, G, **options)
         return max(dense["sigma_thm"], dense["sigma_floor"]) * comp["p_amp"] * comp["k_eff"] / d
     return max(comp["sigma_thm"], comp["sigma_floor"])
 
@@ -233,25 +202,12 @@ class PrivacyReport:
         return getattr(self, key)
 
 
-def doadp_privacy(
-    sigma: float,
-    delta0: float,
-    T: int,
-    p: float,
-    k: int,
-    d: int,
-    q: int,
-    G: float,
-    batch_size: int = 1,
-    clip_mode: str = "coordinate",
-    amplification: str = "paper_linear",
-    delta_hat: float | None = None,
-    mode: str = "paper",
-    allow_low_p: bool = False,
-) -> PrivacyReport:
+def doadp_privacy(sigma: float, delta0: float, T: int, p: float, k: int, d: int, q: int, G: float, *,
+                  batch_size: int = 1, clip_mode: str = "coordinate", amplification: str = "paper_linear",
+                  delta_hat: float | None = None, mode: str = "paper", allow_low_p: bool = False) -> PrivacyReport:
     """(epsilon, delta) that DO-ADP with noise std ``sigma`` achieves after ``T`` iterations.
 
-    Parameters are those of :func:`doadp_sigma`, plus:
+    Parameters are those of :func:`doadp_sigma` (its ``**options`` keyword-only), plus:
 
     sigma : float
         Noise standard deviation per coordinate (> 0).
