@@ -319,6 +319,34 @@ def test_a_legacy_run_whose_replies_are_all_rejected_stops():
         s.aggregate_fit(2, [(p, FitRes(Status(Code.OK, ""), bad, 5, {})) for p in proxies.values()], [])
 
 
+def test_a_legacy_run_with_accept_failures_false_and_a_failure_each_round_stops():
+    """Flower's FedAvg semantics: with ``accept_failures=False`` a round with a failed client is not
+    aggregated (the model stays); two such rounds in a row stop the run like rounds whose every
+    client failed, with the reason named."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    class Proxy:
+        def __init__(self, cid):
+            self.cid = cid
+
+    proxies = {0: Proxy("a"), 1: Proxy("b")}
+    cm = _Manager([])
+    for proxy in proxies.values():
+        cm.register(proxy)
+    s = flwr_strategies.FedAvg(initial_parameters=[np.zeros(2, np.float32)], accept_failures=False,
+                               partition_resolver=lambda cm: proxies)
+    good = ndarrays_to_parameters([np.ones(2, np.float32)])
+    params = s.initialize_parameters(cm)
+    s.configure_fit(1, params, cm)
+    assert s.aggregate_fit(1, [(proxies[0], FitRes(Status(Code.OK, ""), good, 5, {}))], [RuntimeError("node lost")]) \
+        == (None, {})
+    assert all(np.array_equal(a, np.zeros(2)) for a in s.core.model_arrays())
+    s.configure_fit(2, params, cm)
+    with pytest.raises(NoProgressError, match="rounds 1 to 2: a client failed and accept_failures=False drops the round"):
+        s.aggregate_fit(2, [(proxies[0], FitRes(Status(Code.OK, ""), good, 5, {}))], [RuntimeError("node lost")])
+    assert all(np.array_equal(a, np.zeros(2)) for a in s.core.model_arrays())
+
+
 def test_the_driver_stops_a_run_whose_replies_are_all_rejected():
     from flwr_strategies.baselines.server import FedAvgServer
     from flwr_strategies.simulations.driver import CoreDriver, PartitionContexts

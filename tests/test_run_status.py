@@ -310,9 +310,9 @@ def test_a_run_that_ends_at_six_times_its_initial_loss_exits_3_naming_divergence
 
 
 def test_a_real_run_whose_loss_runs_away_exits_3(tmp_path, capsys):
-    # DPDO at step 1 on digits: the loss grows every round (measured 2.42 -> 26.3 in 5 rounds, 4 agents)
-    code, err, saved = _cli(["--method", "dpdo", "--lr", "1", "--num-clients", "4", "--rounds", "5",
-                             "--client-seed", "1"], tmp_path, capsys)
+    # DPDO at step 1 and epsilon 4 on digits: the loss grows every round (measured 2.42 -> 26.3 in 5 rounds, 4 agents)
+    code, err, saved = _cli(["--method", "dpdo", "--lr", "1", "--set", "epsilon=4", "--num-clients", "4", "--rounds",
+                             "5", "--client-seed", "1"], tmp_path, capsys)
     assert code == 3 and "the loss diverged" in err, err
     assert saved["summary"]["final_loss"] > 2 * saved["rounds"][0]["loss"]
 

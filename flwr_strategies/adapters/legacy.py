@@ -368,8 +368,11 @@ class LegacyStrategy(MethodAdapter, Strategy):
             items.extend([] if pid is None else [pid])
             self.history.log_failure(rnd, "fit", f"partition {pid}: {f[1].status.code.name} {f[1].status.message}")
         replies, rejected, failed = self.session.sort(rnd, items)
-        if failures and not self.accept_failures:
+        if failures and not self.accept_failures:  # Flower's FedAvg: a round with a failure is not aggregated
             self.history.record(rnd)["failures"] += len(failures) + len(failed)
+            self.session.sampled.pop(rnd, None)
+            self.core.round_not_aggregated(rnd)  # the state stays; a private method accounts what went out
+            self.history.not_aggregated(rnd, rejected, why="a client failed and accept_failures=False drops the round")
             return None, {}
         result, metrics = self.session.train(self.core, rnd, replies, rejected, failed,
                                              anonymous=sum(isinstance(f, BaseException) for f in failures))

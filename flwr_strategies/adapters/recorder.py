@@ -202,25 +202,35 @@ class RoundRecorder:
         aggregated = len(sampled - set(metrics.get("failed_partitions") or ())) if sampled else \
             num_replies - len(core_rejections)
         if aggregated <= 0 and (sampled or rejections or metrics["failures"]):
-            failures = [e["error"] for e in self.failure_log if e["round"] == int(server_round) and e["phase"] == "fit"]
-            self._stalled.append(int(server_round))
-            if len(self._stalled) >= STALLED_ROUNDS:
-                first = self._stalled[-STALLED_ROUNDS]
-                if rejections and not failures:
-                    what = "every client reply was rejected"
-                elif failures and not rejections:
-                    what = "every sampled client failed"
-                else:
-                    what = "every sampled client failed or its reply was rejected"
-                raise NoProgressError(
-                    f"rounds {first} to {server_round}: {what} ({len(failures)} failed, {len(rejections)} rejected in "
-                    f"round {server_round}), so no client update was aggregated and the model has not changed since "
-                    f"round {first - 1}; stopping the run. {diagnose(rejections, failures)}",
-                    self.snapshot(), self.failure_log,
-                )
+            self.not_aggregated(server_round, rejections)
         else:
             self._stalled.clear()
         return metrics
+
+    def not_aggregated(self, server_round: int, rejections: Iterable[Any] = (), why: str | None = None) -> None:
+        """Count round ``server_round`` as one in which no client update was aggregated (``why``:
+        the reason, when it is not that every client failed or was rejected); raises
+        :class:`NoProgressError` when the round before was one too."""
+        rejections = list(rejections)
+        failures = [e["error"] for e in self.failure_log if e["round"] == int(server_round) and e["phase"] == "fit"]
+        self._stalled.append(int(server_round))
+        if len(self._stalled) < STALLED_ROUNDS:
+            return
+        first = self._stalled[-STALLED_ROUNDS]
+        if why is not None:
+            what = why
+        elif rejections and not failures:
+            what = "every client reply was rejected"
+        elif failures and not rejections:
+            what = "every sampled client failed"
+        else:
+            what = "every sampled client failed or its reply was rejected"
+        raise NoProgressError(
+            f"rounds {first} to {server_round}: {what} ({len(failures)} failed, {len(rejections)} rejected in "
+            f"round {server_round}), so no client update was aggregated and the model has not changed since "
+            f"round {first - 1}; stopping the run. {diagnose(rejections, failures)}",
+            self.snapshot(), self.failure_log,
+        )
 
     def finish(self) -> None:
         """Close the open record (called automatically when the next round starts)."""
