@@ -43,14 +43,14 @@ def test_flower_marks_the_run_failed_when_every_client_refuses_its_setting(simul
 def test_the_ray_backend_and_the_serverapp_name_a_diverged_run(tmp_path):
     """The same divergence rule on the ``ray`` backend: the ServerApp's own results.json says
     ``degraded: the loss diverged: ...`` and the runner's status (exit 3) says the same. DPDO at step
-    1 on digits runs away (in process: 2.42 -> 22.8 in 5 rounds)."""
+    1 and epsilon 4 on digits runs away (in process: 2.42 -> 22.8 in 5 rounds)."""
     import json
 
     from flwr_strategies.simulations.experiment import ExperimentConfig
     from flwr_strategies.simulations.runner import run_experiment
 
     cfg = ExperimentConfig(method="dpdo", lr=1.0, num_clients=4, rounds=3, client_seed=1, backend="ray", progress=False,
-                           out=str(tmp_path))
+                           out=str(tmp_path), params={"epsilon": 4.0})
     res = run_experiment(cfg)
     assert res["status"].startswith("degraded: the loss diverged: the final loss"), res["status"]
     assert "times the initial loss" in res["status"] and "chance-level loss 2.303" in res["status"]
