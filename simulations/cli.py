@@ -268,12 +268,13 @@ def resolved_step(method: str) -> str | None:
     noise is calibrated first, so the data are loaded and the core is built; nothing trains)."""
     from flwr_strategies.setup import AUTO_LR
 
-    from .experiment import Experiment
     from .settings import ExperimentConfig
 
     cfg = ExperimentConfig(method=method).validate()
     if cfg.lr != AUTO_LR:
         return None
+    from .experiment import Experiment  # loads the data and torch: only for a step derived from them
+
     exp = Experiment(cfg)
     report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
     if "beta0_rule" in report:
