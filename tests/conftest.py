@@ -114,6 +114,19 @@ def _mnist_line() -> str:
             "written from scikit-learn's digits in MNIST's idx format")
 
 
+#: Files whose tests run real Flower processes (deployments, `flwr run`, Ray) for minutes: collected
+#: first, so that with the README's `-n 4 --dist loadfile` (one file per worker at a time) the workers
+#: start them together instead of ending the run on them.
+SLOWEST_FIRST = ("test_resume_deployment.py", "test_deployment_faults.py", "test_paper_apps.py",
+                 "test_privacy_doadp_deployment.py", "test_flower_quickstart_dropin.py", "test_fedli_e2e.py",
+                 "test_deployment.py", "test_ray_backend.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
 def pytest_report_header(config) -> str:
     return _mnist_line()
 
