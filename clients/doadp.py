@@ -335,6 +335,20 @@ def allow_private_eval(state, allowed: bool = True) -> None:
     state[CONSENT_KEY] = ConfigRecord({PRIVATE_EVAL_KEY: int(allowed)})
 
 
+def node_privacy(setup, client_seed: int | None, budget: ClientBudget | None,
+                 allow_private_eval: bool | None) -> tuple[int | None, ClientBudget | None, bool]:
+    """A client's own privacy settings: each given value, else the node's (``setup.node_config``, then
+    ``setup.state``): its checked seed, its budget and its consent to private-model evaluation."""
+    node_config = getattr(setup, "node_config", None)
+    if client_seed is None:
+        client_seed = client_seed_of(setup.state, node_config)
+    if budget is None:
+        budget = client_budget_of(setup.state, node_config)
+    if allow_private_eval is None:
+        allow_private_eval = private_eval_allowed(setup.state, node_config)
+    return check_client_seed(client_seed), budget, bool(allow_private_eval)
+
+
 def private_eval_allowed(state=None, node_config=None) -> bool:
     """This node's consent to private-model evaluation: ``node_config[PRIVATE_EVAL_KEY]`` (``true``/
     ``false``, or 1/0) if set, else what :func:`allow_private_eval` recorded in ``state``; False if
@@ -732,14 +746,8 @@ class DOADPClient(TorchClient):
         super().__init__(setup, params)
         self.require_private = require_private
         self.loss_fn = loss_fn
-        node_config = getattr(setup, "node_config", None)
-        if client_seed is None:
-            client_seed = client_seed_of(setup.state, node_config)
-        self.client_seed = check_client_seed(client_seed)
-        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(setup.state, node_config)
-        self.allow_private_eval = bool(allow_private_eval)
+        self.client_seed, self.budget, self.allow_private_eval = node_privacy(setup, client_seed, budget,
+                                                                             allow_private_eval)
         self._data: IndexedData | None = None
 
     def num_train(self) -> int:

@@ -57,6 +57,7 @@ from flwr_strategies.clients.doadp import (
     client_seed_of,
     load_flat_parameters,
     per_sample_gradients,
+    node_privacy,
     private_eval_allowed,
     private_generator,
 )
@@ -305,14 +306,8 @@ class _BaselineClient(TorchClient):
                  budget: ClientBudget | None = None, loss_fn: Callable = torch.nn.functional.cross_entropy,
                  allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
-        node_config = getattr(setup, "node_config", None)
-        if client_seed is None:
-            client_seed = client_seed_of(setup.state, node_config)
-        self.client_seed = check_client_seed(client_seed)
-        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(setup.state, node_config)
-        self.allow_private_eval = bool(allow_private_eval)
+        self.client_seed, self.budget, self.allow_private_eval = node_privacy(setup, client_seed, budget,
+                                                                             allow_private_eval)
         self.loss_fn = loss_fn
         self._data: IndexedData | None = None
 
