@@ -6,6 +6,7 @@ in one process, with one persistent ``Context`` per node so ``context.state`` su
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 from uuid import uuid4
@@ -35,7 +36,10 @@ class InProcessGrid(Grid):
     """A ``Grid`` that calls a ``ClientApp`` in this process (tests, quick runs; no Ray).
 
     One persistent ``Context`` per node (node ids ``1000 + partition``), so ``context.state``
-    survives rounds. A ClientApp that raises gives an error reply, as in Flower's runtime. Like
+    survives rounds. A ClientApp that raises gives an error reply, as in Flower's runtime. Messages
+    are answered one at a time, also when Flower's legacy compatibility layer sends them from one
+    thread per client: in CPython 3.11, code that two threads compile at once can fail with
+    ``SystemError: AST constructor recursion depth mismatch`` (CPython gh-106905). Like
     Flower's runtime, it gives the process the task identity that ``Message()`` reads, and it gives
     each message an id when it is pushed.
 
@@ -65,6 +69,7 @@ class InProcessGrid(Grid):
             for p in range(num_nodes)
         }
         self._replies: dict[str, Message] = {}
+        self._lock = threading.Lock()
         self.registration_order: list[int] | None = None
 
     def set_run(self, run: Any) -> None:
@@ -97,6 +102,10 @@ class InProcessGrid(Grid):
         return [nodes[n] for n in order]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        with self._lock:
+            return self._answer(messages)
+
+    def _answer(self, messages: Iterable[Message]) -> list[str]:
         ids = []
         for m in messages:
             m.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's own in-memory grid does
@@ -116,8 +125,9 @@ class InProcessGrid(Grid):
         if reply_to_message_ids is not None and message_ids is not None:
             raise ValueError("pass reply_to_message_ids or message_ids, not both")
         wanted = reply_to_message_ids if reply_to_message_ids is not None else message_ids
-        ids = list(self._replies) if wanted is None else [i for i in wanted if i in self._replies]
-        return [self._replies.pop(i) for i in ids]
+        with self._lock:
+            ids = list(self._replies) if wanted is None else [i for i in wanted if i in self._replies]
+            return [self._replies.pop(i) for i in ids]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))
