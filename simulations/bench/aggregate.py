@@ -217,15 +217,16 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
     return out
 
 
-def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
-    """Alternate the two (order flipped every run); then one traced run of each for the peak."""
-    times: dict[str, list[tuple[float, float]]] = {"ours": [], "flower": []}
+def _compare(prepare_ours, prepare_other, repeats: int, other: str = "flower") -> dict[str, Any]:
+    """Alternate the two (order flipped every run); then one traced run of each for the peak.
+    ``prepare_*()`` returns the call to time; the second one's results are under ``other``."""
+    times: dict[str, list[tuple[float, float]]] = {"ours": [], other: []}
     for i in range(repeats):
-        order = (("ours", prepare_ours), ("flower", prepare_flower))
+        order = (("ours", prepare_ours), (other, prepare_other))
         for name, prepare in (order if i % 2 == 0 else order[::-1]):
             times[name].append(timed(prepare())[1:])
     out: dict[str, Any] = {}
-    for name, prepare in (("ours", prepare_ours), ("flower", prepare_flower)):
+    for name, prepare in (("ours", prepare_ours), (other, prepare_other)):
         out[name] = {"wall_s": statistics.median(t[0] for t in times[name]),
                      "cpu_s": statistics.median(t[1] for t in times[name]),
                      "wall_s_runs": [t[0] for t in times[name]], "peak_bytes": _peak(prepare())}
@@ -418,25 +419,15 @@ def measure_scaffold(replies: int = 100, params: int = 1_000_000, arrays: int = 
     models = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
     dcs = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
     num_clients = 2 * replies
-    calls = {"ours": lambda: scaffold_server_update(w0, c0, models, dcs, num_clients),
-             "numpy": lambda: _streaming_scaffold_step(models, dcs, c0, num_clients)}
-    walls: dict[str, list[float]] = {k: [] for k in calls}
-    cpus: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(repeats):
-        for who, call in calls.items():
-            _, w, c = timed(call)
-            walls[who].append(w)
-            cpus[who].append(c)
-    peaks = {who: _peak(call) for who, call in calls.items()}
-    (ow, oc), (rw, rc) = calls["ours"](), calls["numpy"]()
-    out: dict[str, Any] = {"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
-                           "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))}
-    for who in calls:
-        out[who] = {"wall_s": statistics.median(walls[who]), "cpu_s": statistics.median(cpus[who]),
-                    "wall_s_runs": walls[who], "peak_bytes": peaks[who]}
+    ours = lambda: scaffold_server_update(w0, c0, models, dcs, num_clients)  # noqa: E731
+    numpy = lambda: _streaming_scaffold_step(models, dcs, c0, num_clients)  # noqa: E731
+    out = _compare(lambda: ours, lambda: numpy, repeats, "numpy")
+    (ow, oc), (rw, rc) = ours(), numpy()
+    out.update({"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
+                "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))})
     out["time_ratio"] = out["ours"]["wall_s"] / out["numpy"]["wall_s"]
     out["cpu_ratio"] = out["ours"]["cpu_s"] / out["numpy"]["cpu_s"]
-    out["peak_ratio"] = peaks["ours"] / peaks["numpy"]
+    out["peak_ratio"] = out["ours"]["peak_bytes"] / out["numpy"]["peak_bytes"]
     return out
 
 
