@@ -1,43 +1,32 @@
 """Aggregation at Flower's cost: this library's strategies against Flower's on the same replies.
 
+``docs/performance.md`` ("Aggregation at Flower's cost") describes each measurement and its results.
+
 ``python -m simulations bench aggregate [fedavg] [--replies 100] [--params 1000000] [--arrays 10]
 [--repeats 7] [--out FILE.json]``
 
-    This library's FedAvg (``flwr_strategies.FedAvg`` and ``flwr_strategies.serverapp.FedAvg``)
-    against Flower's own FedAvg of the same API (``flwr.server.strategy.FedAvg``, in place, and
-    ``flwr.serverapp.strategy.FedAvg``) on the same ``--replies`` client replies of a
-    ``--params``-parameter float32 model (``--arrays`` arrays; example counts 20..200), in one
-    process: ``aggregate_fit`` / ``aggregate_train`` only, the replies built beforehand exactly as
-    Flower's runtime hands them over (``FitRes`` with serialised ``Parameters``; reply ``Message``
-    objects with an ``ArrayRecord``). The two strategies alternate over ``--repeats`` runs; the
-    table gives the median wall and CPU seconds per call, and the peak of the memory the call
-    allocates (``tracemalloc``, a separate run of each), in MB and in models (one model = params x
-    4 bytes), with ours / Flower's ratios. It also prints how far each result is from Flower's.
+    This library's FedAvg against Flower's own FedAvg of the same API (``aggregate_fit`` /
+    ``aggregate_train`` only, on replies built beforehand as Flower's runtime hands them over), in
+    one process, alternating over ``--repeats`` runs: median wall and CPU seconds per call, the
+    call's peak allocation (``tracemalloc``) in MB and in models, the ratios, and how far each
+    result is from Flower's.
 
 ``python -m simulations bench aggregate dfedcata [--peers 50] [--params 2000000] [--rounds 2]
 [--api all|legacy|message|start] [--out FILE.json]``
 
-    DFedCata through each Flower adapter with every message of a round in flight, as Flower holds
-    them: the legacy ``Server`` keeps every ``FitIns`` and ``FitRes`` of the round until
-    ``aggregate_fit`` returns; the Message API keeps the round's instruction and reply messages.
-    The peers' local step is a cheap contraction of their start point. Each adapter runs in a
-    fresh child process; the table gives the peak resident set size above the RSS before the
-    strategy was built (``ru_maxrss``) and the peak of the memory allocated from there on
-    (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). While the
-    messages are in flight DFedCata holds 2 tables (mixed models, anchors: the spare that held the
-    start points is released once they are serialized); the round's instructions and replies are
-    one table each. ``start`` runs the Message-API strategy through Flower's own ``Strategy.start()``
-    on an in-process grid whose peers contract what they receive: ``start()`` also keeps the last
-    round's replies bound while the next round's messages are in flight.
+    DFedCata through each Flower adapter (``start``: Flower's own ``Strategy.start()`` on an
+    in-process grid) with every message of a round in flight, as Flower holds them; the peers'
+    local step is a cheap contraction of their start point. Each adapter runs in a fresh child
+    process: peak RSS above the RSS before the strategy was built (``ru_maxrss``) and peak
+    allocation (``tracemalloc``), in model tables (one table = peers x params x 4 bytes).
 
 ``python -m simulations bench aggregate scaffold [--replies 100] [--params 1000000] [--arrays 10]
 [--repeats 5] [--out FILE.json]``
 
     SCAFFOLD's server step (:func:`~flwr_strategies.fedli.scaffold.scaffold_server_update`, the
-    paper's uniform weighting: ``w <- mean_i w_i``, ``c <- c + (S/N) mean_i dc_i``) on ``--replies``
-    replies of a model and its control update, against a plain streaming NumPy step written here
-    (float64 accumulators, one reply added at a time): median wall and CPU seconds over
-    ``--repeats`` alternating runs, and each call's peak allocation (``tracemalloc``), with the ratios.
+    paper's uniform weighting: ``w <- mean_i w_i``, ``c <- c + (S/N) mean_i dc_i``) against a
+    streaming NumPy step written here (float64 accumulators, one reply added at a time), measured
+    as FedAvg's.
 
 All set ``OMP_NUM_THREADS=1`` when unset.
 """
