@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common import (Context, DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
-    GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, RecordDict)
+    GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns)
 from flwr.server.client_proxy import ClientProxy
 
 from .driver import CoreDriver, PartitionContexts
@@ -80,9 +80,7 @@ class InProcessClientProxy(ClientProxy):
         self.node_id = partition_id
         self.client_fn = client_fn
         self.caller = caller or BoundedCaller(None)
-        self.context = Context(run_id=0, node_id=partition_id,
-                               node_config={"partition-id": partition_id, "num-partitions": num_partitions},
-                               state=RecordDict(), run_config=dict(run_config or {}))
+        self.context = PartitionContexts(num_partitions, run_config)[partition_id]
 
     def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
         return self.client_fn(self.context).get_properties(ins)

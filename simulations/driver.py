@@ -9,12 +9,6 @@ validation and the core's atomic aggregation, the shared round record), then ``e
 them) and the same config (``partition-id`` added) as on those paths, so the per-round numbers are
 bit-identical; ``tests/test_inprocess_driver.py`` checks this against both adapters.
 
-Aggregation is the core's, as on the Flower paths: replies are checked from their metadata, the
-shared weighted average adds one reply at a time into warm scratch memory, and FedAvg-family cores
-check finiteness on the result (:attr:`~flwr_strategies.core.server.ServerCore.aggregate_reveals_nonfinite`).
-Once every client has its copy of the instructions, :meth:`~flwr_strategies.core.server.ServerCore.instructions_sent`
-lets the core release the buffer they were views of.
-
 What is skipped is Flower's: ``.npy`` serialisation of every array in both directions, ``Message``/
 ``FitIns`` construction, Flower's ``Server`` thread pool and client manager. Per-client state lives
 in one Flower ``Context`` per partition (``context.state``), created when the partition is first

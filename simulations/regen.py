@@ -58,15 +58,20 @@ def _command(name: str) -> str:
     return f"`python -m simulations.regen --print {name}`"
 
 
-# ----------------------------------------------------------------------------------- quickstart
-def quickstart() -> str:
-    """The README's table: the quickstart preset's four runs (final, best, rounds to 0.85)."""
+def _preset(name: str) -> tuple[Any, list[dict[str, Any]]]:
+    """``python -m simulations compare --preset NAME`` (into a scratch folder): the preset and its runs."""
     from flwr_strategies.simulations.compare import run_preset
     from flwr_strategies.simulations.presets import get_preset
 
-    preset = get_preset("quickstart")
+    preset = get_preset(name)
     with tempfile.TemporaryDirectory() as out:
-        results = run_preset(preset, {"progress": False}, out)
+        return preset, run_preset(preset, {"progress": False}, out)
+
+
+# ----------------------------------------------------------------------------------- quickstart
+def quickstart() -> str:
+    """The README's table: the quickstart preset's four runs (final, best, rounds to 0.85)."""
+    preset, results = _preset("quickstart")
     lines = [f"{_command('quickstart')} (the runs of `python -m simulations compare --preset quickstart`):", "",
              f"| quickstart (seed 0) | final acc | best acc | rounds to {preset.target_accuracy:.2f} |",
              "|---|---|---|---|"]
@@ -125,11 +130,7 @@ def fedli_lu_ratio() -> str:
 def fedli_code() -> str:
     """The fedli-code preset: final accuracy of each method with the paper's training settings and with the
     official code's configuration."""
-    from flwr_strategies.simulations.compare import run_preset
-    from flwr_strategies.simulations.presets import get_preset
-
-    with tempfile.TemporaryDirectory() as out:
-        results = run_preset(get_preset("fedli-code"), {"progress": False}, out)
+    _, results = _preset("fedli-code")
     acc = {r["label"]: 100 * r["summary"]["final_accuracy"] for r in results}
     lines = [f"{_command('fedli-code')} (the runs of `python -m simulations compare --preset fedli-code`):", "",
              "| method | paper configuration: final acc % | code configuration: final acc % |", "|---|---|---|"]

@@ -16,16 +16,22 @@ from typing import Any
 ROOT = Path(sys.modules[__name__.split(".")[0]].__file__).resolve().parents[1]
 
 
-def rss_kib(pid: int | str = "self") -> int:
-    """Resident set size of process ``pid`` in KiB (``VmRSS`` of ``/proc/PID/status``); 0 when it is gone."""
+def proc_kib(path: str, field: str) -> int:
+    """The KiB figure of ``field`` in a ``/proc`` file (``VmRSS`` in ``/proc/PID/status``,
+    ``MemAvailable`` in ``/proc/meminfo``); 0 when the file or the field is not there."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
+        with open(path, "rb") as fh:
             for line in fh:
-                if line.startswith(b"VmRSS:"):
+                if line.startswith(field.encode() + b":"):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """Resident set size of process ``pid`` in KiB (``VmRSS`` of ``/proc/PID/status``); 0 when it is gone."""
+    return proc_kib(f"/proc/{pid}/status", "VmRSS")
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -1,43 +1,32 @@
 """Aggregation at Flower's cost: this library's strategies against Flower's on the same replies.
 
+``docs/performance.md`` ("Aggregation at Flower's cost") describes each measurement and its results.
+
 ``python -m simulations bench aggregate [fedavg] [--replies 100] [--params 1000000] [--arrays 10]
 [--repeats 7] [--out FILE.json]``
 
-    This library's FedAvg (``flwr_strategies.FedAvg`` and ``flwr_strategies.serverapp.FedAvg``)
-    against Flower's own FedAvg of the same API (``flwr.server.strategy.FedAvg``, in place, and
-    ``flwr.serverapp.strategy.FedAvg``) on the same ``--replies`` client replies of a
-    ``--params``-parameter float32 model (``--arrays`` arrays; example counts 20..200), in one
-    process: ``aggregate_fit`` / ``aggregate_train`` only, the replies built beforehand exactly as
-    Flower's runtime hands them over (``FitRes`` with serialised ``Parameters``; reply ``Message``
-    objects with an ``ArrayRecord``). The two strategies alternate over ``--repeats`` runs; the
-    table gives the median wall and CPU seconds per call, and the peak of the memory the call
-    allocates (``tracemalloc``, a separate run of each), in MB and in models (one model = params x
-    4 bytes), with ours / Flower's ratios. It also prints how far each result is from Flower's.
+    This library's FedAvg against Flower's own FedAvg of the same API (``aggregate_fit`` /
+    ``aggregate_train`` only, on replies built beforehand as Flower's runtime hands them over), in
+    one process, alternating over ``--repeats`` runs: median wall and CPU seconds per call, the
+    call's peak allocation (``tracemalloc``) in MB and in models, the ratios, and how far each
+    result is from Flower's.
 
 ``python -m simulations bench aggregate dfedcata [--peers 50] [--params 2000000] [--rounds 2]
 [--api all|legacy|message|start] [--out FILE.json]``
 
-    DFedCata through each Flower adapter with every message of a round in flight, as Flower holds
-    them: the legacy ``Server`` keeps every ``FitIns`` and ``FitRes`` of the round until
-    ``aggregate_fit`` returns; the Message API keeps the round's instruction and reply messages.
-    The peers' local step is a cheap contraction of their start point. Each adapter runs in a
-    fresh child process; the table gives the peak resident set size above the RSS before the
-    strategy was built (``ru_maxrss``) and the peak of the memory allocated from there on
-    (``tracemalloc``), both in model tables (one table = peers x params x 4 bytes). While the
-    messages are in flight DFedCata holds 2 tables (mixed models, anchors: the spare that held the
-    start points is released once they are serialized); the round's instructions and replies are
-    one table each. ``start`` runs the Message-API strategy through Flower's own ``Strategy.start()``
-    on an in-process grid whose peers contract what they receive: ``start()`` also keeps the last
-    round's replies bound while the next round's messages are in flight.
+    DFedCata through each Flower adapter (``start``: Flower's own ``Strategy.start()`` on an
+    in-process grid) with every message of a round in flight, as Flower holds them; the peers'
+    local step is a cheap contraction of their start point. Each adapter runs in a fresh child
+    process: peak RSS above the RSS before the strategy was built (``ru_maxrss``) and peak
+    allocation (``tracemalloc``), in model tables (one table = peers x params x 4 bytes).
 
 ``python -m simulations bench aggregate scaffold [--replies 100] [--params 1000000] [--arrays 10]
 [--repeats 5] [--out FILE.json]``
 
     SCAFFOLD's server step (:func:`~flwr_strategies.fedli.scaffold.scaffold_server_update`, the
-    paper's uniform weighting: ``w <- mean_i w_i``, ``c <- c + (S/N) mean_i dc_i``) on ``--replies``
-    replies of a model and its control update, against a plain streaming NumPy step written here
-    (float64 accumulators, one reply added at a time): median wall and CPU seconds over
-    ``--repeats`` alternating runs, and each call's peak allocation (``tracemalloc``), with the ratios.
+    paper's uniform weighting: ``w <- mean_i w_i``, ``c <- c + (S/N) mean_i dc_i``) against a
+    streaming NumPy step written here (float64 accumulators, one reply added at a time), measured
+    as FedAvg's.
 
 All set ``OMP_NUM_THREADS=1`` when unset.
 """
@@ -217,15 +206,16 @@ def _message_fedavg(replies: int, params: int, arrays: int, repeats: int, seed: 
     return out
 
 
-def _compare(prepare_ours, prepare_flower, repeats: int) -> dict[str, Any]:
-    """Alternate the two (order flipped every run); then one traced run of each for the peak."""
-    times: dict[str, list[tuple[float, float]]] = {"ours": [], "flower": []}
+def _compare(prepare_ours, prepare_other, repeats: int, other: str = "flower") -> dict[str, Any]:
+    """Alternate the two (order flipped every run); then one traced run of each for the peak.
+    ``prepare_*()`` returns the call to time; the second one's results are under ``other``."""
+    times: dict[str, list[tuple[float, float]]] = {"ours": [], other: []}
     for i in range(repeats):
-        order = (("ours", prepare_ours), ("flower", prepare_flower))
+        order = (("ours", prepare_ours), (other, prepare_other))
         for name, prepare in (order if i % 2 == 0 else order[::-1]):
             times[name].append(timed(prepare())[1:])
     out: dict[str, Any] = {}
-    for name, prepare in (("ours", prepare_ours), ("flower", prepare_flower)):
+    for name, prepare in (("ours", prepare_ours), (other, prepare_other)):
         out[name] = {"wall_s": statistics.median(t[0] for t in times[name]),
                      "cpu_s": statistics.median(t[1] for t in times[name]),
                      "wall_s_runs": [t[0] for t in times[name]], "peak_bytes": _peak(prepare())}
@@ -418,25 +408,15 @@ def measure_scaffold(replies: int = 100, params: int = 1_000_000, arrays: int = 
     models = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
     dcs = [[rng.standard_normal(n, dtype=np.float32) for n in sizes] for _ in range(replies)]
     num_clients = 2 * replies
-    calls = {"ours": lambda: scaffold_server_update(w0, c0, models, dcs, num_clients),
-             "numpy": lambda: _streaming_scaffold_step(models, dcs, c0, num_clients)}
-    walls: dict[str, list[float]] = {k: [] for k in calls}
-    cpus: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(repeats):
-        for who, call in calls.items():
-            _, w, c = timed(call)
-            walls[who].append(w)
-            cpus[who].append(c)
-    peaks = {who: _peak(call) for who, call in calls.items()}
-    (ow, oc), (rw, rc) = calls["ours"](), calls["numpy"]()
-    out: dict[str, Any] = {"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
-                           "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))}
-    for who in calls:
-        out[who] = {"wall_s": statistics.median(walls[who]), "cpu_s": statistics.median(cpus[who]),
-                    "wall_s_runs": walls[who], "peak_bytes": peaks[who]}
+    ours = lambda: scaffold_server_update(w0, c0, models, dcs, num_clients)  # noqa: E731
+    numpy = lambda: _streaming_scaffold_step(models, dcs, c0, num_clients)  # noqa: E731
+    out = _compare(lambda: ours, lambda: numpy, repeats, "numpy")
+    (ow, oc), (rw, rc) = ours(), numpy()
+    out.update({"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
+                "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))})
     out["time_ratio"] = out["ours"]["wall_s"] / out["numpy"]["wall_s"]
     out["cpu_ratio"] = out["ours"]["cpu_s"] / out["numpy"]["cpu_s"]
-    out["peak_ratio"] = peaks["ours"] / peaks["numpy"]
+    out["peak_ratio"] = out["ours"]["peak_bytes"] / out["numpy"]["peak_bytes"]
     return out
 
 

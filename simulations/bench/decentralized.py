@@ -42,16 +42,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from . import ROOT, child_env, options, rss_kib, run_child, write_out  # noqa: E402
+from . import ROOT, child_env, options, proc_kib, rss_kib, run_child, write_out  # noqa: E402
 OFFICIAL_REFERENCE_S = 2.41  # issue 15: official code, MNIST MLP, 20 clients, 1 epoch, batch 32, median s/round
-
-
-def _available_bytes() -> int:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 # ----------------------------------------------------------------------------------- memory
@@ -139,7 +131,7 @@ def cmd_memory(args: argparse.Namespace) -> dict:
                              through=args.through)
         print(json.dumps(res))
         return res
-    avail = _available_bytes()
+    avail = proc_kib("/proc/meminfo", "MemAvailable") * 1024
     if need > avail and not args.force:
         raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({_tables(args.method)} tables of {table / 2**30:.2f} GiB) "
                          f"but only {avail / 2**30:.1f} GiB is available now; retry later, lower --peers/--params, "

@@ -29,10 +29,6 @@ import time
 from . import ROOT, child_env, options, rss_kib, run_child, write_out
 
 
-def _rss_mib() -> float:
-    return rss_kib() / 1024.0
-
-
 def _synthetic_reply(pid: int, t: int, d: int, k: int, p: float, seed: int):
     import numpy as np
 
@@ -66,13 +62,13 @@ def _child(args) -> dict:
 
     n, d = args.agents, args.dim
     init = [np.zeros(d, np.float32)]
-    rss0 = _rss_mib()  # after the imports: the tables' worth counts the run's own memory
+    rss0 = rss_kib() / 1024.0  # after the imports: the tables' worth counts the run's own memory
     times = []
     if args.path == "core":
         core = DOADPServer(init, num_partitions=n, num_rounds=args.rounds, dataset_size=10**6, batch_size=1,
                            config=_config(args))
         k = core.k
-        rss_setup = _rss_mib()
+        rss_setup = rss_kib() / 1024.0
         for r in range(1, args.rounds + 1):
             t0 = time.perf_counter()
             ins = core.configure_train(r, list(range(n)))
@@ -106,7 +102,7 @@ def _child(args) -> dict:
         strategy = DOADP(num_rounds=args.rounds, local_dataset_size=10**6, batch_size=1, min_available_nodes=n, p=args.p, k_frac=args.k_frac,
                          sigma=1.0, epsilon=1e6, public_copy="x0", eval_every=10**9,
                          on_round_end=lambda rec: stamps.append(time.perf_counter()))
-        rss_setup = _rss_mib()
+        rss_setup = rss_kib() / 1024.0
         t0 = time.perf_counter()
         strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=args.rounds)
         stamps = [t0] + stamps

@@ -29,21 +29,16 @@ import torch
 
 from flwr_strategies.clients.base import train_settings
 from flwr_strategies.clients.training import client_generator, get_weights, local_sgd, set_weights
+from flwr_strategies.core.aggregation import fedavg_average
 
 from ..experiment import ExperimentConfig, get_experiment
 from . import max_diff, options, timed, write_out
 
 
-def _inplace(x: np.ndarray, y, op: np.ufunc) -> np.ndarray:
-    """``op(x, y)`` written into ``x``; ``y`` is cast to ``x``'s dtype first when numpy would not
-    cast the result (integer buffers), the rule FedAvg's in-place average follows."""
-    if np.can_cast(y, x.dtype, casting="same_kind"):
-        return op(x, y, out=x)
-    return op(x, np.array(y, x.dtype), out=x)
-
-
 def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[float]]:
-    """FedAvg as a plain PyTorch loop (no Flower): returns final weights, wall time, accuracies."""
+    """FedAvg as a plain PyTorch loop (no Flower): returns final weights, wall time, accuracies.
+    The average is the library's NumPy one (:func:`~flwr_strategies.core.aggregation.fedavg_average`,
+    each client's model added in partition order as soon as it is trained)."""
     exp = get_experiment(cfg)
     torch.set_num_threads(max(1, cfg.client_threads))
     t0 = time.perf_counter()
@@ -53,15 +48,14 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
     with exp.borrowed_model() as model:
         for rnd in range(1, cfg.rounds + 1):
             settings = train_settings(exp.fit_config(rnd), exp.train)
-            total = sum(len(data[pid]) for pid in range(cfg.num_clients))
-            acc_w = None
-            for pid in range(cfg.num_clients):
-                set_weights(model, global_w)
-                local_sgd(model, data[pid], generator=client_generator(cfg.seed, rnd, pid), **settings)
-                share = np.float64(len(data[pid]) / total)  # sum_i (n_i / n) w_i, in partition order
-                w = [_inplace(x, share, np.multiply) for x in get_weights(model)]
-                acc_w = w if acc_w is None else [_inplace(a, x, np.add) for a, x in zip(acc_w, w)]
-            global_w = acc_w
+
+            def local_models():
+                for pid in range(cfg.num_clients):
+                    set_weights(model, global_w)
+                    local_sgd(model, data[pid], generator=client_generator(cfg.seed, rnd, pid), **settings)
+                    yield get_weights(model)
+
+            global_w = fedavg_average(local_models(), [len(data[pid]) for pid in range(cfg.num_clients)])
             accs.append(exp.evaluate_fn(rnd, global_w, {})[1]["accuracy"])
     return global_w, time.perf_counter() - t0, accs
 

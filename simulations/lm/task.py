@@ -20,7 +20,6 @@ setting and the value.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from flwr_strategies.clients.fedmezo import ADAPTER_DTYPES, cast_adapters, evaluate_causal_lm
+from flwr_strategies.core.validation import check_integer, check_number
 from flwr_strategies.registry import get_method, resolve_params
 from flwr_strategies.setup import SettingError
 
@@ -81,20 +81,6 @@ class LMSettings:
 
     @classmethod
     def from_params(cls, params: dict, model: str | None = None) -> "LMSettings":
-        def integer(key: str, low: int) -> int:
-            v = params[key]
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                raise ValueError(f"{key} must be an integer >= {low}, got {v!r}")
-            return int(v)
-
-        def number(key: str, low: float, high: float | None = None, low_open: bool = True) -> float:
-            v = params[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or (v <= low if low_open else v < low) or (high is not None and v >= high):
-                rng = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'})"
-                raise ValueError(f"{key} must be a finite number in {rng}, got {v!r}")
-            return float(v)
-
         for key in ("base_dtype", "adapter_dtype"):
             if params[key] not in BASE_DTYPES:
                 raise ValueError(f"{key} must be one of {tuple(BASE_DTYPES)}, got {params[key]!r}")
@@ -108,11 +94,16 @@ class LMSettings:
             except FileNotFoundError as err:  # name the setting the user gave (--set model_dir or --model)
                 name = "params.model_dir" if params.get("model_dir") else "model"
                 raise SettingError(name, model_dir, f"a local transformers checkpoint folder ({err})") from None
-        return cls(model_dir=model_dir, lora_r=integer("lora_r", 1), lora_alpha=number("lora_alpha", 0.0),
-                   lora_dropout=number("lora_dropout", 0.0, 1.0, low_open=False), lora_targets=targets,
-                   max_len=integer("max_len", 8), base_dtype=str(params["base_dtype"]),
-                   adapter_dtype=str(params["adapter_dtype"]), n_examples=integer("n_examples", 2),
-                   test_fraction=number("test_fraction", 0.0, 1.0))
+        return cls(model_dir=model_dir, lora_r=check_integer("lora_r", params["lora_r"], 1),
+                   lora_alpha=check_number("lora_alpha", params["lora_alpha"], "a finite number in (0.0, inf)",
+                                           lambda v: v > 0),
+                   lora_dropout=check_number("lora_dropout", params["lora_dropout"], "a finite number in [0.0, 1.0)",
+                                             lambda v: 0 <= v < 1),
+                   lora_targets=targets, max_len=check_integer("max_len", params["max_len"], 8),
+                   base_dtype=str(params["base_dtype"]), adapter_dtype=str(params["adapter_dtype"]),
+                   n_examples=check_integer("n_examples", params["n_examples"], 2),
+                   test_fraction=check_number("test_fraction", params["test_fraction"],
+                                              "a finite number in (0.0, 1.0)", lambda v: 0 < v < 1))
 
 
 class CausalLMTask:
