@@ -82,6 +82,40 @@ def test_set_builds_the_users_class(method):
         assert values[key] == value, (method, key, values[key], value)
 
 
+#: ``--set`` values that differ from the defaults, per method (the others run with their defaults).
+USER_SETS = {"dfedcata": {"beta": "0.5", "lam": "0.1", "neighbours": "7", "allow_disconnected": "true"},
+             "dfedavgm": {"topology": "ring"}, "fedli-ls": {"variant": "code", "armijo_c": "0.2"},
+             "fedli-lu": {"variant": "code", "server_eta": "0.5"}, "scaffold": {"variant": "code"},
+             "fedmud": {"decomp": "mat", "pattern": "ab"}, "fedlmt": {"weighting": "uniform"},
+             "fedmezo": {"mu": "0.01", "variant": "code"}, "lora-fedavg": {"weighting": "num_examples"},
+             "doadp": {"neighbours": "5", "beta": "0.8"}, "fedadam": {"eta": "0.05"}}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_command_line_builds_its_core_from_the_class(method, monkeypatch):
+    """The command line's server core is the class's ``core_cls`` over the configs ``Class(k=v)``
+    holds for the ``--set`` values (and the values the run derives: DFedCata's ``lr`` from ``--lr``):
+    the spec builds no config of its own."""
+    from flwr_strategies.simulations.experiment import get_experiment
+
+    spec = list_methods()[method]
+    cls = load_object(spec.strategy)
+    exp = get_experiment(ExperimentConfig(method=method, params=USER_SETS.get(method, {})).resolve())
+    setup, params = exp.server_setup(), dict(exp.params)
+    calls = []
+    monkeypatch.setattr(cls, "core_cls", lambda initial, **kwargs: calls.append(kwargs) or "core")
+    assert spec.build_core(setup, params) == "core" and len(calls) == 1
+    values = spec.class_arguments(params, setup)
+    for key, value in USER_SETS.get(method, {}).items():
+        if key != "variant":
+            assert key in values or any(key in v for v in values.values() if isinstance(v, dict)), (method, key)
+    required = {n: None for n, p in inspect.signature(cls).parameters.items() if p.default is inspect.Parameter.empty}
+    strategy = cls(**required, **values)
+    assert set(strategy.configs) <= set(calls[0]), method
+    for key, config in strategy.configs.items():
+        assert calls[0][key] == config, (method, key)
+
+
 def test_every_declared_field_has_a_range_and_a_source():
     seen = []
     for spec in list_methods().values():

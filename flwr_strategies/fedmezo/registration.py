@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, core_kwargs, register_method
 from ..setup import ServerSetup
 
 _WORKLOAD = "flwr_strategies.fedmezo.config:LoRAWorkloadConfig"
@@ -105,77 +105,46 @@ TRAIN_DEFAULT_NOTES = {
 }
 
 
-def _steps(setup: ServerSetup) -> dict[str, Any]:
+def training(params: dict, setup: ServerSetup) -> dict[str, Any]:
+    """``derive`` of LoRA FedAvg: the config's training fields (:data:`DERIVED`) from the run's
+    settings (``--lr``, ``--local-steps``...)."""
     t = setup.train
-    if t.local_steps:
-        return {"local_steps": int(t.local_steps), "local_epochs": None}
-    return {"local_steps": None, "local_epochs": int(t.local_epochs)}
+    steps = ({"local_steps": int(t.local_steps), "local_epochs": None} if t.local_steps
+             else {"local_steps": None, "local_epochs": int(t.local_epochs)})
+    return {"lr": t.lr, **steps, "batch_size": int(t.batch_size), "weight_decay": t.weight_decay,
+            "lr_decay": t.lr_decay, "momentum": t.momentum, "grad_clip": t.grad_clip}
 
 
-def _core_kwargs(setup: ServerSetup) -> dict[str, Any]:
-    from .server import lora_positions
-
-    keys = list(setup.model_fn().state_dict().keys())
-    return {"trainable": lora_positions(keys), "final_round": setup.num_rounds, "num_partitions": setup.num_clients,
-            "fraction_train": setup.fraction_fit, "min_train": setup.clients_per_round, "seed": setup.seed,
-            "on_train_config": setup.fit_config}
-
-
-def fedmezo_config(setup: ServerSetup, params: dict):
-    """:class:`~.config.FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
-
-    ``momentum`` and ``grad_clip`` are rejected: MeZO keeps no optimizer state and computes no gradient.
-    """
-    from .config import FedMeZOConfig
-
+def mezo_training(params: dict, setup: ServerSetup) -> dict[str, Any]:
+    """``derive`` of FedMeZO: :func:`training`, refusing ``momentum`` and ``grad_clip`` (MeZO keeps
+    no optimizer state and computes no gradient)."""
     t = setup.train
     if t.momentum:
         raise ValueError(f"fedmezo: momentum={t.momentum!r} is not supported (MeZO keeps no optimizer state); use 0")
     if t.grad_clip is not None:
         raise ValueError(f"fedmezo: grad_clip={t.grad_clip!r} is not supported (MeZO computes no gradient to clip)")
-    return FedMeZOConfig(
-        lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), mu=params["mu"], weight_decay=t.weight_decay,
-        lr_decay=t.lr_decay, num_perturbations=params["num_perturbations"], lr_strategy=params["lr_strategy"],
-        lr_alpha=params["lr_alpha"], lr_alpha_rel=params["lr_alpha_rel"], lr_window=params["lr_window"],
-        weighting=params["weighting"], comm_mode=params["comm_mode"], z_device=params["z_device"],
-        restore_mode=params["restore_mode"], eval_every=params["eval_every"], variant=params["variant"])
+    return training(params, setup)
 
 
-def lora_fedavg_config(setup: ServerSetup, params: dict):
-    """:class:`~.config.LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
-    from .config import LoRAFedAvgConfig
+def _lora(setup: ServerSetup, params: dict) -> dict[str, Any]:
+    """The core's tuned positions (the LoRA arrays of the task's model) and final round."""
+    from .server import lora_positions
 
-    t = setup.train
-    return LoRAFedAvgConfig(lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), weight_decay=t.weight_decay,
-                            momentum=t.momentum, lr_decay=t.lr_decay, grad_clip=t.grad_clip,
-                            weighting=params["weighting"], eval_every=params["eval_every"])
-
-
-def _fedmezo(setup: ServerSetup, params: dict):
-    from .server import FedMeZOServer
-
-    config = fedmezo_config(setup, params)
-    return FedMeZOServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
-
-
-def _lora_fedavg(setup: ServerSetup, params: dict):
-    from .server import LoRAFedAvgServer
-
-    config = lora_fedavg_config(setup, params)
-    return LoRAFedAvgServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
+    return {"trainable": lora_positions(list(setup.model_fn().state_dict())), "final_round": setup.num_rounds,
+            **core_kwargs(setup)}
 
 
 register_method(MethodSpec(
     name="fedmezo",
     summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
     paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(_WORKLOAD,),
-    overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, build_core=_fedmezo,
+    overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, derive=mezo_training, core_arguments=_lora,
     client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
     task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
 register_method(MethodSpec(
     name="lora-fedavg",
     summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
     paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(_WORKLOAD,),
-    overrides=VARIANT_DEFAULTS, derived=DERIVED, build_core=_lora_fedavg,
+    overrides=VARIANT_DEFAULTS, derived=DERIVED, derive=training, core_arguments=_lora,
     client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
     task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
