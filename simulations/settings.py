@@ -580,6 +580,8 @@ def _check(cfg: ExperimentConfig) -> None:
 
 
 def _check_device(device: str) -> None:
+    if device == "cpu":  # always valid: no need to import torch to say so
+        return
     import torch
 
     try:
