@@ -92,62 +92,25 @@ def _peers(setup: ServerSetup, params: dict) -> dict[str, Any]:
             "fraction_train": setup.fraction_fit}
 
 
-_PEER = {"settings": (_RULE,), "client": CLIENT, "train_defaults": DECENTRALIZED_TRAIN_DEFAULTS, "decentralized": True,
-         "derive": peer_graph, "core_arguments": _peers}
+_TPAMI = "Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022"
+#: The peer methods: ``(name, summary, paper, strategy class)``; their overrides are :data:`OVERRIDES`.
+PEER_METHODS = (
+    ("dfedcata", "DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), "
+                 "random-10 graph", PAPER, "DFedCata"),
+    ("dfedavg", "DFedAvg: local SGD on every peer, then gossip averaging over the peer graph", _TPAMI, "DFedAvg"),
+    ("dfedavgm", "DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)", _TPAMI, "DFedAvg"),
+    ("dfedsam", "DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
+     "Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023", "DFedAvg"),
+    ("dpsgd", "D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
+     "Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017", "DPSGD"),
+)
 
-SPECS = [
-    MethodSpec(
-        name="dfedcata",
-        summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
-        paper=PAPER,
-        strategy="flwr_strategies.dfedcata.strategy:DFedCata",
-        overrides=OVERRIDES["dfedcata"],
-        derived=_DERIVED,
-        **_PEER,
-    ),
-    MethodSpec(
-        name="dfedavg",
-        summary="DFedAvg: local SGD on every peer, then gossip averaging over the peer graph",
-        paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        overrides=OVERRIDES["dfedavg"],
-        **_PEER,
-    ),
-    MethodSpec(
-        name="dfedavgm",
-        summary="DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)",
-        paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        overrides=OVERRIDES["dfedavgm"],
-        **_PEER,
-    ),
-    MethodSpec(
-        name="dfedsam",
-        summary="DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
-        paper="Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        overrides=OVERRIDES["dfedsam"],
-        **_PEER,
-    ),
-    MethodSpec(
-        name="dpsgd",
-        summary="D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
-        paper="Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017",
-        strategy="flwr_strategies.dfedcata.strategy:DPSGD",
-        overrides=OVERRIDES["dpsgd"],
-        **_PEER,
-    ),
-    MethodSpec(
-        name="fedsam",
-        summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
-        paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022",
-        strategy="flwr_strategies.baselines.strategy:FedSAM",
-        settings=(_RULE,),
-        overrides=OVERRIDES["fedsam"],
-        client=CLIENT,
-        train_defaults=FEDSAM_TRAIN_DEFAULTS,
-    ),
-]
-
-for _spec in SPECS:
-    register_method(_spec)
+for _name, _summary, _paper, _strategy in PEER_METHODS:
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=_paper, strategy="flwr_strategies.dfedcata.strategy:" + _strategy,
+        overrides=OVERRIDES[_name], derived=_DERIVED if _name == "dfedcata" else {}, settings=(_RULE,), client=CLIENT,
+        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS, decentralized=True, derive=peer_graph, core_arguments=_peers))
+register_method(MethodSpec(
+    name="fedsam", summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
+    paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022", strategy="flwr_strategies.baselines.strategy:FedSAM",
+    settings=(_RULE,), overrides=OVERRIDES["fedsam"], client=CLIENT, train_defaults=FEDSAM_TRAIN_DEFAULTS))

@@ -120,46 +120,23 @@ def _reject_for_armijo(setup: ServerSetup, params: dict) -> dict[str, Any]:
 
 _STRATEGY = "flwr_strategies.fedli.strategy:"
 
-register_method(MethodSpec(
-    name="fedli-ls",
-    summary="FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
-    paper=PAPER,
-    strategy=_STRATEGY + "FedLiLS",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    derive=code_variant("FedLiLS"),
-    core_arguments=_reject_for_armijo,
-    client=f"{CLIENTS}:build_armijo_client",
-    train_defaults=_ARMIJO_PAPER,
-))
-register_method(MethodSpec(
-    name="fedli-lu",
-    summary="FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
-            "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
-    paper=PAPER,
-    strategy=_STRATEGY + "FedLiLU",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    derive=code_variant("FedLiLU"),
-    client=f"{CLIENTS}:build_loss_client",
-    train_defaults=_SGD_PAPER,
-))
-register_method(MethodSpec(
-    name="fedexp",
-    summary="FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
-    paper="Jhunjhunwala, Wang, Joshi, ICLR 2023",
-    strategy=_STRATEGY + "FedExP",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    derive=code_variant("FedExP"),
-    client=f"{CLIENTS}:build_sgd_client",
-    train_defaults=_SGD_PAPER,
-))
-register_method(MethodSpec(
-    name="scaffold",
-    summary="SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
-    paper="Karimireddy et al., ICML 2020",
-    strategy=_STRATEGY + "Scaffold",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    derived={"total_examples": "the partitions' sizes, with weighting=num_examples"},
-    derive=code_variant("Scaffold"),
-    client=f"{CLIENTS}:build_scaffold_client",
-    train_defaults=_SGD_PAPER,
-))
+#: ``(name, summary, paper, strategy class, client factory, training defaults)``.
+METHODS = (
+    ("fedli-ls", "FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
+     PAPER, "FedLiLS", "build_armijo_client", _ARMIJO_PAPER),
+    ("fedli-lu", "FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
+                 "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
+     PAPER, "FedLiLU", "build_loss_client", _SGD_PAPER),
+    ("fedexp", "FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
+     "Jhunjhunwala, Wang, Joshi, ICLR 2023", "FedExP", "build_sgd_client", _SGD_PAPER),
+    ("scaffold", "SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
+     "Karimireddy et al., ICML 2020", "Scaffold", "build_scaffold_client", _SGD_PAPER),
+)
+
+for _name, _summary, _paper, _strategy, _client, _train in METHODS:
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=_paper, strategy=_STRATEGY + _strategy,
+        settings=("flwr_strategies.fedli.config:FedLiVariantConfig",), derive=code_variant(_strategy),
+        core_arguments=_reject_for_armijo if _name == "fedli-ls" else None, client=f"{CLIENTS}:{_client}",
+        train_defaults=_train,
+        derived={"total_examples": "the partitions' sizes, with weighting=num_examples"} if _name == "scaffold" else {}))

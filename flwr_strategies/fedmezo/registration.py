@@ -134,17 +134,13 @@ def _lora(setup: ServerSetup, params: dict) -> dict[str, Any]:
             **core_kwargs(setup)}
 
 
-register_method(MethodSpec(
-    name="fedmezo",
-    summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(_WORKLOAD,),
-    overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, derive=mezo_training, core_arguments=_lora,
-    client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
-register_method(MethodSpec(
-    name="lora-fedavg",
-    summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(_WORKLOAD,),
-    overrides=VARIANT_DEFAULTS, derived=DERIVED, derive=training, core_arguments=_lora,
-    client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
+for _name, _summary, _strategy, _overrides, _derive, _client, _train in (
+        ("fedmezo", "FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
+         "FedMeZO", FEDMEZO_VARIANT_DEFAULTS, mezo_training, "build_fedmezo_client", TRAIN_DEFAULTS),
+        ("lora-fedavg", "LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
+         "LoRAFedAvg", VARIANT_DEFAULTS, training, "build_lora_fedavg_client", LORA_FEDAVG_TRAIN_DEFAULTS)):
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:" + _strategy,
+        settings=(_WORKLOAD,), overrides=_overrides, derived=DERIVED, derive=_derive, core_arguments=_lora,
+        client="flwr_strategies.clients.fedmezo:" + _client, train_defaults=_train, task="causal-lm",
+        extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
