@@ -145,6 +145,19 @@ class MethodSpec:
         return out
 
     @property
+    def strategy_name(self) -> str:
+        """The strategy class's name (without importing it when given as ``"module:Class"``)."""
+        return self.strategy.split(":")[1] if isinstance(self.strategy, str) else self.strategy.__name__
+
+    def declared_training(self) -> dict[str, tuple[Any, str | None]]:
+        """``{setting: (default, source)}`` of each :attr:`derived` field the strategy class declares
+        (FedMeZO's ``lr``, ``local_steps``...): the default of the run's own setting unless
+        :attr:`train_defaults` names another value, which is then a named override of the class's."""
+        configs = load_object(self.strategy).hyperparameters.values()
+        own = {k: (v[0], v[2]) for config in configs for k, v in declared(config).items()}
+        return {k: own[k] for k in self.derived if k in own}
+
+    @property
     def defaults(self) -> dict[str, Any]:
         """``{key: value}`` the command line starts from: the declared defaults with the fixed
         :attr:`overrides` applied (a value that follows another setting is resolved later)."""

@@ -49,21 +49,25 @@ def test_the_command_line_runs_the_class_defaults_or_a_printed_override(method, 
         assert cfg.params[key] == default or (cfg.params[key] != cfg.params[key] and default != default), (
             f"{method} --set {key}: the command line runs {cfg.params[key]!r}, the class declares {default!r}")
         assert cfg.provenance["params"][key] == source, (method, key)
-    # a class field the run sets from its own settings (FedMeZO's lr) equals the class's default, or is
-    # the method's own training default, printed with its source by `defaults`
+    # a class field the run sets from its own settings (FedMeZO's lr, local_steps...) runs the class's
+    # default with the class's source, or the method's named override, printed with * by `defaults`
     configs = list(load_object(spec.strategy).hyperparameters.values())
     own = {k: v for config in configs for k, v in declared(config).items()}
+    flags = []
     for key in spec.derived:
         if key not in RESOLVED or key not in own:
             continue
-        default = own[key][0]
-        source = cfg.provenance[key]["source"]
-        assert getattr(cfg, key) == default or key in spec.train_defaults, (method, key, getattr(cfg, key), source)
+        default, _, source = own[key]
+        if key not in spec.train_defaults:
+            assert getattr(cfg, key) == default and cfg.provenance[key]["source"] == source, (method, key)
+        elif default is not None and getattr(cfg, key) != default:
+            flags.append("--" + key.replace("_", "-"))
     print_defaults(method)
     out = capsys.readouterr().out
-    for key in overridden:
+    for key in overridden + flags:
         line = next(x for x in out.splitlines() if x.strip().startswith(key + " "))
         assert line.split()[1] == "*" and f"* {key}: declared default" in out, (method, key)
+    assert method not in ("fedmezo", "lora-fedavg") or flags == ["--lr"], (method, flags)
 
 
 @pytest.mark.parametrize("method", METHODS)
