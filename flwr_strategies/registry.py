@@ -107,7 +107,7 @@ class MethodSpec:
     name: str
     summary: str
     paper: str
-    strategy: str | type | None = None
+    strategy: str | type
     core_arguments: Callable[..., dict] | None = None
     derive: Callable[..., dict] | None = None
     client: str | Callable[..., Any] | None = None
@@ -124,8 +124,6 @@ class MethodSpec:
         for key, item in self.train_defaults.items():
             if not (isinstance(item, tuple) and len(item) == 2 and str(item[1]).split(":")[0] in PROVENANCES):
                 raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
-        if self.strategy is None:
-            raise ValueError(f"method '{self.name}' needs its strategy class ('module:Class')")
         if self.build_client is None:
             if self.client is None:
                 raise ValueError(f"method '{self.name}' needs a client factory")
@@ -134,7 +132,7 @@ class MethodSpec:
     def declaration(self) -> dict[str, tuple[Any, str | None, str | None]]:
         """``{key: (default, range, source)}`` of every ``--set`` key, as the strategy class and
         :attr:`settings` declare them (before :attr:`overrides`)."""
-        configs = list(load_object(self.strategy).hyperparameters.values()) if self.strategy else []
+        configs = list(load_object(self.strategy).hyperparameters.values())
         out: dict[str, tuple[Any, str | None, str | None]] = {}
         settings = [load_object(c) if isinstance(c, str) else c for c in self.settings]
         for config in configs + settings:  # the strategy's own declaration first

@@ -1,11 +1,12 @@
 """Registrations: ``fedmezo`` and its backprop baseline ``lora-fedavg`` (task ``causal-lm``).
 
-Training defaults (``train_defaults``) are the paper's (Ling et al., KDD 2024, Sec. 5 / App. E and
-the official configs) except the learning rate and the data, and each carries its source
+Training defaults are the paper's (Ling et al., KDD 2024, Sec. 5 / App. E and the official configs),
+declared with their sources by the classes' configs (:class:`~.config.FedMeZOConfig`,
+:class:`~.config.LoRAFedAvgConfig`), except the learning rate and the data (``train_defaults``)
 (``python -m simulations defaults fedmezo``):
 
-- ``lr`` = 2e-4, provenance "project". The paper's 1e-5 (about 1/sqrt(d) for the 3.4B parameters
-  of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
+- ``lr`` = 2e-4, provenance "project": the named override of the classes' 1e-5. The paper's 1e-5
+  (about 1/sqrt(d) for the 3.4B parameters of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
   parameters, LoRA r=128: 65,536 adapter values) by 0.6% of its test loss in 5 rounds. On that
   model 2e-4 is the largest rate that stayed stable for 30 rounds in our sweep (3e-4 surges after
   round 18, 5e-4 after round 3: the paper's F.4 behaviour). The paper's value is kept for the
@@ -24,7 +25,7 @@ whole model runs in half precision (``is_enable_half: True`` in the official con
 restored by ``+mu z``, and the update is ``theta - lr (g z + wd theta)`` with weight decay skipped
 for tensor names containing ``bias``, ``layer_norm`` or ``layernorm``, matched case-sensitively as
 the official ``mezo_trainer.py`` does. Under ``variant=code`` the dtype, direction and restore
-defaults follow (``extra["param_defaults"]``).
+defaults follow (named overrides, :data:`FEDMEZO_VARIANT_DEFAULTS`).
 """
 
 from __future__ import annotations
