@@ -31,8 +31,10 @@ _LOADED = False
 PROVENANCES = ("paper", "official code", "project", "user")
 
 
-def load_object(path: str) -> Any:
-    """The object at ``"package.module:attribute"`` (imported on first use)."""
+def load_object(path: Any) -> Any:
+    """The object at ``"package.module:attribute"`` (imported on first use); an object given as it is."""
+    if not isinstance(path, str):
+        return path
     if ":" not in path:
         raise ValueError(f"expected 'module:attribute', got {path!r}")
     module, attr = path.split(":", 1)
@@ -51,16 +53,23 @@ class MethodSpec:
         One line shown by ``python -m simulations list``.
     paper : str
         Citation of the paper the method comes from.
-    strategy : str | None
-        ``"module:Class"`` of the method's legacy strategy class. Its configs (``Class.hyperparameters``)
+    strategy : str | type
+        The method's legacy strategy class, or its ``"module:Class"``. Its configs (``Class.hyperparameters``)
         declare the method's hyperparameters, settable with ``--set key=value``: each field's default
         and source (:func:`~flwr_strategies.core.declare.setting`) is what the command line uses and
         prints; a nested config contributes its fields. The type of each default is the type values
-        are parsed to. None for a method without hyperparameters.
-    build_core : Callable[[ServerSetup, dict], ServerCore] | None
-        Builds the framework-neutral server core from the experiment's
-        :class:`~flwr_strategies.setup.ServerSetup` and the resolved hyperparameters. Both Flower
-        adapters are derived from it (:meth:`legacy_strategy`, :meth:`message_strategy`).
+        are parsed to.
+    core_arguments : Callable[[ServerSetup, dict], dict] | None
+        The core's keyword arguments besides the class's configs, from the experiment's
+        :class:`~flwr_strategies.setup.ServerSetup` and the resolved hyperparameters (FedMUD's
+        ``model``; a method's checks of the run's training settings go here, so they fail before
+        training); default :func:`core_kwargs`. The core is the strategy class's ``core_cls`` over
+        the configs that ``Class(k=v)`` holds for the ``--set`` values (:meth:`build_core`); both
+        Flower adapters are derived from it (:meth:`legacy_strategy`, :meth:`message_strategy`).
+    derive : Callable[[dict, ServerSetup | None], dict] | None
+        The class values the run sets from its own settings (:attr:`derived`, e.g. DFedCata's ``lr``
+        from ``--lr``) or from another setting (FedLi's ``variant=code``): ``(params, setup) ->
+        {key: value}``, applied over the ``--set`` values before the class is built.
     client : str | Callable | None
         The client factory ``(ClientSetup, params) -> NumPyClient``, or its dotted path
         ``"flwr_strategies.clients.<method>:<factory>"``; a path is imported only when a client
@@ -98,8 +107,9 @@ class MethodSpec:
     name: str
     summary: str
     paper: str
-    strategy: str | None = None
-    build_core: Callable[..., Any] | None = None
+    strategy: str | type
+    core_arguments: Callable[..., dict] | None = None
+    derive: Callable[..., dict] | None = None
     client: str | Callable[..., Any] | None = None
     train_defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
     build_client: Callable[..., Any] | None = None
@@ -114,8 +124,6 @@ class MethodSpec:
         for key, item in self.train_defaults.items():
             if not (isinstance(item, tuple) and len(item) == 2 and str(item[1]).split(":")[0] in PROVENANCES):
                 raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
-        if self.build_core is None:
-            raise ValueError(f"method '{self.name}' needs build_core")
         if self.build_client is None:
             if self.client is None:
                 raise ValueError(f"method '{self.name}' needs a client factory")
@@ -124,7 +132,7 @@ class MethodSpec:
     def declaration(self) -> dict[str, tuple[Any, str | None, str | None]]:
         """``{key: (default, range, source)}`` of every ``--set`` key, as the strategy class and
         :attr:`settings` declare them (before :attr:`overrides`)."""
-        configs = list(load_object(self.strategy).hyperparameters.values()) if self.strategy else []
+        configs = list(load_object(self.strategy).hyperparameters.values())
         out: dict[str, tuple[Any, str | None, str | None]] = {}
         settings = [load_object(c) if isinstance(c, str) else c for c in self.settings]
         for config in configs + settings:  # the strategy's own declaration first
@@ -133,6 +141,19 @@ class MethodSpec:
         for key in self.derived:
             out.pop(key, None)
         return out
+
+    @property
+    def strategy_name(self) -> str:
+        """The strategy class's name (without importing it when given as ``"module:Class"``)."""
+        return self.strategy.split(":")[1] if isinstance(self.strategy, str) else self.strategy.__name__
+
+    def declared_training(self) -> dict[str, tuple[Any, str | None]]:
+        """``{setting: (default, source)}`` of each :attr:`derived` field the strategy class declares
+        (FedMeZO's ``lr``, ``local_steps``...): the default of the run's own setting unless
+        :attr:`train_defaults` names another value, which is then a named override of the class's."""
+        configs = load_object(self.strategy).hyperparameters.values()
+        own = {k: (v[0], v[2]) for config in configs for k, v in declared(config).items()}
+        return {k: own[k] for k in self.derived if k in own}
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -148,6 +169,30 @@ class MethodSpec:
         out = {k: v[2] for k, v in self.declaration().items()}
         out.update({k: s for k, (_, s) in self.overrides.items() if not isinstance(s, Mapping)})
         return out
+
+    def class_arguments(self, params: Mapping[str, Any], setup: Any = None) -> dict[str, Any]:
+        """The keyword arguments of the strategy class that the resolved ``--set`` values ``params``
+        give (``Class(k=v)``), with :attr:`derive`'s values; the :attr:`settings` configs (the
+        clients' own) are validated on the way, so a bad value fails before training."""
+        from .adapters.method import class_kwargs
+
+        for config in self.settings:
+            config = load_object(config) if isinstance(config, str) else config
+            config(**{k: params[k] for k in config.__dataclass_fields__ if k in params})
+        values = {**params, **(self.derive(dict(params), setup) if self.derive else {})}
+        return class_kwargs(load_object(self.strategy), values)
+
+    def configs(self, params: Mapping[str, Any], setup: Any = None) -> dict[str, Any]:
+        """The configs ``{core keyword: dataclass instance}`` of ``Class(**class_arguments(params, setup))``."""
+        from .adapters.method import build_configs
+
+        return build_configs(load_object(self.strategy), self.class_arguments(params, setup))
+
+    def build_core(self, setup: Any, params: dict) -> Any:
+        """The method's server core for the experiment: the strategy class's ``core_cls`` over the
+        configs the class builds from ``params`` (:meth:`configs`) and :attr:`core_arguments`."""
+        kwargs = self.core_arguments(setup, params) if self.core_arguments else core_kwargs(setup)
+        return load_object(self.strategy).core_cls(setup.initial_parameters, **self.configs(params, setup), **kwargs)
 
     def _client_from_path(self, setup: Any, params: dict) -> Any:
         factory = load_object(self.client) if isinstance(self.client, str) else self.client
@@ -200,6 +245,13 @@ class MethodSpec:
         kwargs.setdefault("min_available_nodes", setup.num_clients)
         return MessageStrategy(fraction_train=setup.fraction_fit, min_train_nodes=setup.clients_per_round,
                                seed=setup.seed, core_factory=self._factory(setup, params), **kwargs)
+
+
+def core_kwargs(setup: Any) -> dict[str, Any]:
+    """:class:`~flwr_strategies.core.server.ServerCore` arguments of a centralized method from the
+    experiment's :class:`~flwr_strategies.setup.ServerSetup`."""
+    return {"num_partitions": setup.num_clients, "fraction_train": setup.fraction_fit,
+            "min_train": setup.clients_per_round, "seed": setup.seed, "on_train_config": setup.fit_config}
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:

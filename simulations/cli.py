@@ -205,6 +205,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _status_exit(res["method"], res["status"])
 
 
+def overridden_training(cfg: Any) -> dict[str, Any]:
+    """``{setting: the class's declared default}`` of each run setting (``--lr``...) that sets a field
+    the strategy class declares (:meth:`~flwr_strategies.registry.MethodSpec.declared_training`) and
+    that the method's ``train_defaults`` set to another value: its named overrides of the class."""
+    from .settings import GIVEN_SOURCES, RESOLVED
+
+    out = {}
+    for name, (default, _) in cfg.spec.declared_training().items():
+        record = cfg.provenance.get(name) if name in RESOLVED else None
+        if record and default is not None and record["value"] != default and record["source"] not in GIVEN_SOURCES:
+            out[name] = default
+    return out
+
+
 def _print_overrides(cfg: Any) -> None:
     """Name, on stderr, each value the run takes from the method's named overrides rather than from
     its strategy class's declared default (the reason is in ``defaults METHOD`` and results.json)."""
@@ -213,6 +227,7 @@ def _print_overrides(cfg: Any) -> None:
     sources = cfg.provenance.get("params", {})
     ran = [f"{k}={cfg.params[k]!r} (class default {declared[k][0]!r})" for k in spec.overrides
            if sources.get(k) not in ("user", "preset", "run config")]
+    ran += [f"{k}={getattr(cfg, k)!r} (class default {v!r})" for k, v in overridden_training(cfg).items()]
     if ran:
         print(f"{spec.name}: named overrides of the class defaults: {', '.join(ran)}", file=sys.stderr)
 
@@ -238,14 +253,19 @@ def print_defaults(method: str) -> None:
     cfg = ExperimentConfig(method=method).resolve()
     print(f"{spec.name}: {spec.summary}")
     print(f"paper: {spec.paper}")
-    print("settings (a flag overrides its default; source: paper / official code / project, and where):")
+    print("settings (a flag overrides its default; source: paper / official code / project, and where; "
+          "* = the method's named override of its class's declared default):")
+    training = overridden_training(cfg)
     for name in RESOLVED:
         rec = cfg.provenance[name]
-        print(f"  {_flag(name):<22} {describe(rec['value'], name):<40} {rec['source']}")
+        shown = ("* " if name in training else "") + describe(rec["value"], name)
+        print(f"  {_flag(name):<22} {shown:<40} {rec['source']}")
+    for name, default in training.items():
+        print(f"  * {_flag(name)}: declared default {describe(default, name)} ({spec.strategy_name}), "
+              f"overridden for {spec.name}")
     sources = cfg.provenance.get("params", {})
     if cfg.params:
-        strategy = spec.strategy.split(":")[1] if spec.strategy else "the method"
-        print(f"method hyperparameters (--set KEY=VALUE; the defaults {strategy} and its configs declare, "
+        print(f"method hyperparameters (--set KEY=VALUE; the defaults {spec.strategy_name} and its configs declare, "
               "* = the method's named override of one):")
         declared = spec.declaration()
         for key, value in cfg.params.items():

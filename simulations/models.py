@@ -22,7 +22,8 @@ from torch import nn
 
 from flwr_strategies.setup import SettingError
 
-MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_svhn", "cnn_cifar", "lenet_cifar", "resnet18_gn")
+from .tasks import MODELS
+
 DEFAULT_MODEL = {"digits": "mlp", "mnist": "cnn_mnist", "cifar10": "cnn_cifar", "cifar100": "cnn_cifar", "synthetic": "logreg"}
 
 

@@ -8,7 +8,10 @@ Every setting a method may have an opinion on starts *unset* (``None``).
    preset or a Flower run config gave it);
 2. the method's own defaults, ``MethodSpec.train_defaults`` (the paper's settings; ``source`` is
    the provenance the method states, a kind and where it comes from: ``"paper: Sec. 5.1"``,
-   ``"official code: run/*.sh"`` or ``"project: <the one-line reason>"``);
+   ``"official code: run/*.sh"`` or ``"project: <the one-line reason>"``), or for a setting the
+   strategy class declares (FedMeZO's ``lr``, ``local_steps``...: ``MethodSpec.declared_training``)
+   the class's default and source; a ``train_defaults`` value there is a named override of the
+   class's, printed with ``*`` by ``defaults``;
 3. the project's defaults, :data:`PROJECT_DEFAULTS` (``source`` ``"project: <reason>"``, from
    :data:`PROJECT_SOURCES`).
 
@@ -301,8 +304,9 @@ class ExperimentConfig:
                         return entry
                     return entry, source
                 return value, source
-            return None
+            return training.get(name)
 
+        training = spec.declared_training()
         for name in RESOLVED:
             if name in ("local_epochs", "local_steps"):
                 continue
@@ -580,6 +584,8 @@ def _check(cfg: ExperimentConfig) -> None:
 
 
 def _check_device(device: str) -> None:
+    if device == "cpu":  # always valid: no need to import torch to say so
+        return
     import torch
 
     try:

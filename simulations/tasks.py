@@ -7,16 +7,29 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
-
-from flwr_strategies.clients.training import TensorData, evaluate_model
 
 from .datasets import DATASETS, load_dataset
-from .models import MODELS, build_model, default_model
 from .partition import PARTITIONS, make_partition
+
+if TYPE_CHECKING:
+    import torch
+
+    from flwr_strategies.clients.training import TensorData
+
+#: The classification task's models (:func:`~flwr_strategies.simulations.models.build_model`).
+MODELS = ("logreg", "mlp", "cnn_mnist", "cnn_svhn", "cnn_cifar", "lenet_cifar", "resnet18_gn")
+#: The ``causal-lm`` task's datasets (:mod:`flwr_strategies.simulations.lm.task`).
+LM_DATASETS = ("instructions", "dolly", "alpaca", "gsm8k", "codealpaca")
+#: The names each task accepts (``datasets``, ``partitions``, ``models``; absent: free-form, such as a
+#: checkpoint path for ``--model``), known without importing the task's module (torch), so the settings
+#: check, ``list``, ``defaults`` and ``--help`` start without it.
+TASK_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "classification": {"datasets": DATASETS, "partitions": PARTITIONS, "models": MODELS},
+    "causal-lm": {"datasets": LM_DATASETS},
+}
 
 
 class Task(Protocol):
@@ -50,8 +63,10 @@ def _builder(name: str) -> Callable[[Any], Task]:
 
 def task_choices(name: str) -> dict[str, tuple[str, ...]]:
     """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
-    the task takes free-form values, such as a checkpoint path for ``--model``)."""
-    return {key: tuple(getattr(_builder(name), key, ()) or ()) for key in ("datasets", "partitions", "models")}
+    the task takes free-form values) from :data:`TASK_NAMES`, without importing the task."""
+    if name not in TASK_NAMES:
+        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(TASK_NAMES))}")
+    return {key: TASK_NAMES[name].get(key, ()) for key in ("datasets", "partitions", "models")}
 
 
 def build_task(name: str, cfg: Any) -> Task:
@@ -67,6 +82,10 @@ class ClassificationTask:
     models = MODELS
 
     def __init__(self, cfg: Any) -> None:
+        import torch
+
+        from .models import default_model
+
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
         self.bundle = load_dataset(cfg.dataset, cfg.data_dir, data_seed, num_clients=cfg.num_clients,
                                    synthetic_alpha=cfg.synthetic_alpha, synthetic_beta=cfg.synthetic_beta,
@@ -88,6 +107,8 @@ class ClassificationTask:
         self.notes = list(self.bundle.notes) + [f"partition: {kind} over {cfg.num_clients} clients"]
 
     def model_fn(self) -> torch.nn.Module:
+        from .models import build_model
+
         return build_model(self.model_name, self.bundle.num_classes, self.bundle.input_shape).to(self.device)
 
     def client_data(self, partition_id: int) -> tuple[TensorData, None]:
@@ -102,6 +123,8 @@ class ClassificationTask:
         return np.stack([np.bincount(labels[p], minlength=self.bundle.num_classes) for p in self.parts])
 
     def evaluate(self, model: torch.nn.Module) -> tuple[float, dict[str, float]]:
+        from flwr_strategies.clients.training import evaluate_model
+
         loss, acc = evaluate_model(model, self.test)
         return float(loss), {"accuracy": float(acc)}
 

@@ -13,7 +13,6 @@ from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.validation import ReplyError
 from flwr_strategies.fedmezo import FedMeZOConfig, FedMeZOServer, LoRAFedAvgConfig, LoRAFedAvgServer
 from flwr_strategies.fedmezo.engine import direction_seed
-from flwr_strategies.fedmezo.registration import fedmezo_config, lora_fedavg_config
 from flwr_strategies.fedmezo.replay import PAIR_DTYPE, encode_pairs
 from flwr_strategies.fedmezo.strategy import FedMeZO, LoRAFedAvg
 from flwr_strategies.fedmezo.zseed import derive_seed
@@ -62,9 +61,8 @@ def _setup(**train) -> ServerSetup:
 @pytest.mark.parametrize("method,params,train,message", SETTINGS)
 def test_impossible_settings_fail_naming_the_value(method, params, train, message):
     resolved = resolve_params(get_method(method), params)
-    build = fedmezo_config if method == "fedmezo" else lora_fedavg_config
     with pytest.raises(ValueError) as err:
-        build(_setup(**train), resolved)
+        get_method(method).configs(resolved, _setup(**train))
     assert message in str(err.value)
 
 

@@ -16,7 +16,7 @@ from fedmud_testmodels import PAPER_MODELS, tiny_net
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.validation import ReplyError
 from flwr_strategies.fedmud import FedMUDConfig, FedMUDServer
-from flwr_strategies.fedmud.registration import config_from_params
+from flwr_strategies.registry import get_method
 from flwr_strategies.fedmud.strategy import FedHM, FedLMT, FedMUD
 
 
@@ -39,7 +39,7 @@ SETTINGS = [
     ("reset_interval<0", lambda: FedMUDConfig(reset_interval=-1), r"reset_interval must be an integer >= 1 .*got -1"),
     ("reset_interval=nan", lambda: FedMUDConfig(reset_interval=math.nan), r"reset_interval must be .*got nan"),
     ("reset_interval=1.5", lambda: FedMUDConfig(reset_interval=1.5), r"reset_interval must be .*got 1\.5"),
-    ("registry reset_interval<0", lambda: config_from_params("fedmud", {"reset_interval": -2}),
+    ("registry reset_interval<0", lambda: get_method("fedmud").configs({"reset_interval": -2}),
      r"reset_interval must be an integer >= 1 or None \(never reset\), got -2"),
     ("target_ratio=0", lambda: FedMUDConfig(target_ratio=0.0), r"target_ratio must be in \(0, 1\], got 0"),
     ("target_ratio=nan", lambda: FedMUDConfig(target_ratio=math.nan), r"target_ratio must be in \(0, 1\], got nan"),

@@ -40,3 +40,11 @@ def imported_modules(args: list[str]) -> set[str]:
 def test_no_torch_or_scipy(args: list[str]) -> None:
     names = imported_modules(args)
     assert not [h for h in HEAVY if h in names], f"{' '.join(args)} imported {[h for h in HEAVY if h in names]}"
+
+
+@pytest.mark.parametrize("method", ["dfedcata", "fedmezo"])
+def test_defaults_reads_the_class_without_torch(method: str) -> None:
+    """``defaults METHOD`` reads the strategy class's declaration and checks the settings (task names,
+    device) without importing torch; FedMeZO's core, which imports it, is imported when a run builds it."""
+    names = imported_modules(["-m", "flwr_strategies.simulations", "defaults", method])
+    assert "torch" not in names, f"defaults {method} imported torch"

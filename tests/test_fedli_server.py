@@ -221,22 +221,24 @@ def test_legacy_constructors_validate(setup):
 
 
 def test_method_registrations_variants_and_params():
-    from flwr_strategies.fedli.registration import fedli_lu_config, fedli_ls_config, fedexp_config_from_params
     from flwr_strategies.registry import get_method, list_methods, resolve_params
+
+    def config(name, params):  # the config the command line builds from the class (Class(k=v))
+        return get_method(name).configs(params)["config"]
 
     assert {"fedli-ls", "fedli-lu", "fedexp", "scaffold"} <= set(list_methods())
     lu = resolve_params(get_method("fedli-lu"), {})
-    assert fedli_lu_config(lu).dfw == DFWConfig()  # paper-faithful default
-    code = fedli_lu_config(resolve_params(get_method("fedli-lu"), {"variant": "code"})).dfw
+    assert config("fedli-lu", lu).dfw == DFWConfig()  # paper-faithful default
+    code = config("fedli-lu", resolve_params(get_method("fedli-lu"), {"variant": "code"})).dfw
     assert (code.server_eta, code.server_weight_decay, code.server_momentum) == (0.01, 1e-5, 0.9)
-    mixed = fedli_lu_config(resolve_params(get_method("fedli-lu"), {"variant": "code", "server_eta": "0.5"})).dfw
+    mixed = config("fedli-lu", resolve_params(get_method("fedli-lu"), {"variant": "code", "server_eta": "0.5"})).dfw
     assert mixed.server_eta == 0.5 and mixed.server_momentum == 0.9
     with pytest.raises(ValueError, match="variant"):
-        fedli_lu_config({**lu, "variant": "nope"})
-    ls = fedli_ls_config(resolve_params(get_method("fedli-ls"), {"armijo_c": "0.2", "reset_option": "1"}))
+        config("fedli-lu", {**lu, "variant": "nope"})
+    ls = config("fedli-ls", resolve_params(get_method("fedli-ls"), {"armijo_c": "0.2", "reset_option": "1"}))
     assert ls.armijo.armijo_c == 0.2 and ls.armijo.reset_option == 1
-    assert fedli_ls_config(resolve_params(get_method("fedli-ls"), {"variant": "code"})).armijo == ArmijoConfig.code()
-    assert fedexp_config_from_params(resolve_params(get_method("fedexp"), {"variant": "code"})) == FedExPConfig.code()
+    assert config("fedli-ls", resolve_params(get_method("fedli-ls"), {"variant": "code"})).armijo == ArmijoConfig.code()
+    assert config("fedexp", resolve_params(get_method("fedexp"), {"variant": "code"})) == FedExPConfig.code()
     for name in ("fedli-ls", "fedli-lu", "fedexp", "scaffold"):
         batch, source = get_method(name).train_defaults["batch_size"]
         assert batch == 32 and source.startswith("paper: FedLi Sec. 7")

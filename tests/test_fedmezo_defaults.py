@@ -16,7 +16,9 @@ from flwr_strategies.simulations.settings import source_kind
 def test_train_defaults_are_the_papers_except_the_tiny_models_lr():
     for name, cfg in (("fedmezo", FedMeZOConfig()), ("lora-fedavg", LoRAFedAvgConfig())):
         spec = get_method(name)
-        td = {k: (v, source_kind(src)) for k, (v, src) in spec.train_defaults.items()}
+        run = ExperimentConfig(method=name).resolve()  # the training settings the command line runs, with sources
+        td = {k: (getattr(run, k), source_kind(run.provenance[k]["source"])) for k in (
+            "local_steps", "batch_size", "num_clients", "fraction_fit", "weight_decay", "momentum", "lr")}
         # FedMeZO: the paper's H = 30; the baseline: the official configs' 30 batches (the paper's text says an epoch)
         assert td["local_steps"] == (cfg.local_steps, "paper" if name == "fedmezo" else "official code")
         assert cfg.local_steps == 30

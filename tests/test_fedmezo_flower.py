@@ -9,7 +9,6 @@ from flwr_strategies.clients.fedmezo import FedMeZOClient
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.fedmezo import FedMeZOConfig, FedMeZOServer, lora_positions
 from flwr_strategies.fedmezo.lr_rules import personalised_lrs
-from flwr_strategies.fedmezo.registration import fedmezo_config
 from flwr_strategies.simulations.experiment import Experiment, ExperimentConfig
 from flwr_strategies.simulations.runner import run_experiment
 
@@ -32,7 +31,7 @@ def exp():
 
 def _server(exp, **over):
     setup = exp.server_setup()
-    config = fedmezo_config(setup, {**exp.params, **over})
+    config = exp.spec.configs({**exp.params, **over}, setup)["config"]
     keys = list(exp.model_fn().state_dict().keys())
     return FedMeZOServer(setup.initial_parameters, trainable=lora_positions(keys), config=config, num_partitions=3,
                          seed=setup.seed, on_train_config=setup.fit_config)

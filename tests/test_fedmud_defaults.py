@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from flwr_strategies.fedmud.registration import DEFAULT_FALLBACK_RATIO, config_from_params
+from flwr_strategies.fedmud.registration import DEFAULT_FALLBACK_RATIO
 from flwr_strategies.registry import get_method
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.runner import run_experiment
@@ -36,7 +36,7 @@ def test_paper_settings_are_the_defaults():
         digits = ExperimentConfig(method=method).resolve()  # reduced: the paper's 10 clients per round, all of them
         assert _default(digits, "fraction_fit") == (1.0, "project") and _default(digits, "num_clients") == (10, "project")
     assert _default(ExperimentConfig(method="fedmud").resolve(), "lr") == (0.01, "official code")  # released script
-    cfg = config_from_params("fedmud", get_method("fedmud").defaults)
+    cfg = get_method("fedmud").configs(get_method("fedmud").defaults)["config"]
     assert (cfg.decomp, cfg.pattern, cfg.target_ratio, cfg.reset_interval, cfg.scale) == ("kron", "aad", 1 / 32, 1, 5.0)
     assert cfg.fallback_ratio == DEFAULT_FALLBACK_RATIO
 
@@ -66,7 +66,7 @@ def test_paper_model_keeps_the_paper_ratio():
 
     from flwr_strategies.fedmud import plan_for_config
 
-    cfg = config_from_params("fedmud", get_method("fedmud").defaults)
+    cfg = get_method("fedmud").configs(get_method("fedmud").defaults)["config"]
     plan = plan_for_config(PAPER_MODELS["cifar10"](), cfg)
     assert plan.ratio == pytest.approx(0.03221, abs=1e-5)  # spec 9.4: CIFAR-10 CNN-10, kron/AAD at 1/32
     assert plan.p_payload == 152_026

@@ -42,7 +42,6 @@ def test_bytes_per_round_at_most_one_thirtieth_of_fedavg(tmp_path):
 
 
 def test_registry_and_bad_input():
-    from flwr_strategies.fedmud.registration import config_from_params as options_from_params
     from flwr_strategies.fedmud.strategy import FedMUD
     from flwr_strategies.registry import get_method
     from flwr_strategies.simulations.models import build_model
@@ -51,9 +50,9 @@ def test_registry_and_bad_input():
              "fedlmt", "fedpara", "fedhm"]
     for n in names:
         get_method(n)
-    opts = options_from_params("fedmud", {"decomp": "mat", "pattern": "ab", "reset_interval": 4})
+    opts = get_method("fedmud").configs({"decomp": "mat", "pattern": "ab", "reset_interval": 4})["config"]
     assert (opts.decomp, opts.pattern, opts.reset_interval) == ("mat", "ab", 4)
-    assert options_from_params("fedlmt", {}).reset_interval is None
+    assert get_method("fedlmt").configs({})["config"].reset_interval is None
     svhn = build_model("cnn_svhn", 10, (3, 32, 32))
     init = [v.numpy() for v in svhn.state_dict().values()]
     with pytest.raises(ValueError, match=r"smallest reachable whole-model ratio is 0\.03528.*strict_ratio=False"):
@@ -61,9 +60,9 @@ def test_registry_and_bad_input():
     relaxed = FedMUD(model=svhn, initial_parameters=init, strict_ratio=False)  # the reference code's floor
     assert relaxed.core.plan.ratio == pytest.approx(0.03528, abs=1e-5)
     with pytest.raises(ValueError, match="target_ratio must be in"):
-        options_from_params("fedmud", {"target_ratio": 1.5})
+        get_method("fedmud").configs({"target_ratio": 1.5})
     with pytest.raises(ValueError, match="reset_interval must be an integer"):
-        options_from_params("fedmud", {"reset_interval": -2})
+        get_method("fedmud").configs({"reset_interval": -2})
 
 
 def test_foundation_models_match_spec_counts():

@@ -49,21 +49,25 @@ def test_the_command_line_runs_the_class_defaults_or_a_printed_override(method, 
         assert cfg.params[key] == default or (cfg.params[key] != cfg.params[key] and default != default), (
             f"{method} --set {key}: the command line runs {cfg.params[key]!r}, the class declares {default!r}")
         assert cfg.provenance["params"][key] == source, (method, key)
-    # a class field the run sets from its own settings (FedMeZO's lr) equals the class's default, or is
-    # the method's own training default, printed with its source by `defaults`
+    # a class field the run sets from its own settings (FedMeZO's lr, local_steps...) runs the class's
+    # default with the class's source, or the method's named override, printed with * by `defaults`
     configs = list(load_object(spec.strategy).hyperparameters.values())
     own = {k: v for config in configs for k, v in declared(config).items()}
+    flags = []
     for key in spec.derived:
         if key not in RESOLVED or key not in own:
             continue
-        default = own[key][0]
-        source = cfg.provenance[key]["source"]
-        assert getattr(cfg, key) == default or key in spec.train_defaults, (method, key, getattr(cfg, key), source)
+        default, _, source = own[key]
+        if key not in spec.train_defaults:
+            assert getattr(cfg, key) == default and cfg.provenance[key]["source"] == source, (method, key)
+        elif default is not None and getattr(cfg, key) != default:
+            flags.append("--" + key.replace("_", "-"))
     print_defaults(method)
     out = capsys.readouterr().out
-    for key in overridden:
+    for key in overridden + flags:
         line = next(x for x in out.splitlines() if x.strip().startswith(key + " "))
         assert line.split()[1] == "*" and f"* {key}: declared default" in out, (method, key)
+    assert method not in ("fedmezo", "lora-fedavg") or flags == ["--lr"], (method, flags)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -80,6 +84,40 @@ def test_set_builds_the_users_class(method):
     values = strategy.hyperparameter_values()
     for key, value in mine.items():
         assert values[key] == value, (method, key, values[key], value)
+
+
+#: ``--set`` values that differ from the defaults, per method (the others run with their defaults).
+USER_SETS = {"dfedcata": {"beta": "0.5", "lam": "0.1", "neighbours": "7", "allow_disconnected": "true"},
+             "dfedavgm": {"topology": "ring"}, "fedli-ls": {"variant": "code", "armijo_c": "0.2"},
+             "fedli-lu": {"variant": "code", "server_eta": "0.5"}, "scaffold": {"variant": "code"},
+             "fedmud": {"decomp": "mat", "pattern": "ab"}, "fedlmt": {"weighting": "uniform"},
+             "fedmezo": {"mu": "0.01", "variant": "code"}, "lora-fedavg": {"weighting": "num_examples"},
+             "doadp": {"neighbours": "5", "beta": "0.8"}, "fedadam": {"eta": "0.05"}}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_command_line_builds_its_core_from_the_class(method, monkeypatch):
+    """The command line's server core is the class's ``core_cls`` over the configs ``Class(k=v)``
+    holds for the ``--set`` values (and the values the run derives: DFedCata's ``lr`` from ``--lr``):
+    the spec builds no config of its own."""
+    from flwr_strategies.simulations.experiment import get_experiment
+
+    spec = list_methods()[method]
+    cls = load_object(spec.strategy)
+    exp = get_experiment(ExperimentConfig(method=method, params=USER_SETS.get(method, {})).resolve())
+    setup, params = exp.server_setup(), dict(exp.params)
+    calls = []
+    monkeypatch.setattr(cls, "core_cls", lambda initial, **kwargs: calls.append(kwargs) or "core")
+    assert spec.build_core(setup, params) == "core" and len(calls) == 1
+    values = spec.class_arguments(params, setup)
+    for key, value in USER_SETS.get(method, {}).items():
+        if key != "variant":
+            assert key in values or any(key in v for v in values.values() if isinstance(v, dict)), (method, key)
+    required = {n: None for n, p in inspect.signature(cls).parameters.items() if p.default is inspect.Parameter.empty}
+    strategy = cls(**required, **values)
+    assert set(strategy.configs) <= set(calls[0]), method
+    for key, config in strategy.configs.items():
+        assert calls[0][key] == config, (method, key)
 
 
 def test_every_declared_field_has_a_range_and_a_source():

@@ -14,6 +14,8 @@ import pytest
 from flwr.common import Context, RecordDict
 
 from flwr_strategies import registry
+from flwr_strategies.baselines.server import FedAvgServer
+from flwr_strategies.baselines.strategy import FedAvg
 from flwr_strategies.core.declare import setting
 from flwr_strategies.registry import MethodSpec
 from flwr_strategies.simulations import cli, experiment
@@ -22,16 +24,13 @@ from flwr_strategies.simulations.experiment import Experiment, ExperimentConfig,
 from flwr_strategies.simulations.runner import run_experiment
 
 
-def _exploding_core(setup, params):
-    from flwr_strategies.registry import get_method
-
-    core = get_method("fedavg").build_core(setup, params)
-
-    def aggregate_train(*args, **kwargs):
+class _ExplodingServer(FedAvgServer):
+    def aggregate_train(self, *args, **kwargs):
         raise RuntimeError("the aggregation exploded")
 
-    core.aggregate_train = aggregate_train
-    return core
+
+class _Exploding(FedAvg):
+    core_cls = _ExplodingServer
 
 
 def _rejecting_client(setup, params):
@@ -48,9 +47,9 @@ def faulty_methods():
     registry.list_methods()
     specs = [
         registry.register_method(MethodSpec(name="fake-exploding", summary="fails in round 1", paper="-",
-                                            build_core=_exploding_core, client="flwr_strategies.clients.base:build_torch_client")),
+                                            strategy=_Exploding, client="flwr_strategies.clients.base:build_torch_client")),
         registry.register_method(MethodSpec(name="fake-rejecting", summary="its client rejects its settings", paper="-",
-                                            settings=(_StepSize,), build_core=_exploding_core, client=_rejecting_client)),
+                                            settings=(_StepSize,), strategy=_Exploding, client=_rejecting_client)),
     ]
     yield
     for spec in specs:

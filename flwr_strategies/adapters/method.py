@@ -4,7 +4,8 @@ A method is declared once, as a subclass of :class:`~flwr_strategies.adapters.Le
 (legacy API) and of :class:`~flwr_strategies.adapters.MessageStrategy` (Message API) that sets
 four class attributes and a docstring:
 
-- ``core_cls``: the method's :class:`~flwr_strategies.core.server.ServerCore`;
+- ``core_cls``: the method's :class:`~flwr_strategies.core.server.ServerCore` (or :class:`LazyCore`
+  naming it, for a core whose module imports torch: reading the declaration then does not);
 - ``hyperparameters``: ``{core keyword: frozen config dataclass}``. The method's hyperparameters
   are keyword arguments of the strategy, exactly the fields of these dataclasses, validated by them;
 - ``arguments``: further keyword arguments the core takes as they are (FedMUD's ``model``,
@@ -49,7 +50,7 @@ from ..core.server import ExternalModelError, ServerCore
 from ..core.validation import check_policy
 from .recorder import RoundRecorder
 
-__all__ = ["MethodAdapter", "REQUIRED", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
+__all__ = ["MethodAdapter", "LazyCore", "REQUIRED", "build_configs", "class_kwargs", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
 
 #: Default of a required keyword argument in ``arguments``.
 REQUIRED: Any = object()
@@ -191,6 +192,64 @@ def _prefix(err: Exception, name: str) -> None:
         err.args = (f"{name}: {err.args[0]}",) + tuple(err.args[1:])
 
 
+class LazyCore:
+    """A ``core_cls`` given as ``"module:Class"`` and imported when first read, so that importing the
+    strategy class (to read its hyperparameters: ``python -m simulations defaults``) does not import
+    the core's own dependencies (FedMeZO's torch)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __get__(self, obj: Any, owner: type | None = None) -> type[ServerCore]:
+        from ..registry import load_object
+
+        return load_object(self.path)
+
+
+def build_configs(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The configs ``{core keyword: dataclass instance}`` that ``cls(**given)`` holds: each config of
+    ``cls.hyperparameters`` with the fields ``given`` names (validated by the config; a nested config
+    given as a dict is the method's default with those fields changed). Keys that are not fields are ignored."""
+    name = cls.__name__
+    configs: dict[str, Any] = {}
+    for key, config in cls.hyperparameters.items():
+        values = {}
+        for field in _fields(config):
+            if field not in given:
+                continue
+            value, default = given[field], _default(config, field)
+            if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
+                try:  # a nested config given as a dict: the method's default with those fields changed
+                    value = dataclasses.replace(default, **value)
+                except (TypeError, ValueError) as err:
+                    _prefix(err, f"{name}: {field}")
+                    raise
+            values[field] = value
+        try:
+            configs[key] = _build(config, values)
+        except (TypeError, ValueError) as err:
+            _prefix(err, name)
+            raise
+    return configs
+
+
+def class_kwargs(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameter keyword arguments of ``cls`` among ``values``, a flat ``{setting: value}``
+    (the command line's ``--set`` keys): each config field ``values`` names, and a nested config's
+    fields gathered into a dict under its name (FedLi-LS's ``armijo``)."""
+    out: dict[str, Any] = {}
+    for config in cls.hyperparameters.values():
+        for field in _fields(config):
+            default = _default(config, field)
+            if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                nested = {f: values[f] for f in _fields(default) if f in values}
+                if nested:
+                    out[field] = nested
+            elif field in values:
+                out[field] = values[field]
+    return out
+
+
 class MethodAdapter:
     """The declaration and the core of a method, shared by both Flower adapters."""
 
@@ -264,25 +323,7 @@ class MethodAdapter:
         missing = sorted(k for k, v in self.arguments.items() if v is REQUIRED and k not in given)
         if missing:
             raise TypeError(f"{name}() missing required keyword arguments {missing}")
-        configs: dict[str, Any] = {}
-        for key, cls in self.hyperparameters.items():
-            values = {}
-            for field in _fields(cls):
-                if field not in given:
-                    continue
-                value, default = given[field], _default(cls, field)
-                if isinstance(value, Mapping) and dataclasses.is_dataclass(default):
-                    try:  # a nested config given as a dict: the method's default with those fields changed
-                        value = dataclasses.replace(default, **value)
-                    except (TypeError, ValueError) as err:
-                        _prefix(err, f"{name}: {field}")
-                        raise
-                values[field] = value
-            try:
-                configs[key] = _build(cls, values)
-            except (TypeError, ValueError) as err:
-                _prefix(err, name)
-                raise
+        configs = build_configs(type(self), given)
         arguments = {k: given.get(k, default) for k, default in self.arguments.items()}
         return configs, arguments
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..baselines.registration import core_kwargs as centralized_core_kwargs
 from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
 
@@ -72,133 +71,46 @@ _DERIVED = {"lr": "--lr (the run's round-1 rate)"}
 _RULE = "flwr_strategies.dfedcata.config:LocalRuleConfig"
 
 
-def decentralized_core_kwargs(setup: ServerSetup, params: dict) -> dict[str, Any]:
-    """:class:`~flwr_strategies.decentralized.server.DecentralizedCore` arguments from the run
-    setup; also validates the peers' local-rule settings so a bad value fails before training."""
+def peer_graph(params: dict, setup: ServerSetup | None = None) -> dict[str, Any]:
+    """``derive`` of a peer method: ``allow_disconnected`` as the graph takes it (``--set`` gives
+    ``auto``/``true``/``false``), and DFedCata's ``lr``, the run's round-1 rate (checks ``lr * lam < 1``)."""
     from ..decentralized.config import GraphConfig
+
+    out: dict[str, Any] = {"allow_disconnected": GraphConfig.from_params(params).allow_disconnected}
+    if setup is not None:
+        out["lr"] = setup.train.lr
+    return out
+
+
+def _peers(setup: ServerSetup, params: dict) -> dict[str, Any]:
+    """:class:`~flwr_strategies.decentralized.server.DecentralizedCore` arguments from the run
+    setup; conflicting momentum settings of the peers' local rule fail here, before training."""
     from .config import LocalRuleConfig
 
-    rule = LocalRuleConfig.from_params(params)
-    rule.momentum(setup.train.momentum)  # conflicting momentum settings fail here
-    return {
-        "num_partitions": setup.num_clients,
-        "graph": GraphConfig.from_params(params),
-        "seed": setup.seed,
-        "on_train_config": setup.fit_config,
-        "fraction_train": setup.fraction_fit,
-    }
+    LocalRuleConfig.from_params(params).momentum(setup.train.momentum)
+    return {"num_partitions": setup.num_clients, "seed": setup.seed, "on_train_config": setup.fit_config,
+            "fraction_train": setup.fraction_fit}
 
 
-def dfedcata_config(setup: ServerSetup, params: dict):
-    """:class:`~.config.DFedCataConfig` from the hyperparameters (``lr`` = the run's round-1 rate)."""
-    from .config import DFedCataConfig
+_TPAMI = "Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022"
+#: The peer methods: ``(name, summary, paper, strategy class)``; their overrides are :data:`OVERRIDES`.
+PEER_METHODS = (
+    ("dfedcata", "DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), "
+                 "random-10 graph", PAPER, "DFedCata"),
+    ("dfedavg", "DFedAvg: local SGD on every peer, then gossip averaging over the peer graph", _TPAMI, "DFedAvg"),
+    ("dfedavgm", "DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)", _TPAMI, "DFedAvg"),
+    ("dfedsam", "DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
+     "Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023", "DFedAvg"),
+    ("dpsgd", "D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
+     "Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017", "DPSGD"),
+)
 
-    return DFedCataConfig(beta=params["beta"], lam=params["lam"], lr=setup.train.lr,
-                          extrapolation_anchor=params["extrapolation_anchor"],
-                          sequential_inplace=params["sequential_inplace"])
-
-
-def _dfedcata(setup: ServerSetup, params: dict):
-    from .server import DFedCataServer
-
-    return DFedCataServer(setup.initial_parameters, config=dfedcata_config(setup, params),
-                          **decentralized_core_kwargs(setup, params))
-
-
-def _dfedavg(setup: ServerSetup, params: dict):
-    from .server import DFedAvgServer
-
-    return DFedAvgServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
-
-
-def _dpsgd(setup: ServerSetup, params: dict):
-    from .server import DPSGDServer
-
-    return DPSGDServer(setup.initial_parameters, **decentralized_core_kwargs(setup, params))
-
-
-def _fedsam(setup: ServerSetup, params: dict):
-    from ..baselines.server import FedAvgServer
-    from .config import LocalRuleConfig
-
-    LocalRuleConfig.from_params(params)
-    return FedAvgServer(setup.initial_parameters, **centralized_core_kwargs(setup))
-
-
-SPECS = [
-    MethodSpec(
-        name="dfedcata",
-        summary="DFedCata: DFedAvg + Moreau-envelope local steps (lam=0.05) + Nesterov extrapolation (beta=0.99), random-10 graph",
-        paper=PAPER,
-        strategy="flwr_strategies.dfedcata.strategy:DFedCata",
-        settings=(_RULE,),
-        overrides=OVERRIDES["dfedcata"],
-        derived=_DERIVED,
-        build_core=_dfedcata,
-        client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
-        decentralized=True,
-    ),
-    MethodSpec(
-        name="dfedavg",
-        summary="DFedAvg: local SGD on every peer, then gossip averaging over the peer graph",
-        paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(_RULE,),
-        overrides=OVERRIDES["dfedavg"],
-        build_core=_dfedavg,
-        client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
-        decentralized=True,
-    ),
-    MethodSpec(
-        name="dfedavgm",
-        summary="DFedAvgM: DFedAvg with heavy-ball local SGD (momentum 0.9, reset each round)",
-        paper="Sun, Li, Wang, 'Decentralized Federated Averaging', IEEE TPAMI 2022",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(_RULE,),
-        overrides=OVERRIDES["dfedavgm"],
-        build_core=_dfedavg,
-        client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
-        decentralized=True,
-    ),
-    MethodSpec(
-        name="dfedsam",
-        summary="DFedSAM: DFedAvg with SAM local steps (rho=0.1), one gossip step per round",
-        paper="Shi et al., 'Improving the Model Consistency of Decentralized Federated Learning', ICML 2023",
-        strategy="flwr_strategies.dfedcata.strategy:DFedAvg",
-        settings=(_RULE,),
-        overrides=OVERRIDES["dfedsam"],
-        build_core=_dfedavg,
-        client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
-        decentralized=True,
-    ),
-    MethodSpec(
-        name="dpsgd",
-        summary="D-PSGD: one SGD step per round, x_i <- sum_j w_ij x_j - lr grad f_i(x_i)",
-        paper="Lian et al., 'Can Decentralized Algorithms Outperform Centralized Algorithms?', NeurIPS 2017",
-        strategy="flwr_strategies.dfedcata.strategy:DPSGD",
-        settings=(_RULE,),
-        overrides=OVERRIDES["dpsgd"],
-        build_core=_dpsgd,
-        client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS,
-        decentralized=True,
-    ),
-    MethodSpec(
-        name="fedsam",
-        summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
-        paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022",
-        strategy="flwr_strategies.baselines.strategy:FedSAM",
-        settings=(_RULE,),
-        overrides=OVERRIDES["fedsam"],
-        build_core=_fedsam,
-        client=CLIENT,
-        train_defaults=FEDSAM_TRAIN_DEFAULTS,
-    ),
-]
-
-for _spec in SPECS:
-    register_method(_spec)
+for _name, _summary, _paper, _strategy in PEER_METHODS:
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=_paper, strategy="flwr_strategies.dfedcata.strategy:" + _strategy,
+        overrides=OVERRIDES[_name], derived=_DERIVED if _name == "dfedcata" else {}, settings=(_RULE,), client=CLIENT,
+        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS, decentralized=True, derive=peer_graph, core_arguments=_peers))
+register_method(MethodSpec(
+    name="fedsam", summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
+    paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022", strategy="flwr_strategies.baselines.strategy:FedSAM",
+    settings=(_RULE,), overrides=OVERRIDES["fedsam"], client=CLIENT, train_defaults=FEDSAM_TRAIN_DEFAULTS))

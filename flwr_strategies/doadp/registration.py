@@ -14,10 +14,9 @@ and ``fraction_fit`` below 1 (every agent takes part every round).
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from ..registry import MethodSpec, load_object, register_method
+from ..registry import MethodSpec, register_method
 from ..setup import ServerSetup
 
 PAPER = ("Huo, Liu, Ding, Johansson, Shi, 'Decentralized Optimization with Amplified Privacy via "
@@ -107,11 +106,6 @@ LAPLACE_EPSILON = ("model", {
 _STRATEGY = "flwr_strategies.doadp.strategy:"
 
 
-def _config(config_cls, params: dict[str, Any]):
-    names = {f.name for f in fields(config_cls)}
-    return config_cls(**{k: v for k, v in params.items() if k in names})  # the rest is the peer graph
-
-
 def check_train_settings(setup: ServerSetup, method: str) -> None:
     """Reject experiment settings a peer method does not have (clear error before training)."""
     tr = setup.train
@@ -140,67 +134,45 @@ def _without_lr(fit_config):
     return config
 
 
-def _common(setup: ServerSetup, params: dict[str, Any], method: str) -> dict[str, Any]:
-    from .peer import PublicTableCore
+def _agents(method: str):
+    """``core_arguments`` of ``method``: the experiment's agents, rounds, step and batch (after
+    :func:`check_train_settings`)."""
+    def core_arguments(setup: ServerSetup, params: dict) -> dict[str, Any]:
+        check_train_settings(setup, method)
+        return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
+                    dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
+                    batch_size=setup.train.batch_size, lr_decay=setup.train.lr_decay, seed=setup.seed,
+                    on_train_config=_without_lr(setup.fit_config))
 
-    check_train_settings(setup, method)
-    return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
-                dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
-                batch_size=setup.train.batch_size, seed=setup.seed, on_train_config=_without_lr(setup.fit_config),
-                **PublicTableCore.graph_arguments(dict(params)))
-
-
-def _builder(strategy: str, method: str):
-    """``build_core`` of the method whose strategy class is ``strategy``: its core over its config."""
-    def build_core(setup: ServerSetup, params: dict):
-        cls = load_object(_STRATEGY + strategy)
-        return cls.core_cls(setup.initial_parameters, config=_config(cls.hyperparameters["config"], params),
-                            lr_decay=setup.train.lr_decay, **_common(setup, params, method))
-
-    return build_core
+    return core_arguments
 
 
-register_method(MethodSpec(
-    name="doadp",
-    summary="DO-ADP: decentralized momentum SGD, Gaussian DP noise, random activation (p) and Top-k messages "
-            "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
-    paper=PAPER, strategy=_STRATEGY + "DOADP", overrides=MODEL_DEFAULTS,
-    build_core=_builder("DOADP", "doadp"),
-    client="flwr_strategies.clients.doadp:build_doadp_client", train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"auto_lr": True},
-))
-register_method(MethodSpec(
-    name="dmsgd",
-    summary="Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
-    paper=PAPER, strategy=_STRATEGY + "DMSGD", build_core=_builder("DMSGD", "dmsgd"),
-    client="flwr_strategies.clients.doadp:build_dmsgd_client", train_defaults=DMSGD_TRAIN_DEFAULTS, decentralized=True,
-))
-register_method(MethodSpec(
-    name="dpdo",
-    summary="DPDO (Huang et al. 2015), DO-ADP baseline: Laplace-perturbed broadcasts, decaying noise and step; "
-            "pure eps-DP (certified)",
-    paper="Huang, Mitra, Vaidya, ICDCN 2015 (baseline of " + PAPER + ")",
-    strategy=_STRATEGY + "DPDO", overrides={"epsilon": LAPLACE_EPSILON},
-    build_core=_builder("DPDO", "dpdo"), client="flwr_strategies.clients.doadp_baselines:build_dpdo_client",
-    train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"auto_lr": True},
-))
-register_method(MethodSpec(
-    name="dp-dda",
-    summary="DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
-    paper="Liu, Johansson, Shi, Automatica 2024 (baseline of " + PAPER + ")",
-    strategy=_STRATEGY + "DPDDA", overrides={"epsilon": BASELINE_EPSILON},
-    build_core=_builder("DPDDA", "dp-dda"), client="flwr_strategies.clients.doadp_baselines:build_dpdda_client",
-    train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"auto_lr": True},
-))
-register_method(MethodSpec(
-    name="cpgt",
-    summary="CPGT (Xie et al. 2023), DO-ADP baseline: compressed gradient tracking with Laplace noise "
-            "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
-    paper="Xie, Yi, Wang, Cao, Ren, IFAC 2023 (baseline of " + PAPER + ")",
-    strategy=_STRATEGY + "CPGT", overrides={"epsilon": LAPLACE_EPSILON},
-    build_core=_builder("CPGT", "cpgt"), client="flwr_strategies.clients.doadp_baselines:build_cpgt_client",
-    train_defaults=TRAIN_DEFAULTS, decentralized=True,
-    extra={"auto_lr": True},
-))
+_BASELINE = " (baseline of " + PAPER + ")"
+_CLIENTS = "flwr_strategies.clients."
+#: ``(name, summary, paper, strategy class, client factory, overrides)``; every method but D-mSGD (no
+#: noise) derives its step from the noise rule on digits (``lr="auto"``).
+METHODS = (
+    ("doadp", "DO-ADP: decentralized momentum SGD, Gaussian DP noise, random activation (p) and Top-k messages "
+              "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
+     PAPER, "DOADP", "doadp:build_doadp_client", MODEL_DEFAULTS),
+    ("dmsgd", "Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
+     PAPER, "DMSGD", "doadp:build_dmsgd_client", {}),
+    ("dpdo", "DPDO (Huang et al. 2015), DO-ADP baseline: Laplace-perturbed broadcasts, decaying noise and step; "
+             "pure eps-DP (certified)",
+     "Huang, Mitra, Vaidya, ICDCN 2015" + _BASELINE, "DPDO", "doadp_baselines:build_dpdo_client",
+     {"epsilon": LAPLACE_EPSILON}),
+    ("dp-dda", "DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
+     "Liu, Johansson, Shi, Automatica 2024" + _BASELINE, "DPDDA", "doadp_baselines:build_dpdda_client",
+     {"epsilon": BASELINE_EPSILON}),
+    ("cpgt", "CPGT (Xie et al. 2023), DO-ADP baseline: compressed gradient tracking with Laplace noise "
+             "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
+     "Xie, Yi, Wang, Cao, Ren, IFAC 2023" + _BASELINE, "CPGT", "doadp_baselines:build_cpgt_client",
+     {"epsilon": LAPLACE_EPSILON}),
+)
+
+for _name, _summary, _paper, _strategy, _client, _overrides in METHODS:
+    _private = _name != "dmsgd"
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=_paper, strategy=_STRATEGY + _strategy, overrides=_overrides,
+        core_arguments=_agents(_name), client=_CLIENTS + _client, decentralized=True,
+        train_defaults=TRAIN_DEFAULTS if _private else DMSGD_TRAIN_DEFAULTS, extra={"auto_lr": True} if _private else {}))

@@ -9,15 +9,12 @@ applies both.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ..baselines.registration import core_kwargs
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, core_kwargs, register_method
 from ..setup import ServerSetup
 
-__all__ = ["CODE_TRAIN", "PAPER", "fedli_ls_config", "fedli_lu_config", "fedexp_config_from_params",
-           "scaffold_config_from_params"]
+__all__ = ["CODE_TRAIN", "PAPER", "code_variant"]
 
 PAPER = "Geetika, Uniyal, Chatterjee, 'Towards Hyper-parameter-free Federated Learning'"
 CLIENTS = "flwr_strategies.clients.fedli"
@@ -83,74 +80,34 @@ CODE_TRAIN: dict[str, dict[str, Any]] = {
 }
 
 
-def _variant(params: dict) -> str:
-    from .config import VARIANTS
-
-    value = str(params.get("variant", "paper"))
-    if value not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {value!r}")
-    return value
+def _total_examples(setup: ServerSetup | None) -> int | None:
+    return (sum(int(n) for n in setup.num_examples.values()) or None) if setup is not None else None
 
 
-def _pick(params: dict, paper: dict[str, Any], base: dict[str, Any], key: str) -> Any:
-    """The variant's value unless the user set ``key`` to something other than the paper default."""
-    if key in params and params[key] != paper[key]:
-        return params[key]
-    return base[key]
+def code_variant(strategy: str):
+    """``derive`` of a FedLi-family method: under ``variant=code``, the official code's value
+    (``Config.code()``) of every setting left at its paper default; a setting given explicitly with
+    another value keeps it. SCAFFOLD's ``total_examples`` is the partitions' total under
+    ``weighting=num_examples``."""
+    def derive(params: dict, setup: ServerSetup | None) -> dict[str, Any]:
+        from ..core.declare import declared
+        from ..registry import load_object
+
+        config = load_object(_STRATEGY + strategy).hyperparameters["config"]
+        total = _total_examples(setup)
+        out: dict[str, Any] = {}
+        if params["variant"] == "code":
+            code = declared(config.code(total or 1) if strategy == "Scaffold" else config.code())
+            out = {k: code[k][0] for k, (default, _, _) in declared(config).items()
+                   if k in params and params[k] == default and k in code}
+        if strategy == "Scaffold":
+            out["total_examples"] = total if out.get("weighting", params["weighting"]) == "num_examples" else None
+        return out
+
+    return derive
 
 
-def fedli_ls_config(params: dict):
-    """FedLi-LS config from resolved registry parameters."""
-    from .armijo import ArmijoConfig
-    from .config import FedLiLSConfig
-
-    paper = dataclasses.asdict(ArmijoConfig())
-    base = FedLiLSConfig.code() if _variant(params) == "code" else FedLiLSConfig()
-    armijo_base = dataclasses.asdict(base.armijo)
-    armijo = ArmijoConfig(**{k: _pick(params, paper, armijo_base, k) for k in paper})
-    sync = _pick(params, {"step_size_sync": "unit"}, {"step_size_sync": base.step_size_sync}, "step_size_sync")
-    weighting = _pick(params, {"weighting": "num_examples"}, {"weighting": base.weighting}, "weighting")
-    return FedLiLSConfig(step_size_sync=sync, weighting=weighting, armijo=armijo)
-
-
-def fedli_lu_config(params: dict):
-    """FedLi-LU config from resolved registry parameters."""
-    from .config import FedLiLUConfig
-    from .dfw import DFWConfig
-
-    defaults = dataclasses.asdict(DFWConfig())
-    base = FedLiLUConfig.code() if _variant(params) == "code" else FedLiLUConfig()
-    dfw = DFWConfig(**{k: float(_pick(params, defaults, dataclasses.asdict(base.dfw), k)) for k in defaults})
-    paper = {"loss_report": "epoch_mean", "weighting": "num_examples"}
-    own = {"loss_report": base.loss_report, "weighting": base.weighting}
-    return FedLiLUConfig(dfw=dfw, **{k: _pick(params, paper, own, k) for k in paper})
-
-
-def fedexp_config_from_params(params: dict):
-    """FedExP config from resolved registry parameters."""
-    from .config import FedExPConfig
-
-    paper = dataclasses.asdict(FedExPConfig())
-    base = dataclasses.asdict(FedExPConfig.code() if _variant(params) == "code" else FedExPConfig())
-    return FedExPConfig(**{k: _pick(params, paper, base, k) for k in paper})
-
-
-def scaffold_config_from_params(params: dict, total_examples: int | None):
-    """SCAFFOLD config from resolved registry parameters (``total_examples`` from the experiment)."""
-    from .config import ScaffoldConfig
-
-    keys = ("server_lr", "control_state", "weighting", "correction_in_clip")
-    paper = {k: getattr(ScaffoldConfig(), k) for k in keys}
-    if _variant(params) == "code":
-        base = {k: getattr(ScaffoldConfig.code(total_examples or 1), k) for k in keys}
-    else:
-        base = dict(paper)
-    values = {k: _pick(params, paper, base, k) for k in keys}
-    total = total_examples if values["weighting"] == "num_examples" else None
-    return ScaffoldConfig(**values, total_examples=total)
-
-
-def _reject_for_armijo(setup: ServerSetup) -> None:
+def _reject_for_armijo(setup: ServerSetup, params: dict) -> dict[str, Any]:
     train = setup.train
     for name, value, ok in (("weight_decay", train.weight_decay, train.weight_decay == 0),
                             ("momentum", train.momentum, train.momentum == 0),
@@ -158,76 +115,28 @@ def _reject_for_armijo(setup: ServerSetup) -> None:
         if not ok:
             raise ValueError(f"fedli-ls clients run an Armijo line search and do not support {name}={value!r} "
                              "(it would break the sufficient-decrease test of Alg. 3); leave it unset")
-
-
-def _fedli_ls(setup: ServerSetup, params: dict):
-    from .server import FedLiLSServer
-
-    _reject_for_armijo(setup)
-    return FedLiLSServer(setup.initial_parameters, config=fedli_ls_config(params), **core_kwargs(setup))
-
-
-def _fedli_lu(setup: ServerSetup, params: dict):
-    from .server import FedLiLUServer
-
-    return FedLiLUServer(setup.initial_parameters, config=fedli_lu_config(params), **core_kwargs(setup))
-
-
-def _fedexp(setup: ServerSetup, params: dict):
-    from .server import FedExPServer
-
-    return FedExPServer(setup.initial_parameters, config=fedexp_config_from_params(params), **core_kwargs(setup))
-
-
-def _scaffold(setup: ServerSetup, params: dict):
-    from .server import ScaffoldServer
-
-    total = sum(int(n) for n in setup.num_examples.values()) or None
-    config = scaffold_config_from_params(params, total)
-    return ScaffoldServer(setup.initial_parameters, config=config, **core_kwargs(setup))
+    return core_kwargs(setup)
 
 
 _STRATEGY = "flwr_strategies.fedli.strategy:"
 
-register_method(MethodSpec(
-    name="fedli-ls",
-    summary="FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
-    paper=PAPER,
-    strategy=_STRATEGY + "FedLiLS",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    build_core=_fedli_ls,
-    client=f"{CLIENTS}:build_armijo_client",
-    train_defaults=_ARMIJO_PAPER,
-))
-register_method(MethodSpec(
-    name="fedli-lu",
-    summary="FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
-            "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
-    paper=PAPER,
-    strategy=_STRATEGY + "FedLiLU",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    build_core=_fedli_lu,
-    client=f"{CLIENTS}:build_loss_client",
-    train_defaults=_SGD_PAPER,
-))
-register_method(MethodSpec(
-    name="fedexp",
-    summary="FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
-    paper="Jhunjhunwala, Wang, Joshi, ICLR 2023",
-    strategy=_STRATEGY + "FedExP",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    build_core=_fedexp,
-    client=f"{CLIENTS}:build_sgd_client",
-    train_defaults=_SGD_PAPER,
-))
-register_method(MethodSpec(
-    name="scaffold",
-    summary="SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
-    paper="Karimireddy et al., ICML 2020",
-    strategy=_STRATEGY + "Scaffold",
-    settings=("flwr_strategies.fedli.config:FedLiVariantConfig",),
-    derived={"total_examples": "the partitions' sizes, with weighting=num_examples"},
-    build_core=_scaffold,
-    client=f"{CLIENTS}:build_scaffold_client",
-    train_defaults=_SGD_PAPER,
-))
+#: ``(name, summary, paper, strategy class, client factory, training defaults)``.
+METHODS = (
+    ("fedli-ls", "FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
+     PAPER, "FedLiLS", "build_armijo_client", _ARMIJO_PAPER),
+    ("fedli-lu", "FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
+                 "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
+     PAPER, "FedLiLU", "build_loss_client", _SGD_PAPER),
+    ("fedexp", "FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
+     "Jhunjhunwala, Wang, Joshi, ICLR 2023", "FedExP", "build_sgd_client", _SGD_PAPER),
+    ("scaffold", "SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
+     "Karimireddy et al., ICML 2020", "Scaffold", "build_scaffold_client", _SGD_PAPER),
+)
+
+for _name, _summary, _paper, _strategy, _client, _train in METHODS:
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=_paper, strategy=_STRATEGY + _strategy,
+        settings=("flwr_strategies.fedli.config:FedLiVariantConfig",), derive=code_variant(_strategy),
+        core_arguments=_reject_for_armijo if _name == "fedli-ls" else None, client=f"{CLIENTS}:{_client}",
+        train_defaults=_train,
+        derived={"total_examples": "the partitions' sizes, with weighting=num_examples"} if _name == "scaffold" else {}))

@@ -18,14 +18,18 @@ from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..setup import SettingError
-from .engine import RESTORE_MODES, VARIANTS
 from .lr_rules import LR_STRATEGIES
-from .zseed import Z_DEVICES
 
 __all__ = ["LoRAWorkloadConfig", "FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
            "Z_DEVICES", "ADAPTER_DTYPES", "VARIANTS"]
 
 COMM_MODES = ("params", "seeds")
+#: How a client restores the tuned tensors after a perturbation (:class:`~.engine.MeZOEngine`).
+RESTORE_MODES = ("snapshot", "regenerate")
+#: Update rules: the paper's (Eq. 3, fused, in place) and the official code's (see :mod:`.engine`).
+VARIANTS = ("paper", "code")
+#: Where the directions z are drawn (:mod:`.zseed`).
+Z_DEVICES = ("cpu", "param")
 WEIGHTINGS = ("uniform", "num_examples")
 #: Data type of the LoRA adapters. The official code's precision is the whole model in fp16
 #: (``model.half()``): ``base_dtype="fp16"`` and ``adapter_dtype="fp16"`` (the registry's ``variant=code``).

@@ -43,11 +43,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .zseed import Z_DEVICES, derive_seed, iter_z
+from .config import RESTORE_MODES, VARIANTS, Z_DEVICES
+from .zseed import derive_seed, iter_z
 
-RESTORE_MODES = ("snapshot", "regenerate")
-#: Update rules: the paper's (Eq. 3, fused, in place) and the official code's (see the module docstring).
-VARIANTS = ("paper", "code")
 _WD_EXCLUDE = ("bias", "layer_norm", "layernorm")
 
 

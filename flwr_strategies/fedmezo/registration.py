@@ -1,11 +1,12 @@
 """Registrations: ``fedmezo`` and its backprop baseline ``lora-fedavg`` (task ``causal-lm``).
 
-Training defaults (``train_defaults``) are the paper's (Ling et al., KDD 2024, Sec. 5 / App. E and
-the official configs) except the learning rate and the data, and each carries its source
+Training defaults are the paper's (Ling et al., KDD 2024, Sec. 5 / App. E and the official configs),
+declared with their sources by the classes' configs (:class:`~.config.FedMeZOConfig`,
+:class:`~.config.LoRAFedAvgConfig`), except the learning rate and the data (``train_defaults``)
 (``python -m simulations defaults fedmezo``):
 
-- ``lr`` = 2e-4, provenance "project". The paper's 1e-5 (about 1/sqrt(d) for the 3.4B parameters
-  of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
+- ``lr`` = 2e-4, provenance "project": the named override of the classes' 1e-5. The paper's 1e-5
+  (about 1/sqrt(d) for the 3.4B parameters of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
   parameters, LoRA r=128: 65,536 adapter values) by 0.6% of its test loss in 5 rounds. On that
   model 2e-4 is the largest rate that stayed stable for 30 rounds in our sweep (3e-4 surges after
   round 18, 5e-4 after round 3: the paper's F.4 behaviour). The paper's value is kept for the
@@ -24,50 +25,38 @@ whole model runs in half precision (``is_enable_half: True`` in the official con
 restored by ``+mu z``, and the update is ``theta - lr (g z + wd theta)`` with weight decay skipped
 for tensor names containing ``bias``, ``layer_norm`` or ``layernorm``, matched case-sensitively as
 the official ``mezo_trainer.py`` does. Under ``variant=code`` the dtype, direction and restore
-defaults follow (``extra["param_defaults"]``).
+defaults follow (named overrides, :data:`FEDMEZO_VARIANT_DEFAULTS`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, core_kwargs, register_method
 from ..setup import ServerSetup
 
 _WORKLOAD = "flwr_strategies.fedmezo.config:LoRAWorkloadConfig"
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
 
 _YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
-_BP_YAML = "llm/baseline/frozen/dolly/dolly_bpbased_meta.yaml"
 _LR = ("project: the paper's 1e-5 (App. E.3) moves the tiny default model by 0.6% of its test loss in 5 rounds; "
        "2e-4 is the largest rate stable for 30 rounds there (the fedmezo-paper preset keeps 1e-5)")
 _DATASET = ("project: generated instructions in 8 categories, the only LM data here without a download; the "
             "paper's Dolly, Alpaca, GSM8K and CodeAlpaca (App. E.1) run with --dataset NAME --data-dir DIR")
 
-#: Training settings (ExperimentConfig fields) as (value, provenance).
+#: Training settings (ExperimentConfig fields) as (value, provenance) that the strategy classes do not
+#: declare; the others (local steps, batch, weight decay, decay...) are the configs' own fields
+#: (:data:`DERIVED`), with their declared defaults and sources. ``lr`` is the one named override of a
+#: declared field: 2e-4 where the class (the paper) has 1e-5, printed with its reason by ``defaults``.
 TRAIN_DEFAULTS = {
     "dataset": ("instructions", _DATASET),
     "lr": (2e-4, _LR),
-    "local_steps": (30, "paper: Sec. 5.3.2 (the standard H = 30 local steps)"),
-    "local_epochs": (None, "paper: Sec. 5.3.2 (the local budget is H steps)"),
-    "batch_size": (1, "paper: App. E.3 (batch size 1)"),
-    "weight_decay": (0.0, f"official code: {_YAML} (weight_decay: 0.0)"),
     "momentum": (0.0, "official code: llm/trainer/mezo_trainer.py keeps no optimizer state"),
-    "lr_decay": (1.0, f"official code: {_YAML} (train_strategy 'frozen': a constant rate)"),
     "grad_clip": (None, "official code: llm/trainer/mezo_trainer.py computes no gradient to clip"),
     "num_clients": (3, "paper: App. E.1 (a three-way split: 3 clients)"),
     "fraction_fit": (1.0, f"official code: {_YAML} (client_num 3, every client every round)"),
 }
-LORA_FEDAVG_TRAIN_DEFAULTS = {
-    **TRAIN_DEFAULTS,
-    "local_steps": (30, f"official code: {_BP_YAML} (local_update_steps 30, as FedMeZO; the paper's text says "
-                        "one epoch)"),
-    "local_epochs": (None, f"official code: {_BP_YAML} (30 batches)"),
-    "momentum": (0.0, f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)"),
-    "grad_clip": (None, f"official code: {_BP_YAML} (no gradient clipping)"),
-    "lr_decay": (1.0, f"official code: {_BP_YAML} (a constant rate)"),
-    "weight_decay": (0.0, f"official code: {_BP_YAML} (weight_decay: 0.0)"),
-}
+LORA_FEDAVG_TRAIN_DEFAULTS = {k: v for k, v in TRAIN_DEFAULTS.items() if k not in ("momentum", "grad_clip")}
 
 #: The run's own settings that set the configs' training fields (the command line's flags).
 DERIVED = {k: f"--{k.replace('_', '-')}" for k in ("lr", "local_steps", "local_epochs", "batch_size", "weight_decay",
@@ -105,77 +94,42 @@ TRAIN_DEFAULT_NOTES = {
 }
 
 
-def _steps(setup: ServerSetup) -> dict[str, Any]:
+def training(params: dict, setup: ServerSetup) -> dict[str, Any]:
+    """``derive`` of LoRA FedAvg: the config's training fields (:data:`DERIVED`) from the run's
+    settings (``--lr``, ``--local-steps``...)."""
     t = setup.train
-    if t.local_steps:
-        return {"local_steps": int(t.local_steps), "local_epochs": None}
-    return {"local_steps": None, "local_epochs": int(t.local_epochs)}
+    steps = ({"local_steps": int(t.local_steps), "local_epochs": None} if t.local_steps
+             else {"local_steps": None, "local_epochs": int(t.local_epochs)})
+    return {"lr": t.lr, **steps, "batch_size": int(t.batch_size), "weight_decay": t.weight_decay,
+            "lr_decay": t.lr_decay, "momentum": t.momentum, "grad_clip": t.grad_clip}
 
 
-def _core_kwargs(setup: ServerSetup) -> dict[str, Any]:
-    from .server import lora_positions
-
-    keys = list(setup.model_fn().state_dict().keys())
-    return {"trainable": lora_positions(keys), "final_round": setup.num_rounds, "num_partitions": setup.num_clients,
-            "fraction_train": setup.fraction_fit, "min_train": setup.clients_per_round, "seed": setup.seed,
-            "on_train_config": setup.fit_config}
-
-
-def fedmezo_config(setup: ServerSetup, params: dict):
-    """:class:`~.config.FedMeZOConfig` from the experiment's training settings and ``--set`` parameters.
-
-    ``momentum`` and ``grad_clip`` are rejected: MeZO keeps no optimizer state and computes no gradient.
-    """
-    from .config import FedMeZOConfig
-
+def mezo_training(params: dict, setup: ServerSetup) -> dict[str, Any]:
+    """``derive`` of FedMeZO: :func:`training`, refusing ``momentum`` and ``grad_clip`` (MeZO keeps
+    no optimizer state and computes no gradient)."""
     t = setup.train
     if t.momentum:
         raise ValueError(f"fedmezo: momentum={t.momentum!r} is not supported (MeZO keeps no optimizer state); use 0")
     if t.grad_clip is not None:
         raise ValueError(f"fedmezo: grad_clip={t.grad_clip!r} is not supported (MeZO computes no gradient to clip)")
-    return FedMeZOConfig(
-        lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), mu=params["mu"], weight_decay=t.weight_decay,
-        lr_decay=t.lr_decay, num_perturbations=params["num_perturbations"], lr_strategy=params["lr_strategy"],
-        lr_alpha=params["lr_alpha"], lr_alpha_rel=params["lr_alpha_rel"], lr_window=params["lr_window"],
-        weighting=params["weighting"], comm_mode=params["comm_mode"], z_device=params["z_device"],
-        restore_mode=params["restore_mode"], eval_every=params["eval_every"], variant=params["variant"])
+    return training(params, setup)
 
 
-def lora_fedavg_config(setup: ServerSetup, params: dict):
-    """:class:`~.config.LoRAFedAvgConfig` from the experiment's training settings and ``--set`` parameters."""
-    from .config import LoRAFedAvgConfig
+def _lora(setup: ServerSetup, params: dict) -> dict[str, Any]:
+    """The core's tuned positions (the LoRA arrays of the task's model) and final round."""
+    from .server import lora_positions
 
-    t = setup.train
-    return LoRAFedAvgConfig(lr=t.lr, **_steps(setup), batch_size=int(t.batch_size), weight_decay=t.weight_decay,
-                            momentum=t.momentum, lr_decay=t.lr_decay, grad_clip=t.grad_clip,
-                            weighting=params["weighting"], eval_every=params["eval_every"])
+    return {"trainable": lora_positions(list(setup.model_fn().state_dict())), "final_round": setup.num_rounds,
+            **core_kwargs(setup)}
 
 
-def _fedmezo(setup: ServerSetup, params: dict):
-    from .server import FedMeZOServer
-
-    config = fedmezo_config(setup, params)
-    return FedMeZOServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
-
-
-def _lora_fedavg(setup: ServerSetup, params: dict):
-    from .server import LoRAFedAvgServer
-
-    config = lora_fedavg_config(setup, params)
-    return LoRAFedAvgServer(setup.initial_parameters, config=config, **_core_kwargs(setup))
-
-
-register_method(MethodSpec(
-    name="fedmezo",
-    summary="FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:FedMeZO", settings=(_WORKLOAD,),
-    overrides=FEDMEZO_VARIANT_DEFAULTS, derived=DERIVED, build_core=_fedmezo,
-    client="flwr_strategies.clients.fedmezo:build_fedmezo_client", train_defaults=TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
-register_method(MethodSpec(
-    name="lora-fedavg",
-    summary="LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
-    paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:LoRAFedAvg", settings=(_WORKLOAD,),
-    overrides=VARIANT_DEFAULTS, derived=DERIVED, build_core=_lora_fedavg,
-    client="flwr_strategies.clients.fedmezo:build_lora_fedavg_client", train_defaults=LORA_FEDAVG_TRAIN_DEFAULTS,
-    task="causal-lm", extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))
+for _name, _summary, _strategy, _overrides, _derive, _client, _train in (
+        ("fedmezo", "FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
+         "FedMeZO", FEDMEZO_VARIANT_DEFAULTS, mezo_training, "build_fedmezo_client", TRAIN_DEFAULTS),
+        ("lora-fedavg", "LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
+         "LoRAFedAvg", VARIANT_DEFAULTS, training, "build_lora_fedavg_client", LORA_FEDAVG_TRAIN_DEFAULTS)):
+    register_method(MethodSpec(
+        name=_name, summary=_summary, paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:" + _strategy,
+        settings=(_WORKLOAD,), overrides=_overrides, derived=DERIVED, derive=_derive, core_arguments=_lora,
+        client="flwr_strategies.clients.fedmezo:" + _client, train_defaults=_train, task="causal-lm",
+        extra={"train_default_notes": TRAIN_DEFAULT_NOTES}))

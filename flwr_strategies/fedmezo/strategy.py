@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..adapters import LegacyStrategy
+from ..adapters.method import LazyCore
 from .config import FedMeZOConfig, LoRAFedAvgConfig
-from .server import FedMeZOServer, LoRAFedAvgServer, lora_positions
 
 __all__ = ["FedMeZO", "LoRAFedAvg", "LORA_ARGUMENTS", "trainable_positions"]
 
@@ -32,6 +32,8 @@ def trainable_positions(trainable: Sequence[int] | Sequence[str] | None, names: 
     """Positions of the tuned arrays: ``trainable`` positions, ``trainable`` names looked up in
     ``names``, or (None) every name containing ``"lora_"``."""
     if trainable is None:
+        from .server import lora_positions
+
         if names is None:
             raise ValueError("trainable is required when the initial model has no array names: pass the positions "
                              "of the LoRA arrays, or the model as a name -> array mapping (a state_dict)")
@@ -72,7 +74,7 @@ lr_strategy, lr_alpha, lr_alpha_rel, lr_window, weighting, comm_mode, z_device, 
         defaults: lr 1e-5, 30 steps of batch 1, mu 1e-3, frozen rates, uniform mean).
     """
 
-    core_cls = FedMeZOServer
+    core_cls = LazyCore("flwr_strategies.fedmezo.server:FedMeZOServer")  # the server imports torch
     hyperparameters = {"config": FedMeZOConfig}
 
 
@@ -88,5 +90,5 @@ class LoRAFedAvg(_LoRA, LegacyStrategy):
         Hyperparameters, see :class:`~flwr_strategies.fedmezo.config.LoRAFedAvgConfig`.
     """
 
-    core_cls = LoRAFedAvgServer
+    core_cls = LazyCore("flwr_strategies.fedmezo.server:LoRAFedAvgServer")
     hyperparameters = {"config": LoRAFedAvgConfig}

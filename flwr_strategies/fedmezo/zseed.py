@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-Z_DEVICES = ("cpu", "param")
+from .config import Z_DEVICES
 
 _SEED_MAX = 2**63 - 1
 

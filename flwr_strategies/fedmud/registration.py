@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import MethodSpec, register_method
+from ..registry import MethodSpec, core_kwargs, register_method
 from ..setup import ServerSetup
-from .config import METHOD_CONFIGS, VARIANTS, FedMUDConfig
+from .config import METHOD_CONFIGS, VARIANTS
 
 PAPER = "Li et al., The Panaceas for Improving Low-Rank Decomposition in Communication-Efficient FL, ICML 2025"
 CITES = {
@@ -125,36 +125,15 @@ def _overrides(name: str) -> dict[str, Any]:
     return out
 
 
-def config_from_params(name: str, params: dict) -> FedMUDConfig:
-    """The :class:`FedMUDConfig` of method ``name`` with the registry's ``params`` applied (validated)."""
-    return METHOD_CONFIGS[name].with_overrides(params)
-
-
-def core_kwargs(setup: ServerSetup) -> dict[str, Any]:
-    """:class:`~flwr_strategies.core.server.ServerCore` arguments from the experiment."""
-    return {
-        "num_partitions": setup.num_clients,
-        "fraction_train": setup.fraction_fit,
-        "min_train": setup.clients_per_round,
-        "seed": setup.seed,
-        "on_train_config": setup.fit_config,
-    }
-
-
-def _builder(name: str):
-    def build_core(setup: ServerSetup, params: dict):
-        from .server import FedMUDServer
-
-        return FedMUDServer(setup.initial_parameters, model=setup.model_fn(), config=config_from_params(name, params),
-                            **core_kwargs(setup))
-
-    return build_core
+def _model(setup: ServerSetup, params: dict) -> dict[str, Any]:
+    """The core's arguments: the task's plain model (its layers are decomposed) and the experiment's sampling."""
+    return {"model": setup.model_fn(), **core_kwargs(setup)}
 
 
 for _name in SUMMARIES:
     register_method(MethodSpec(
         name=_name, summary=SUMMARIES[_name], paper=CITES.get(_name, PAPER),
         strategy="flwr_strategies.fedmud.strategy:" + STRATEGIES.get(_name, "FedMUD"), overrides=_overrides(_name),
-        build_core=_builder(_name), client="flwr_strategies.clients.fedmud:build_fedmud_client",
+        core_arguments=_model, client="flwr_strategies.clients.fedmud:build_fedmud_client",
         train_defaults=TRAIN_DEFAULTS[_name],
     ))

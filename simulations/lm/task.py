@@ -32,11 +32,11 @@ from flwr_strategies.core.validation import check_integer, check_number
 from flwr_strategies.registry import get_method, resolve_params
 from flwr_strategies.setup import SettingError
 
+from ..tasks import LM_DATASETS
 from .data import (LMData, find_instruction_file, generate_instructions, load_instruction_file, split_clients,
                    tokenize_records)
 from .model import apply_lora, check_model_dir, ensure_tiny_base, load_causal_lm
 
-LM_DATASETS = ("instructions", "dolly", "alpaca", "gsm8k", "codealpaca")
 BASE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _MODEL_CACHE: dict[Any, Any] = {}
 _BUILD_LOCK = threading.RLock()
