@@ -36,13 +36,13 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 
 from flwr_strategies.common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED, PARTITION_KEY
 from flwr_strategies.core.state import load_state, save_state
 
-__all__ = ["STATE_DIR_ENV", "STATE_DIR_KEY", "MARKER", "client_state_mod", "restore_client_state", "save_client_state",
-           "state_dir"]
+__all__ = ["STATE_DIR_ENV", "STATE_DIR_KEY", "MARKER", "client_state_mod", "refuse_unrestored", "restore_client_state",
+           "save_client_state", "state_dir"]
 
 #: Node-config key naming the folder where the node keeps its clients' state.
 STATE_DIR_KEY = "client-state-dir"
@@ -91,10 +91,10 @@ def _rounds(folder: Path | None) -> dict[int, Path]:
     return {int(m.group(1)): p for p in folder.iterdir() if (m := _FILE.fullmatch(p.name))}
 
 
-def _kept(context: Context) -> dict[str, Any]:
-    """The client's state records of ``context.state`` as a :func:`save_state` dict."""
+def _kept(state: RecordDict) -> dict[str, Any]:
+    """The client's state records of a node's ``context.state`` as a :func:`save_state` dict."""
     out: dict[str, Any] = {}
-    for name, record in context.state.items():
+    for name, record in state.items():
         if name == MARKER or name in NODE_SETTINGS:
             continue
         if isinstance(record, ArrayRecord):
@@ -184,7 +184,7 @@ def save_client_state(context: Context, config: dict[str, Any]) -> None:
         return
     if MARKER not in context.state or context.state[MARKER]["key"] != key:
         restore_client_state(context, config)
-    kept = _kept(context)
+    kept = _kept(context.state)
     lost = _lost(context, config, key)
     if kept and lost is not None:
         raise RuntimeError(
@@ -230,3 +230,33 @@ def client_state_mod(msg: Message, context: Context, call_next: Callable[[Messag
     if not reply.has_error():
         save_client_state(context, config)
     return reply
+
+
+def refuse_unrestored(state: RecordDict | None, config: dict[str, Any]) -> None:
+    """After a client's ``fit`` on a node where no client-state store ran (a legacy
+    ``ClientApp(client_fn=...)`` without :func:`client_state_mod`): in a resumed run, a client of a
+    partition that trained at or before the checkpoint's round that keeps state records in
+    ``state`` raises ``RuntimeError`` naming them, since nothing restored them and going on would
+    silently start them over. Does nothing where the store ran (it restores or refuses itself),
+    outside a resumed run, or for a client that keeps nothing.
+
+    Parameters
+    ----------
+    state : RecordDict | None
+        The node's ``context.state`` the client keeps its records in (None: it keeps none).
+    config : dict
+        The round's train config.
+    """
+    key = _key(config)
+    if key is None or state is None or not int(config.get(CLIENT_STATE_RESUMED, 0)):
+        return
+    if not int(config.get(CLIENT_STATE_KEPT, 0)) or (MARKER in state and state[MARKER]["key"] == key):
+        return
+    kept = _kept(state)
+    if kept:
+        raise RuntimeError(
+            f"this run resumes a checkpoint of round {int(config[CLIENT_STATE_RESUMED])}, in which this partition had "
+            f"trained, but its client keeps {', '.join(sorted(kept))} in context.state between rounds, which a new "
+            "Flower run starts empty, and its ClientApp runs no client-state store to restore them. Going on would "
+            "silently start that state over: build the ClientApp with ClientApp(client_fn=..., "
+            "mods=[client_state_mod]) (from flwr_strategies.clients.store), or run again from round 0")

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 import pytest
+from flwr.clientapp import ClientApp
 from flwr.server import ServerConfig
 from flwr.server.compat import start_grid
 
@@ -50,12 +51,12 @@ class _Registering(PartitionClientManager):
 
 
 def _run(cfg: ExperimentConfig, state_dir, *, rounds: int, checkpoint: dict | None = None,
-         keep_after: int | None = None):
+         keep_after: int | None = None, client_app=project_app.client_app):
     """``rounds`` legacy rounds on a new grid (from ``checkpoint`` when given); returns the strategy,
     the grid and the checkpoint taken after round ``keep_after`` (None unless asked)."""
     resolved = cfg.resolve()
     exp = get_experiment(resolved)
-    grid = InProcessGrid(project_app.client_app, NODES, run_config={"experiment": json.dumps(cfg.to_dict())})
+    grid = InProcessGrid(client_app, NODES, run_config={"experiment": json.dumps(cfg.to_dict())})
     for ctx in grid.contexts.values():
         if state_dir is not None:
             ctx.node_config[STATE_DIR_KEY] = str(state_dir)
@@ -127,3 +128,17 @@ def test_legacy_api_resume_whose_nodes_kept_no_state_is_refused_naming_it(method
     assert re.search(rf"resumes a checkpoint of round {KILLED_AFTER}, in which partition [0-{NODES - 1}] had trained, "
                      rf"but the node kept no client state for it{LOST[method]}", text), text
     assert f"--node-config \"{STATE_DIR_KEY}='...'\"" in text, text
+
+
+def test_a_legacy_client_app_without_the_store_refuses_a_resume_that_would_start_its_state_over(tmp_path):
+    # a user's own ClientApp(client_fn=...) without mods=[client_state_mod]: the straight run trains (the state
+    # lives in context.state for the run), the resumed run's SCAFFOLD clients refuse instead of restarting c_i
+    bare = ClientApp(client_fn=project_app._legacy_client_fn)
+    cfg = FAMILIES["scaffold"]
+    _, _, checkpoint = _run(cfg, tmp_path / "nodes", rounds=KILLED_AFTER + 1, keep_after=KILLED_AFTER, client_app=bare)
+    assert not any((tmp_path / "nodes").rglob("round-*.npz"))  # nothing kept on the nodes
+    with pytest.raises(flwr_strategies.NoProgressError,
+                       match=rf"resumes a checkpoint of round {KILLED_AFTER}, in which this partition had trained, but "
+                       r"its client keeps scaffold_c_i in context.state .*runs no client-state store to restore them.*"
+                       r"mods=\[client_state_mod\]"):
+        _run(cfg, tmp_path / "nodes", rounds=ROUNDS - KILLED_AFTER, checkpoint=checkpoint, client_app=bare)
