@@ -13,7 +13,7 @@ from flwr_strategies.setup import ClientSetup, TrainConfig
 
 from flwr_strategies.core.local import evaluate
 
-from .store import refuse_unrestored
+from .store import refusing_lost_state
 from .training import client_generator, count_examples, get_weights, local_sgd, set_weights
 
 
@@ -107,15 +107,14 @@ class TorchClient(NumPyClient):
 
     def to_client(self) -> Client:
         """Flower's ``Client`` for this ``NumPyClient`` (what a legacy ``client_fn`` returns). Its
-        ``fit`` refuses a resumed round whose client state no client-state store restored
-        (:func:`~flwr_strategies.clients.store.refuse_unrestored`)."""
+        ``fit`` refuses a resumed round whose client state was lost and no client-state store restored
+        (:func:`~flwr_strategies.clients.store.refusing_lost_state`)."""
         client = super().to_client()
         fit = client.fit
 
         def fit_checked(ins: FitIns) -> FitRes:
-            res = fit(ins)
-            refuse_unrestored(self.setup.state, ins.config)
-            return res
+            with refusing_lost_state(self.setup.state, ins.config, self.partition_id):
+                return fit(ins)
 
         client.fit = fit_checked
         return client

@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -41,8 +42,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, Message
 from flwr_strategies.common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED, PARTITION_KEY
 from flwr_strategies.core.state import load_state, save_state
 
-__all__ = ["STATE_DIR_ENV", "STATE_DIR_KEY", "MARKER", "client_state_mod", "refuse_unrestored", "restore_client_state",
-           "save_client_state", "state_dir"]
+__all__ = ["STATE_DIR_ENV", "STATE_DIR_KEY", "MARKER", "client_state_mod", "refusing_lost_state",
+           "restore_client_state", "save_client_state", "state_dir"]
 
 #: Node-config key naming the folder where the node keeps its clients' state.
 STATE_DIR_KEY = "client-state-dir"
@@ -232,13 +233,16 @@ def client_state_mod(msg: Message, context: Context, call_next: Callable[[Messag
     return reply
 
 
-def refuse_unrestored(state: RecordDict | None, config: dict[str, Any]) -> None:
-    """After a client's ``fit`` on a node where no client-state store ran (a legacy
+@contextmanager
+def refusing_lost_state(state: RecordDict | None, config: dict[str, Any], partition_id: int) -> Iterator[None]:
+    """Around a client's ``fit`` on a node where no client-state store ran (a legacy
     ``ClientApp(client_fn=...)`` without :func:`client_state_mod`): in a resumed run, a client of a
-    partition that trained at or before the checkpoint's round that keeps state records in
-    ``state`` raises ``RuntimeError`` naming them, since nothing restored them and going on would
-    silently start them over. Does nothing where the store ran (it restores or refuses itself),
-    outside a resumed run, or for a client that keeps nothing.
+    partition that trained at or before the checkpoint's round, which starts the round with no state
+    records in ``state`` and ends it with some, raises ``RuntimeError`` naming them, since its state
+    was lost and going on would silently start it over; the records it wrote are taken back, so every
+    later round is refused the same way. Does nothing where the store ran (it restores or refuses
+    itself), outside a resumed run, for a client that keeps nothing, or when ``state`` still holds
+    the client's records (the same nodes continue: nothing was lost).
 
     Parameters
     ----------
@@ -246,17 +250,21 @@ def refuse_unrestored(state: RecordDict | None, config: dict[str, Any]) -> None:
         The node's ``context.state`` the client keeps its records in (None: it keeps none).
     config : dict
         The round's train config.
+    partition_id : int
+        The client's partition (named in the error).
     """
     key = _key(config)
-    if key is None or state is None or not int(config.get(CLIENT_STATE_RESUMED, 0)):
-        return
-    if not int(config.get(CLIENT_STATE_KEPT, 0)) or (MARKER in state and state[MARKER]["key"] == key):
-        return
-    kept = _kept(state)
+    watch = (key is not None and state is not None and bool(int(config.get(CLIENT_STATE_RESUMED, 0)))
+             and bool(int(config.get(CLIENT_STATE_KEPT, 0))) and not (MARKER in state and state[MARKER]["key"] == key)
+             and not _kept(state))
+    yield
+    kept = _kept(state) if watch else {}
     if kept:
+        for name in kept:
+            del state[name]
         raise RuntimeError(
-            f"this run resumes a checkpoint of round {int(config[CLIENT_STATE_RESUMED])}, in which this partition had "
-            f"trained, but its client keeps {', '.join(sorted(kept))} in context.state between rounds, which a new "
-            "Flower run starts empty, and its ClientApp runs no client-state store to restore them. Going on would "
-            "silently start that state over: build the ClientApp with ClientApp(client_fn=..., "
+            f"this run resumes a checkpoint of round {int(config[CLIENT_STATE_RESUMED])}, in which partition "
+            f"{partition_id} had trained, but its client keeps {', '.join(sorted(kept))} in context.state between "
+            "rounds, which a new Flower run starts empty, and its ClientApp runs no client-state store to restore "
+            "them. Going on would silently start that state over: build the ClientApp with ClientApp(client_fn=..., "
             "mods=[client_state_mod]) (from flwr_strategies.clients.store), or run again from round 0")

@@ -32,13 +32,16 @@ from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 ROUNDS, KILLED_AFTER, NODES = 4, 2, 3
 SMALL = dict(dataset="digits", model="logreg", num_clients=NODES, rounds=ROUNDS, seed=0, local_steps=2, batch_size=8,
              progress=False)
-# the methods whose ready-made clients keep state between rounds (docs/checkpoints.md), and one that keeps none
+# the methods whose ready-made clients keep state between rounds (docs/checkpoints.md), and two that keep none
 FAMILIES = {
     "scaffold": ExperimentConfig(method="scaffold", **SMALL),
     "fedmud": ExperimentConfig(method="fedmud", fraction_fit=1.0, params={"target_ratio": 0.3},
                                **{**SMALL, "model": "mlp"}),
     "doadp": ExperimentConfig(method="doadp", **{**SMALL, "local_steps": 1}),
     "dfedcata": ExperimentConfig(method="dfedcata", **SMALL),
+    "fedmezo": ExperimentConfig(method="fedmezo", num_clients=NODES, rounds=ROUNDS, lr=2e-4, local_epochs=None,
+                                local_steps=2, batch_size=1, params={"n_examples": 30, "eval_every": 1},
+                                progress=False),
 }
 
 
@@ -93,7 +96,7 @@ def test_legacy_api_killed_and_resumed_in_a_new_run_equals_the_straight_run(meth
     assert len(a) == len(b) and resumed.core.server_round == ROUNDS
     assert all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(a, b)), method
     restored = {int(ctx.state[MARKER]["round"]) for ctx in grid.contexts.values()}
-    stateful = method != "dfedcata"
+    stateful = method not in ("dfedcata", "fedmezo")  # their clients keep no state (docs/checkpoints.md)
     assert restored == ({KILLED_AFTER} if stateful else {0}), (method, restored)
     assert any((tmp_path / "nodes-b").rglob("round-*.npz")) == stateful
 
@@ -111,10 +114,10 @@ def test_legacy_api_resume_with_state_not_restored_differs(tmp_path):
 # what each client keeps in context.state and loses in a new Flower run: SCAFFOLD's client trains on without its
 # c_i and the node refuses its reply; FedMUD's and DO-ADP's clients fail without their state, and the node says why
 LOST = {"scaffold": r": its client keeps scaffold_c_i in context.state between rounds",
-        "fedmud": r" \(the node has no folder for it .*\), and its client failed without it: FedMUDStateError: this "
-                  r"client holds no W_base",
-        "doadp": r" \(the node has no folder for it .*\), and its client failed without it: ValueError: DO-ADP agent has "
-                 r"no state"}
+        "fedmud": r" \(the node has no folder for it .*\), and its client failed without it: "
+                  r"FedMUDStateError: this client holds no W_base",
+        "doadp": r" \(the node has no folder for it .*\), and its client failed without it: "
+                 r"ValueError: DO-ADP agent has no state"}
 
 
 @pytest.mark.parametrize("method", list(LOST))
@@ -138,7 +141,7 @@ def test_a_legacy_client_app_without_the_store_refuses_a_resume_that_would_start
     _, _, checkpoint = _run(cfg, tmp_path / "nodes", rounds=KILLED_AFTER + 1, keep_after=KILLED_AFTER, client_app=bare)
     assert not any((tmp_path / "nodes").rglob("round-*.npz"))  # nothing kept on the nodes
     with pytest.raises(flwr_strategies.NoProgressError,
-                       match=rf"resumes a checkpoint of round {KILLED_AFTER}, in which this partition had trained, but "
-                       r"its client keeps scaffold_c_i in context.state .*runs no client-state store to restore them.*"
-                       r"mods=\[client_state_mod\]"):
+                       match=rf"resumes a checkpoint of round {KILLED_AFTER}, in which partition [0-{NODES - 1}] "
+                       r"had trained, but its client keeps scaffold_c_i in context.state .*runs no client-state "
+                       r"store to restore them.*mods=\[client_state_mod\]"):
         _run(cfg, tmp_path / "nodes", rounds=ROUNDS - KILLED_AFTER, checkpoint=checkpoint, client_app=bare)
