@@ -22,7 +22,6 @@ from flwr.server import ServerConfig
 from flwr.server.compat import start_grid
 
 import flwr_strategies
-
 from flwr_strategies.clients.store import MARKER, STATE_DIR_KEY
 from flwr_strategies.sampling import PartitionClientManager
 from flwr_strategies.simulations import app as project_app
