@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 
 from flwr_strategies.common import PARTITION_KEY
 
-from .store import restore_client_state, save_client_state
+from .store import client_state_mod
 
 __all__ = ["partition_query", "numpy_client_app", "message_config", "train_reply", "PARTITION_KEY"]
 WEIGHT_KEY = "num-examples"
@@ -94,15 +94,11 @@ def numpy_client_app(client_fn: Callable[[Context], Any]) -> ClientApp:
     """
     app = ClientApp()
 
-    @app.train()
+    @app.train(mods=[client_state_mod])  # a resumed run: the node's saved state (clients/store.py)
     def train(msg: Message, context: Context) -> Message:
-        config = message_config(msg)
-        restore_client_state(context, config)  # a resumed run: the node's saved state (clients/store.py)
         client = client_fn(context)
-        weights, n, metrics = client.fit(msg.content["arrays"].to_numpy_ndarrays(), config)
-        reply = train_reply(msg, context, weights, n, metrics)
-        save_client_state(context, config)
-        return reply
+        weights, n, metrics = client.fit(msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
+        return train_reply(msg, context, weights, n, metrics)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:

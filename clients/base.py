@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.client import NumPyClient
-from flwr.common import Scalar
+from flwr.client import Client, NumPyClient
+from flwr.common import FitIns, FitRes, Scalar
 
 from flwr_strategies.setup import ClientSetup, TrainConfig
 
 from flwr_strategies.core.local import evaluate
 
+from .store import refusing_lost_state
 from .training import client_generator, count_examples, get_weights, local_sgd, set_weights
 
 
@@ -103,6 +104,20 @@ class TorchClient(NumPyClient):
     def extra_loss(self, config: dict[str, Scalar]):
         """A callable ``model -> Tensor`` added to the batch loss, or None (default)."""
         return None
+
+    def to_client(self) -> Client:
+        """Flower's ``Client`` for this ``NumPyClient`` (what a legacy ``client_fn`` returns). Its
+        ``fit`` refuses a resumed round whose client state was lost and no client-state store restored
+        (:func:`~flwr_strategies.clients.store.refusing_lost_state`)."""
+        client = super().to_client()
+        fit = client.fit
+
+        def fit_checked(ins: FitIns) -> FitRes:
+            with refusing_lost_state(self.setup.state, ins.config, self.partition_id):
+                return fit(ins)
+
+        client.fit = fit_checked
+        return client
 
     def evaluate(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         set_weights(self.model, parameters)

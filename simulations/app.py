@@ -39,7 +39,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
-from flwr_strategies.clients.store import restore_client_state, save_client_state
+from flwr_strategies.clients.store import client_state_mod
 from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
     private_eval_allowed, set_client_budget, set_client_seed)
 from flwr_strategies.core.messages import numeric_metrics
@@ -393,12 +393,8 @@ def adopt_node_settings(context: Context) -> None:
 def _train(msg: Message, context: Context) -> Message:
     adopt_node_settings(context)
     exp = experiment_for(context)
-    config = message_config(msg)
-    restore_client_state(context, config)
-    weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), config)
-    reply = train_reply(msg, context, weights, n, metrics)
-    save_client_state(context, config)
-    return reply
+    weights, n, metrics = exp.client_fit(context, msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
+    return train_reply(msg, context, weights, n, metrics)
 
 
 def _evaluate(msg: Message, context: Context) -> Message:
@@ -420,14 +416,15 @@ _LEGACY_TYPES = ("get_properties", "get_parameters", "reconnect")
 class ProjectClientApp(ClientApp):
     """A ``ClientApp`` answering both the Message-API strategies (``train``, ``evaluate``,
     ``query.partition``) and the legacy strategies' messages (``fitins``/``evaluateins`` records,
-    ``get_properties``), with the same clients."""
+    ``get_properties``), with the same clients; on both, the node keeps its clients' state across
+    Flower runs (:mod:`flwr_strategies.clients.store`)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.train()(_train)
+        self.train(mods=[client_state_mod])(_train)
         self.evaluate()(_evaluate)
         self.query("partition")(partition_query)
-        self._legacy = ClientApp(client_fn=_legacy_client_fn)
+        self._legacy = ClientApp(client_fn=_legacy_client_fn, mods=[client_state_mod])  # the node keeps its state
 
     def __call__(self, message: Message, context: Context) -> Message:
         mtype = message.metadata.message_type

@@ -18,6 +18,7 @@ from flwr.common import Context
 from flwr.compat.server import ServerAppComponents
 from flwr.server import ServerApp, ServerConfig
 
+from flwr_strategies.clients.store import client_state_mod
 from flwr_strategies.clients.training import TensorData, evaluate_model, get_weights, set_weights
 from flwr_strategies.registry import get_method, resolve_params  # <-- the import
 from flwr_strategies.sampling import PartitionClientManager
@@ -96,4 +97,6 @@ def client_fn(context: Context):
 
 
 server_app = ServerApp(server_fn=server_fn)  # <-- [tool.flwr.app.components] serverapp
-client_app = ClientApp(client_fn=client_fn)  # <-- [tool.flwr.app.components] clientapp
+# the mod keeps a stateful method's client state (SCAFFOLD's c_i, FedMUD's W_base, DO-ADP's agent) on the node
+# across Flower runs, so a run resumed from the strategy's checkpoint continues exactly (docs/checkpoints.md)
+client_app = ClientApp(client_fn=client_fn, mods=[client_state_mod])  # <-- [tool.flwr.app.components] clientapp
