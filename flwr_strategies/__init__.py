@@ -9,54 +9,37 @@ the package itself stays cheap.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-_EXPORTS = {
-    "FedAvg": "flwr_strategies.baselines.strategy",
-    "FedProx": "flwr_strategies.baselines.strategy",
-    "FedAdam": "flwr_strategies.baselines.strategy",
-    "FedSAM": "flwr_strategies.baselines.strategy",
-    "LegacyStrategy": "flwr_strategies.adapters.legacy",
-    "NoProgressError": "flwr_strategies.adapters.recorder",
-    "save_state": "flwr_strategies.core.state",
-    "load_state": "flwr_strategies.core.state",
-    "DFedCata": "flwr_strategies.dfedcata.strategy",
-    "DFedAvg": "flwr_strategies.dfedcata.strategy",
-    "DPSGD": "flwr_strategies.dfedcata.strategy",
-    "FedLiLS": "flwr_strategies.fedli.strategy",
-    "FedLiLU": "flwr_strategies.fedli.strategy",
-    "FedExP": "flwr_strategies.fedli.strategy",
-    "Scaffold": "flwr_strategies.fedli.strategy",
-    "DOADP": "flwr_strategies.doadp.strategy",
-    "DMSGD": "flwr_strategies.doadp.strategy",
-    "DPDO": "flwr_strategies.doadp.strategy",
-    "DPDDA": "flwr_strategies.doadp.strategy",
-    "CPGT": "flwr_strategies.doadp.strategy",
-    "FedMeZO": "flwr_strategies.fedmezo.strategy",
-    "LoRAFedAvg": "flwr_strategies.fedmezo.strategy",
-    "FedMUD": "flwr_strategies.fedmud.strategy",
-    "FedLMT": "flwr_strategies.fedmud.strategy",
-    "FedPara": "flwr_strategies.fedmud.strategy",
-    "FedHM": "flwr_strategies.fedmud.strategy",
-    "PartitionClientManager": "flwr_strategies.sampling",
-    "MethodSpec": "flwr_strategies.registry",
-    "get_method": "flwr_strategies.registry",
-    "list_methods": "flwr_strategies.registry",
-}
 
-__all__ = sorted(_EXPORTS)
+def lazy_exports(package: str, modules: Mapping[str, Iterable[str]]) -> tuple[Callable[[str], Any], dict[str, str]]:
+    """A package's lazy exports: ``modules`` maps a module (relative to ``package`` when it starts
+    with ".") to the names it exports. Returns the package's module ``__getattr__``, which imports a
+    name's module on first use (so importing the package stays cheap), and ``{name: module}`` with
+    absolute module names (``__all__`` is its sorted keys)."""
+    exports = {name: importlib.util.resolve_name(module, package) for module, names in modules.items() for name in names}
 
-
-def lazy_exports(package: str, exports: dict[str, str]) -> Any:
-    """A module ``__getattr__`` for ``package`` that imports ``exports[name]`` (a module, relative to
-    ``package`` when it starts with ".") on first use, so importing the package stays cheap."""
     def __getattr__(name: str) -> Any:
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(exports[name], package), name)
+        return getattr(importlib.import_module(exports[name]), name)
 
-    return __getattr__
+    return __getattr__, exports
 
 
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, _EXPORTS = lazy_exports(__name__, {
+    ".baselines.strategy": ("FedAvg", "FedProx", "FedAdam", "FedSAM"),
+    ".adapters.legacy": ("LegacyStrategy",),
+    ".adapters.recorder": ("NoProgressError",),
+    ".core.state": ("save_state", "load_state"),
+    ".dfedcata.strategy": ("DFedCata", "DFedAvg", "DPSGD"),
+    ".fedli.strategy": ("FedLiLS", "FedLiLU", "FedExP", "Scaffold"),
+    ".doadp.strategy": ("DOADP", "DMSGD", "DPDO", "DPDDA", "CPGT"),
+    ".fedmezo.strategy": ("FedMeZO", "LoRAFedAvg"),
+    ".fedmud.strategy": ("FedMUD", "FedLMT", "FedPara", "FedHM"),
+    ".sampling": ("PartitionClientManager",),
+    ".registry": ("MethodSpec", "get_method", "list_methods"),
+})
+__all__ = sorted(_EXPORTS)

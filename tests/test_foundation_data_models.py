@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from flwr_strategies.common import flatten, layout_of, payload_bytes
+from flwr_strategies.adapters.wire import payload_bytes
+from flwr_strategies.decentralized.table import ModelLayout
 from flwr_strategies.simulations.datasets import DataFilesMissing, load_dataset, random_crop_flip, read_idx
 from flwr_strategies.simulations.models import build_model, num_parameters
 
@@ -118,10 +119,10 @@ def test_payload_bytes_and_flatten():
 
     arrays = [np.ones((3, 4), np.float32), np.zeros(7, np.float64), np.arange(5, dtype=np.int64)]
     assert payload_bytes(ndarrays_to_parameters(arrays)) == sum(a.nbytes for a in arrays)
-    vec, layout = flatten(arrays, np.float64)
+    layout = ModelLayout.of(arrays)
+    vec = layout.flatten(arrays, dtype=np.float64)
     back = layout.unflatten(vec)
     assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(arrays, back))
-    assert layout == layout_of(arrays)
     with pytest.raises(ValueError):
         layout.unflatten(vec[:-1])
 

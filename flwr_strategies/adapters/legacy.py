@@ -2,28 +2,19 @@
 
 Every method's legacy strategy is a declaration: a subclass of :class:`LegacyStrategy` that names
 its core and its config dataclasses (see :mod:`flwr_strategies.adapters.method`). The adapter does
-the Flower side once for all of them:
+the Flower side once for all of them: Flower's legacy ``FedAvg`` arguments; each client's
+``partition-id``, asked once and cached, so the core samples and addresses clients by partition,
+never by Flower's random ids (:meth:`LegacyStrategy._proxies`); sampling through the
+``ClientManager`` Flower hands it, with the user's ``criterion`` (:meth:`LegacyStrategy.candidates`);
+the model Flower passes to ``configure_fit`` as the global model (:meth:`LegacyStrategy._global`);
+``FitRes`` replies decoded in one place as read-only views of their bytes (:func:`_decode`);
+central and federated evaluation; the round itself run by the shared
+:class:`~flwr_strategies.adapters.recorder.RoundSession`, recorded in ``self.history``.
 
-- Flower's legacy ``FedAvg`` arguments, with Flower's names, meanings and defaults;
-- client identity: each connected client's ``partition-id`` (asked once with ``get_properties``,
-  cached), so the core samples and addresses clients by partition, never by Flower's random ids;
-  the number of clients is learned from the clients that connect;
-- sampling through the ``ClientManager`` Flower hands the strategy, with the user's ``criterion``:
-  every round asks ``client_manager.sample(num_clients, min_num_clients, criterion)`` for the
-  clients the criterion admits (as Flower's ``FedAvg`` samples), and the method's core chooses the
-  partitions that train among the clients that sample returned (see :meth:`LegacyStrategy.candidates`);
-- the model Flower passes to ``configure_fit`` is the global model: the core is built from it in
-  round 1 and continues from it when a wrapper changed it;
-- ``FitRes`` replies decoded in one place, as read-only views of their bytes (no copies,
-  :mod:`~flwr_strategies.adapters.wire`); a non-OK status is a failure; a reply whose arrays,
-  partition or metrics are wrong is rejected before the core's state changes (``on_bad_reply``).
-  The legacy API's ``Parameters`` carry no names, so the order of a reply's arrays is its layout
-  (as in Flower's legacy FedAvg): arrays returned in another order are rejected where their shapes
-  or dtypes tell, and cannot be told apart where they are equal. The Message API
-  (:class:`~flwr_strategies.adapters.message.MessageStrategy`) reads replies by name;
-- central evaluation (``evaluate_fn``) and federated evaluation (``fraction_evaluate``);
-- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
-  (``self.session``), records in ``self.history``; ``state_dict()`` / ``load_state_dict()`` to resume.
+The legacy API's ``Parameters`` carry no names, so the order of a reply's arrays is its layout
+(as in Flower's legacy FedAvg): arrays returned in another order are rejected where their shapes
+or dtypes tell, and cannot be told apart where they are equal. The Message API
+(:class:`~flwr_strategies.adapters.message.MessageStrategy`) reads replies by name.
 """
 
 from __future__ import annotations
@@ -50,14 +41,14 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.criterion import Criterion
 from flwr.server.strategy import Strategy
 
-from ..common import PARTITION_KEY, payload_bytes
+from ..common import PARTITION_KEY
 from ..core.aggregation import weighted_mean_metrics
 from ..core.messages import Reply, numeric_metrics
 from ..core.validation import Rejection, check_integer, check_number
 from ..sampling import PartitionIdMissing, resolve_partitions
 from .method import CoreFactory, MethodAdapter
 from .recorder import RoundSession, evaluation_sample
-from .wire import NUMPY_STYPE, npy_bytes, npy_view
+from .wire import NUMPY_STYPE, npy_bytes, npy_view, payload_bytes
 
 __all__ = ["LegacyStrategy"]
 

@@ -4,32 +4,21 @@ Every method's Message-API strategy is a declaration: a subclass of :class:`Mess
 names its core and its config dataclasses (see :mod:`flwr_strategies.adapters.method`). It runs on
 Flower's own ``Strategy.start()`` and overrides the hooks only:
 
-- ``configure_train`` receives the grid: in the first round it asks every node for its
-  ``partition-id`` with a ``query.partition`` message (answered by
-  :func:`flwr_strategies.clients.app.partition_query`, one line in a ClientApp), waits until every
-  partition ``0..num-partitions-1`` is connected, and builds the core from the ``arrays`` Flower
-  passes in (after a checkpoint: continues from it). A ClientApp that does not answer gets one
-  warning, and nodes are ordered by node id instead;
-- the ``arrays`` Flower passes to ``configure_train`` are the global model: when a strategy
-  wrapper changed them, a centralized method continues from them (others raise);
-- one ``Message`` per client (its own arrays and config; ``partition-id``, ``server-round`` and
-  the run's ``client-state-key`` (:mod:`flwr_strategies.clients.store`) in the config), with the
-  arrays named like the user's ``state_dict`` when they are the model;
-- replies decoded in one place, as read-only views of their bytes (no copies,
-  :mod:`~flwr_strategies.adapters.wire`): an error reply is a failed client; a reply with the wrong arrays,
-  a missing ``weighted_by_key`` metric, NaN values or a foreign partition is rejected before the
-  core's state changes (``on_bad_reply``);
-- a node that a round found unreachable (no reply before the timeout, or the SuperLink's error
-  reply for it) is left out of later rounds, logged as a failure each round, and re-checked without
-  waiting until it answers again (:mod:`~flwr_strategies.adapters.liveness`);
-- a reply's arrays are read by name, never by position (:func:`reply_names`): a reply that returns
-  as many arrays as it was sent carries the names it was sent (the model's, named like the
-  ``initial_arrays``), any other reply the names ``"0"``, ``"1"``... that ``ArrayRecord(list)``
-  gives. The same names in another order are put back in the order sent, as Flower's FedAvg matches
-  arrays by name; any other names are rejected, naming the expected and the received ones;
-- the round itself run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
-  (``self.session``), records in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes
-  ``start()``'s ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
+- ``configure_train`` learns in round 1 which node holds which partition (:class:`NodeDirectory`),
+  builds the core from the ``arrays`` Flower passes in (the global model: when a strategy wrapper
+  changed them, a centralized method continues from them, others raise), and sends one
+  ``Message`` per client (its arrays, named like the user's ``state_dict`` when they are the model;
+  ``partition-id``, ``server-round`` and the run's ``client-state-key``
+  (:mod:`flwr_strategies.clients.store`) in its config);
+- replies are decoded in one place (:meth:`MessageStrategy._decode`), as read-only views of their
+  bytes, and read by name, never by position (:func:`reply_names`): the names sent in another
+  order are put back in the order sent, as Flower's FedAvg matches arrays by name; any other names
+  are rejected, naming the expected and the received ones;
+- a node found unreachable is left out of later rounds until it answers again
+  (:mod:`~flwr_strategies.adapters.liveness`);
+- the round itself is run by the shared :class:`~flwr_strategies.adapters.recorder.RoundSession`
+  and recorded in ``self.history``; :meth:`MessageStrategy.central_evaluation` makes ``start()``'s
+  ``evaluate_fn`` follow the method (its evaluation rounds, per-peer scores).
 """
 
 from __future__ import annotations

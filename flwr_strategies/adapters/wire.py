@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy
 
-__all__ = ["npy_view", "npy_bytes", "NUMPY_STYPE"]
+__all__ = ["npy_view", "npy_bytes", "payload_bytes", "NUMPY_STYPE"]
 
 #: ``Array.stype`` of an ``.npy`` payload (Flower's ``SType.NUMPY``)
 NUMPY_STYPE = "numpy.ndarray"
@@ -126,3 +126,11 @@ def npy_bytes(array: np.ndarray) -> bytes:
     if data.size == 0:
         return fp.getvalue()
     return fp.getvalue() + data.reshape(-1).view(np.uint8).data
+
+
+def payload_bytes(parameters: Any) -> int:
+    """Bytes of array data carried by ``parameters`` (Flower's ``Parameters``), not counting the
+    ``.npy`` headers: ``sum(a.nbytes for a in arrays)`` exactly, so byte counts can be checked against
+    ``num_params * 4`` for float32 arrays. The header (about 128 bytes of dtype and shape text per
+    array) is left out on purpose: it does not scale with the model."""
+    return 0 if parameters is None else sum(npy_view(t).nbytes for t in parameters.tensors)

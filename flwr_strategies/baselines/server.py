@@ -27,8 +27,8 @@ class FedAvgServer(ServerCore):
     ----------
     initial_arrays : list[np.ndarray]
         Initial global model.
-    config : FedAvgConfig (default: FedAvgConfig())
-        No hyperparameters.
+    config : FedAvgConfig | FedProxConfig | FedAdamConfig | None (default: None)
+        The method's hyperparameters, an instance of :attr:`config_cls` (None: its defaults).
     **kwargs
         :class:`~flwr_strategies.core.server.ServerCore` arguments (num_partitions,
         fraction_train, min_train, seed, on_train_config).
@@ -36,10 +36,12 @@ class FedAvgServer(ServerCore):
 
     #: every reply enters the average with a positive weight, and the new model is checked finite
     aggregate_reveals_nonfinite = True
+    #: The method's config dataclass (``config=None``: its defaults).
+    config_cls: type = FedAvgConfig
 
-    def __init__(self, initial_arrays, *, config: FedAvgConfig | None = None, **kwargs: Any) -> None:
+    def __init__(self, initial_arrays, *, config: Any = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
-        self.config = config if config is not None else FedAvgConfig()
+        self.config = config if config is not None else self.config_cls()
         self.current = [a.copy() for a in self.initial_arrays]
 
     def client_config(self) -> dict[str, Any]:
@@ -91,9 +93,7 @@ class FedProxServer(FedAvgServer):
     ``proximal-mu`` is sent too).
     """
 
-    def __init__(self, initial_arrays, *, config: FedProxConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, **kwargs)
-        self.config = config if config is not None else FedProxConfig()
+    config_cls = FedProxConfig
 
     def client_config(self) -> dict[str, Any]:
         mu = float(self.config.proximal_mu)
@@ -105,9 +105,10 @@ class FedAdamServer(FedAvgServer):
     (Flower's legacy ``FedAdam`` arithmetic, bias-corrected step ``eta_norm``). The new model is
     cast back to the model's dtype (Flower's returns float64 for a float32 model under NumPy 2)."""
 
-    def __init__(self, initial_arrays, *, config: FedAdamConfig | None = None, **kwargs: Any) -> None:
+    config_cls = FedAdamConfig
+
+    def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
-        self.config = config if config is not None else FedAdamConfig()
         self.m_t: list[np.ndarray] | None = None
         self.v_t: list[np.ndarray] | None = None
 

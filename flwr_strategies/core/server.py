@@ -67,17 +67,6 @@ class RoundResult(dict):
     clipped: list[tuple[int, int, int]]
 
 
-def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
-    """``arrays`` as a list after checking they match ``like`` (count, shapes, dtypes) and are finite."""
-    out = [np.asarray(a) for a in arrays]
-    if len(out) != len(like):
-        raise ValueError(f"{what} has {len(out)} arrays, the model has {len(like)}")
-    for j, (a, b) in enumerate(zip(out, like)):
-        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
-            raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
-    return _check_arrays(out, what)
-
-
 def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
     """``arrays`` as a list after checking it is not empty and every array is finite."""
     out = [np.asarray(a) for a in arrays]
@@ -87,6 +76,17 @@ def _check_arrays(arrays: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
     if problem is not None:
         raise ValueError(f"{what}: {problem}")
     return out
+
+
+def check_model_arrays(arrays: Sequence[np.ndarray], like: Sequence[np.ndarray], what: str) -> list[np.ndarray]:
+    """``arrays`` as a list after checking they match ``like`` (count, shapes, dtypes) and are finite."""
+    out = [np.asarray(a) for a in arrays]
+    if len(out) != len(like):
+        raise ValueError(f"{what} has {len(out)} arrays, the model has {len(like)}")
+    for j, (a, b) in enumerate(zip(out, like)):
+        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+            raise ValueError(f"{what}: array {j} is {a.dtype} {a.shape}, the model's is {np.asarray(b).dtype} {np.shape(b)}")
+    return _check_arrays(out, what)
 
 
 class ServerCore(ABC):

@@ -181,9 +181,7 @@ def check_max_num_examples(value: Any, name: str = "max_num_examples") -> int | 
     """
     if value is None:
         return None
-    if is_int(value):
-        if value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, a {{partition_id: bound}} mapping or None, got {value!r}")
+    if is_int(value) and value >= 1:
         return int(value)
     if isinstance(value, Mapping):
         for pid, bound in value.items():
@@ -293,7 +291,7 @@ def check_reply(
         if key not in reply.metrics:
             return f"metric '{key}' is missing (is the client running the matching method?)"
         value = reply.metrics[key]
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if not is_real(value):
             return f"metric '{key}' = {value!r} is not a number"
         if not math.isfinite(float(value)):
             return f"metric '{key}' = {value!r} is not finite"
@@ -387,9 +385,7 @@ DIVERGED_LOSS_RATIO = 1e4
 
 def _train_loss(reply: Reply) -> float | None:
     value = reply.metrics.get(TRAIN_LOSS_KEY) if isinstance(reply.metrics, dict) else None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return None
-    return float(value)
+    return float(value) if is_real(value) else None
 
 
 def diverged_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejection]]:

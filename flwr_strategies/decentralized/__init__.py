@@ -34,8 +34,7 @@ Adapters
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".consensus": ("consensus_distance", "network_average"),
     ".mixing": ("MixingError", "is_connected", "is_doubly_stochastic", "mix", "mix_row", "mixing_matrix",
                 "restrict_to_alive", "second_eigenvalue_modulus", "spectral_gap", "validate_mixing"),
@@ -43,14 +42,5 @@ _EXPORTS = {name: module for module, names in {
     ".table": ("ModelLayout", "ModelTable"),
     ".topology": ("TOPOLOGIES", "Topology", "canonical_topology", "round_rng"),
     ".server": ("DecentralizedCore", "GossipCore", "PeerFailure"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "Topology", "canonical_topology", "TOPOLOGIES", "round_rng",
-    "MixingError", "mixing_matrix", "validate_mixing", "is_doubly_stochastic", "second_eigenvalue_modulus",
-    "spectral_gap", "is_connected", "mix", "mix_row", "restrict_to_alive",
-    "ModelLayout", "ModelTable", "network_average", "consensus_distance", "GraphConfig",
-    "DecentralizedCore", "GossipCore", "PeerFailure",
-]
+})
+__all__ = sorted(_EXPORTS)

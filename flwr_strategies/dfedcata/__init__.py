@@ -13,14 +13,9 @@
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".config": ("CODE_OPTIONS", "DFedCataConfig", "LocalRuleConfig"),
     ".extrapolation": ("extrapolate",),
     ".params": ("ANCHORS", "lr_at_round", "validate_dfedcata"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = ["extrapolate", "validate_dfedcata", "lr_at_round", "ANCHORS", "DFedCataConfig", "LocalRuleConfig",
-           "CODE_OPTIONS"]
+})
+__all__ = sorted(_EXPORTS)

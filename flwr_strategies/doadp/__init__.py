@@ -22,8 +22,7 @@ Privacy accounting lives in :mod:`flwr_strategies.privacy`; the client side in
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".algorithm": ("AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes",
                    "reconcile"),
     ".clipping": ("clip_per_sample",),
@@ -31,13 +30,5 @@ _EXPORTS = {name: module for module, names in {
     ".rng": ("activation_coin", "agent_generator", "draw_batch"),
     ".simulator": ("DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp"),
     ".sparsify": ("densify", "rand_k", "top_k", "top_k_dense", "top_k_indices"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes", "reconcile",
-    "clip_per_sample", "CPGTConfig", "DMSGDConfig", "DOADPConfig", "DPDDAConfig", "DPDOConfig",
-    "activation_coin", "agent_generator", "draw_batch", "DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp",
-    "densify", "rand_k", "top_k", "top_k_dense", "top_k_indices",
-]
+})
+__all__ = sorted(_EXPORTS)

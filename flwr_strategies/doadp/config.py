@@ -11,12 +11,13 @@ Every config is a frozen dataclass that validates itself on construction: an imp
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from dataclasses import asdict, dataclass
 
 from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
+from ..privacy.validation import check_positive_int as _int
+from ..privacy.validation import check_real as _real
 from .clipping import CLIP_MODES
 
 _PAPER_VI = "paper: Sec. VI-A and VI-B"
@@ -47,23 +48,6 @@ CALIBRATIONS = ("theorem1", "accountant")
 STEP_NOISE_BOUND = 2.0
 PUBLIC_COPIES = ("zero", "x0")
 MSG_DTYPES = ("float32", "float64")
-
-
-def _real(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {name}={value!r}")
-    v = float(value)
-    if math.isnan(v):
-        raise ValueError(f"{name} must not be NaN, got {name}={value!r}")
-    return v
-
-
-def _int(value, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value!r}")
-    return int(value)
 
 
 def _open01(value, name: str) -> float:

@@ -20,8 +20,7 @@ Baselines: FedExP (Jhunjhunwala, Wang, Joshi, ICLR 2023), SCAFFOLD (Karimireddy 
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".aggregation": ("aggregate_delta", "aggregation_weights", "check_finite_arrays", "function_sync",
                      "weighted_average"),
     ".armijo": ("ArmijoConfig", "ArmijoStepResult", "armijo_step", "reset_step_size"),
@@ -34,41 +33,5 @@ _EXPORTS = {name: module for module, names in {
                   "scaffold_server_update"),
     ".server": ("FedExPServer", "FedLiLSServer", "FedLiLUServer", "ScaffoldServer"),
     ".server_ls": ("gd_server_step", "step_size_sync"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "ArmijoConfig",
-    "ArmijoSGD",
-    "ArmijoStepResult",
-    "DFWConfig",
-    "DFWServerStep",
-    "DFW_PRESETS",
-    "FedExPConfig",
-    "FedExPServer",
-    "FedLiLSConfig",
-    "FedLiLSServer",
-    "FedLiLUConfig",
-    "FedLiLUServer",
-    "ScaffoldConfig",
-    "ScaffoldCorrection",
-    "ScaffoldServer",
-    "aggregate_delta",
-    "aggregation_weights",
-    "armijo_local_train",
-    "armijo_step",
-    "check_finite_arrays",
-    "dfw_gamma",
-    "dfw_step",
-    "fedexp_server_step",
-    "fedexp_step_size",
-    "function_sync",
-    "gd_server_step",
-    "make_closure",
-    "reset_step_size",
-    "scaffold_client_control_update",
-    "scaffold_local_sgd",
-    "scaffold_server_update",
-    "step_size_sync",
-]
+})
+__all__ = sorted(_EXPORTS)

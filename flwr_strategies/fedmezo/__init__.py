@@ -22,34 +22,12 @@ The client pieces (the ``MeZO`` optimizer, payload helpers, ready-made clients) 
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".config": ("FedMeZOConfig", "LoRAFedAvgConfig"),
     ".engine": ("MeZOEngine", "StepResult", "trainable_named_params"),
     ".lr_rules": ("PersonalisedLR", "normalise_signals", "personalised_lrs"),
     ".replay": ("decode_pairs", "encode_pairs", "replay_updates"),
     ".server": ("FedMeZOServer", "LoRAFedAvgServer", "lora_positions"),
     ".zseed": ("derive_seed", "make_generator", "z_like"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "FedMeZOConfig",
-    "LoRAFedAvgConfig",
-    "FedMeZOServer",
-    "LoRAFedAvgServer",
-    "lora_positions",
-    "MeZOEngine",
-    "StepResult",
-    "trainable_named_params",
-    "PersonalisedLR",
-    "normalise_signals",
-    "personalised_lrs",
-    "encode_pairs",
-    "decode_pairs",
-    "replay_updates",
-    "derive_seed",
-    "make_generator",
-    "z_like",
-]
+})
+__all__ = sorted(_EXPORTS)

@@ -15,8 +15,7 @@ The client pieces are in :mod:`flwr_strategies.clients.fedmud`.
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".aggregation": ("aggregation_weights", "weighted_mean"),
     ".baselines": ("BASELINE_SCHEMES", "svd_factors"),
     ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "METHOD_OPTIONS", "VARIANTS", "FedMUDConfig", "MUDOptions"),
@@ -29,15 +28,5 @@ _EXPORTS = {name: module for module, names in {
     ".sizing": ("LayerPlan", "ModelPlan", "UnreachableRatioError", "compressible_layers", "layer_view",
                 "plan_at_rho", "plan_model", "smallest_reachable_ratio", "validate_ratio"),
     ".wrap": ("DecomposedModel", "default_init_scale"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "BASELINE_SCHEMES", "DEFAULT_INIT_SCALE", "DecomposedModel", "FedMUDConfig", "FedMUDServer", "FedMUDStateError",
-    "LayerPlan", "METHOD_CONFIGS", "METHOD_OPTIONS", "MUDClientCore", "MUDOptions", "ModelPlan",
-    "UnreachableRatioError", "UpdateDecomposition", "VARIANTS", "aggregation_weights", "batched_kron", "bkd_blocks",
-    "bkd_delta", "bkd_side", "compressible_layers", "default_init_scale", "draw_factor", "factor_generator",
-    "is_push_round", "layer_view", "plan_at_rho", "plan_for_config", "plan_model", "smallest_reachable_ratio",
-    "svd_factors", "validate_ratio", "validate_reset_interval", "weighted_mean",
-]
+})
+__all__ = sorted(_EXPORTS)

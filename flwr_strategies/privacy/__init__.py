@@ -16,8 +16,7 @@
 
 from .. import lazy_exports
 
-#: Exported names and their modules, imported on first use (importing the package stays cheap).
-_EXPORTS = {name: module for module, names in {
+__getattr__, _EXPORTS = lazy_exports(__name__, {
     ".accountant": ("RDP_ORDERS", "SAMPLINGS", "GaussianSteps", "accountant_for", "calibrate_sigma",
                     "certified_epsilon", "composed_certified_epsilon"),
     ".crosscheck": ("doadp_crosscheck", "subsampled_gaussian_epsilon"),
@@ -26,34 +25,5 @@ _EXPORTS = {name: module for module, names in {
     ".doadp_accountant": ("PrivacyReport", "comm_rate", "doadp_privacy", "doadp_sigma", "doadp_sigma_components",
                           "noise_variance_ratio", "spent_epsilon"),
     ".laplace": ("calibrate_laplace_b0", "geometric_laplace_epsilon", "geometric_laplace_scale", "pure_dp_epsilon"),
-}.items() for name in names}
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "AmplifiedAccountant",
-    "AmplifiedPrivacyConfig",
-    "GaussianSteps",
-    "PrivacyReport",
-    "RDP_ORDERS",
-    "SAMPLINGS",
-    "accountant_for",
-    "calibrate_laplace_b0",
-    "calibrate_sigma",
-    "check_budget",
-    "certified_epsilon",
-    "comm_rate",
-    "composed_certified_epsilon",
-    "doadp_crosscheck",
-    "doadp_event",
-    "doadp_privacy",
-    "doadp_sigma",
-    "doadp_sigma_components",
-    "geometric_laplace_epsilon",
-    "geometric_laplace_scale",
-    "noise_variance_ratio",
-    "privacy_config_for",
-    "pure_dp_epsilon",
-    "spent_epsilon",
-    "subsampled_gaussian_epsilon",
-]
+})
+__all__ = sorted(_EXPORTS)

@@ -44,9 +44,7 @@ bound, never below what it certifies:
   the noise, where Poisson sampling under the PLD accountant certifies 0.00056 for the same noise), and
   each side has its own optimum, often at 256 itself (0.0264 at order 256, 10.7 at 257 for sigma 21.15,
   b = 8, q = 1,000, T = 1,500; a search that jumped from 128 to 362 reported 0.0294). So each side is
-  searched on its own: :data:`RDP_ORDERS` (ratio 2^(1/4), 256 included), the upper side extended
-  geometrically while its best order is the largest (up to :data:`RDP_MAX_ORDER`), then the best order
-  of each side refined between its neighbours down to integer orders.
+  searched on its own (:func:`_rdp_epsilon`).
 * PLD: the pessimistic PLD rounds every privacy-loss value up to its grid, which inflates a small
   epsilon by far more than its own size (0.0275 instead of 0.00056 at the setting above with a grid
   of 1e-3). The grid is refined until it is at most :data:`PLD_RELATIVE_GRID` times the epsilon.
@@ -83,10 +81,8 @@ PLD_MIN_DISCRETIZATION = 1e-8
 #: needs gigabytes); a target that would allow less noise gets this much (still certified).
 MIN_NOISE_MULTIPLIER = 0.25
 #: First RDP orders tried: fractional below 12 (the best orders of large epsilons), integers above, then a
-#: geometric grid of ratio 2^(1/4) up to 4,096 that holds 256. dp_accounting's bound for sampling without
-#: replacement changes form above order 256 (exact Theorem 27 of Wang, Balle and Kasiviswanathan up to 256, a
-#: much looser closed form above, e.g. epsilon 0.0264 at order 256 and 10.7 at 257), so 256 itself is always
-#: tried and the search refines each side of it separately (:data:`RDP_EXACT_MAX_ORDER`).
+#: geometric grid of ratio 2^(1/4) up to 4,096 that holds 256, where dp_accounting's bound changes form
+#: (:data:`RDP_EXACT_MAX_ORDER`, see the module doc).
 RDP_ORDERS = (1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56,
               64, 76, 90, 108, 128, 152, 181, 215, 256, 304, 362, 431, 512, 609, 724, 861, 1024, 1218, 1448,
               1722, 2048, 2435, 2896, 3444, 4096)
@@ -308,10 +304,7 @@ def certified_epsilon(mechanism: GaussianSteps, steps: int, delta: float) -> flo
     ``steps = 0`` gives 0 (nothing released). Uses the accountant of the mechanism's sampling
     scheme (RDP for uniform, PLD for Poisson), replace-one adjacency.
     """
-    delta = check_delta(delta, name="delta")
-    if int(steps) == 0:
-        return 0.0
-    return _certified(mechanism, int(steps), float(delta))
+    return composed_certified_epsilon([(mechanism, steps)], delta)
 
 
 @lru_cache(maxsize=4096)

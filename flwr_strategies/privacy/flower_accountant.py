@@ -45,6 +45,7 @@ from .accountant import (
     _rdp_at,
     _rdp_epsilon,
 )
+from .validation import check_delta, check_positive_int
 
 __all__ = ["AmplifiedAccountant", "AmplifiedPrivacyConfig", "check_budget", "doadp_event", "privacy_config_for"]
 
@@ -129,7 +130,7 @@ class AmplifiedAccountant:
         the event (DO-ADP: ``p``, ``k_frac``, ``clip``, ``sigma``, ``batch_size``, ``dataset_size``),
         kept in the ledger and named in :meth:`get_privacy_spent`; it changes no number."""
         self._check_event(event)
-        _check_count(count)
+        check_positive_int(count, "count")
         note = {str(k): float(v) for k, v in (ran or {}).items()}
         if self._compositions and self._compositions[-1][0] == event and self._compositions[-1][2] == note:
             last = self._compositions[-1]
@@ -139,7 +140,7 @@ class AmplifiedAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         """Cumulative epsilon at ``delta`` (0 before any release)."""
-        _check_delta(delta)
+        check_delta(delta, name="delta")
         return self._epsilon(self._pairs(), float(delta))[0]
 
     def get_delta(self, epsilon: float) -> float:
@@ -167,7 +168,7 @@ class AmplifiedAccountant:
         releases, the accounting method (the mechanism, dp_accounting's accountant, the sampling, the
         adjacency, and what ran without credit) and, for RDP, the order that gives the epsilon."""
         delta = self._config.target_delta if delta is None else delta
-        _check_delta(delta)
+        check_delta(delta, name="delta")
         eps, order = self._epsilon(self._pairs(), float(delta))
         return PrivacySpent(epsilon=eps, delta=float(delta), num_releases=self.num_releases,
                             accounting_method=self.accounting_method, optimal_order=order)
@@ -176,7 +177,7 @@ class AmplifiedAccountant:
         """Whether composing ``count`` releases ``event`` would take the epsilon at ``config.target_delta``
         above ``max_epsilon`` (default: ``config.max_epsilon``). Changes nothing."""
         self._check_event(event)
-        _check_count(count)
+        check_positive_int(count, "count")
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be supplied either in PrivacyConfig or to would_exceed().")
@@ -228,7 +229,7 @@ class AmplifiedAccountant:
                 event = GaussianPrivacyEvent(noise_multiplier=float(e["noise_multiplier"]),
                                              sample_size=e["sample_size"], population_size=e["population_size"])
                 self._check_event(event)
-                _check_count(item["count"])
+                check_positive_int(item["count"], "count")
                 restored.append((event, int(item["count"]), {str(k): float(v) for k, v in item["ran"].items()}))
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f"accountant state holds an invalid composition: {err!r}") from err
@@ -321,14 +322,3 @@ def check_budget(accountant: Any, event: GaussianPrivacyEvent, what: str, count:
         f"{spent.num_releases} releases is epsilon={spent.epsilon:.6g} ({spent.accounting_method}); the run "
         "stops before releasing it"
     )
-
-
-def _check_count(count: Any) -> None:
-    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-        raise ValueError(f"count must be a positive integer, got count={count!r}")
-
-
-def _check_delta(delta: Any) -> None:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta) \
-            or not 0 < delta < 1:
-        raise ValueError(f"delta must be finite and strictly between 0 and 1, got delta={delta!r}")

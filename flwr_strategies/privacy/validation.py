@@ -12,7 +12,7 @@ import numbers
 
 def check_epsilon(epsilon: float, *, name: str = "epsilon", upper: float | None = 1.0) -> float:
     """Return ``epsilon`` as float; raise unless ``0 < epsilon <= upper`` (``upper=None``: no upper bound)."""
-    eps = _as_float(epsilon, name)
+    eps = check_real(epsilon, name)
     if not eps > 0.0:
         raise ValueError(f"{name} must be positive, got {name}={epsilon!r}")
     if upper is not None and eps > upper:
@@ -25,7 +25,7 @@ def check_epsilon(epsilon: float, *, name: str = "epsilon", upper: float | None 
 
 def check_delta(delta: float, *, name: str = "delta0") -> float:
     """Return ``delta`` as float; raise unless ``0 < delta < 1``."""
-    d = _as_float(delta, name)
+    d = check_real(delta, name)
     if not 0.0 < d < 1.0:
         raise ValueError(f"{name} must lie in the open interval (0, 1), got {name}={delta!r}")
     return d
@@ -37,14 +37,12 @@ def check_activation(p: float, *, allow_low_p: bool = False, name: str = "p") ->
     With ``allow_low_p=True`` any ``0 < p <= 1`` is accepted (the privacy chain holds for every p;
     only DO-ADP's convergence proof needs ``p >= 1/2``; DP-DDA's node sampling uses e.g. 0.24).
     """
-    pf = _as_float(p, name)
-    low = 0.0 if allow_low_p else 0.5
+    pf = check_real(p, name)
     ok = (0.0 < pf <= 1.0) if allow_low_p else (0.5 <= pf <= 1.0)
     if not ok:
         interval = "(0, 1]" if allow_low_p else "[1/2, 1]"
         hint = "" if allow_low_p else " (pass allow_low_p=True to accept 0 < p < 1/2)"
         raise ValueError(f"{name} must lie in {interval}, got {name}={p!r}{hint}")
-    del low
     return pf
 
 
@@ -60,7 +58,7 @@ def check_k(k: int, d: int) -> tuple[int, int]:
 
 def check_clip(G: float, *, name: str = "G") -> float:
     """Return the clipping bound; raise unless it is positive and finite."""
-    g = _as_float(G, name)
+    g = check_real(G, name)
     if not (g > 0.0 and math.isfinite(g)):
         raise ValueError(f"clip bound {name} must be positive and finite, got {name}={G!r}")
     return g
@@ -75,10 +73,11 @@ def check_positive_int(value: int, name: str) -> int:
     return int(value)
 
 
-def _as_float(value, name: str) -> float:
+def check_real(value, name: str) -> float:
+    """Return ``value`` as float; raise unless it is a real number (not a bool) other than NaN."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {name}={value!r}")
     v = float(value)
     if math.isnan(v):
-        raise ValueError(f"{name} must not be NaN")
+        raise ValueError(f"{name} must not be NaN, got {name}={value!r}")
     return v
