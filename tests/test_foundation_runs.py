@@ -132,7 +132,7 @@ def test_cli_compare_writes_table_and_plot(tmp_path):
     assert (tmp_path / "fedavg" / "results.json").exists()
 
 
-def test_gpu_flags_are_validated_and_reach_ray_resources():
+def test_gpu_flags_are_validated_and_reach_ray_resources(capsys):
     import torch
 
     from flwr_strategies.simulations.backends import federation_config
@@ -146,7 +146,8 @@ def test_gpu_flags_are_validated_and_reach_ray_resources():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             _cfg(device="cuda").validate()
-    out = _cli("run", "--method", "fedavg", "--device", "cuda:0", "--client-gpus", "0.5", "--rounds", "1", "--quiet")
+    out = _cli_here(capsys, "run", "--method", "fedavg", "--device", "cuda:0", "--client-gpus", "0.5", "--rounds", "1",
+                    "--quiet")
     if not torch.cuda.is_available():
         assert out.returncode == 2 and "CUDA is not available" in out.stderr
 
