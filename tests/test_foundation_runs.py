@@ -94,18 +94,32 @@ def _cli(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "flwr_strategies.simulations", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_cli_list_and_errors(tmp_path):
-    out = _cli("list")
+def _cli_here(capsys, *args) -> subprocess.CompletedProcess:
+    """``_cli`` in this process: what ``python -m flwr_strategies.simulations`` runs (``sys.exit(main(args))``),
+    without the seconds a new interpreter takes to import torch and Flower."""
+    from flwr_strategies.simulations.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as stop:  # argparse's errors
+        code = stop.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+def test_cli_list_and_errors(tmp_path, capsys):
+    out = _cli("list")  # the real entry point once
     assert out.returncode == 0
     for word in ("fedavg", "fedprox", "fedadam", "digits", "mnist", "quickstart"):
         assert word in out.stdout
-    bad = _cli("run", "--method", "nope", "--quiet")
+    bad = _cli_here(capsys, "run", "--method", "nope", "--quiet")
     assert bad.returncode == 2 and "valid methods" in bad.stderr
-    bad = _cli("run", "--method", "fedprox", "--set", "mu=1", "--quiet")
+    bad = _cli_here(capsys, "run", "--method", "fedprox", "--set", "mu=1", "--quiet")
     assert bad.returncode == 2 and "no parameter 'mu'" in bad.stderr
-    bad = _cli("run", "--method", "fedavg", "--dataset", "mnist", "--data-dir", str(tmp_path), "--quiet")
+    bad = _cli_here(capsys, "run", "--method", "fedavg", "--dataset", "mnist", "--data-dir", str(tmp_path), "--quiet")
     assert bad.returncode == 2 and "t10k-images-idx3-ubyte" in bad.stderr
-    bad = _cli("compare", "--preset", "nope")
+    bad = _cli_here(capsys, "compare", "--preset", "nope")
     assert bad.returncode == 2 and "valid presets" in bad.stderr
 
 
@@ -118,7 +132,7 @@ def test_cli_compare_writes_table_and_plot(tmp_path):
     assert (tmp_path / "fedavg" / "results.json").exists()
 
 
-def test_gpu_flags_are_validated_and_reach_ray_resources():
+def test_gpu_flags_are_validated_and_reach_ray_resources(capsys):
     import torch
 
     from flwr_strategies.simulations.backends import federation_config
@@ -132,7 +146,8 @@ def test_gpu_flags_are_validated_and_reach_ray_resources():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             _cfg(device="cuda").validate()
-    out = _cli("run", "--method", "fedavg", "--device", "cuda:0", "--client-gpus", "0.5", "--rounds", "1", "--quiet")
+    out = _cli_here(capsys, "run", "--method", "fedavg", "--device", "cuda:0", "--client-gpus", "0.5", "--rounds", "1",
+                    "--quiet")
     if not torch.cuda.is_available():
         assert out.returncode == 2 and "CUDA is not available" in out.stderr
 

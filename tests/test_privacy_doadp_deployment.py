@@ -227,10 +227,12 @@ def test_node_config_seed_is_honoured_and_the_server_cannot_regenerate_noise(dep
 
 def test_a_server_asking_for_less_noise_than_the_nodes_budget_is_refused(deployment, tmp_path):
     # the run config is the server's: it targets epsilon 20, so its sigma is below what each node's
-    # own budget (epsilon 1 over 2 rounds, its node config) needs; every node refuses every round
+    # own budget (epsilon 1 over 2 rounds, its node config) needs; every node refuses every round. One
+    # round shows it (each refused round cost about 60 s on two loaded cores: a ClientApp process per node)
     out = tmp_path / "weak"
-    res = deployment.flwr_run(ROOT, {**RUN_CONFIG, "set": "p=0.7,eval_every=1,epsilon=20,calibration=accountant",
-                                     "out-dir": str(out)}, timeout=RUN_TIMEOUT_S)
+    res = deployment.flwr_run(ROOT, {**RUN_CONFIG, "num-server-rounds": 1, "out-dir": str(out),
+                                     "set": "p=0.7,eval_every=1,epsilon=20,calibration=accountant"},
+                              timeout=RUN_TIMEOUT_S)
     log = f"{res.stdout}\n{res.stderr}\n{deployment.all_logs(20000)}"
     assert "DO-ADP client refuses the round: the server's sigma=" in log, log[-4000:]
     assert "its own budget needs sigma >= " in log, log[-4000:]
