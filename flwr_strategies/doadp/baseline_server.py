@@ -42,22 +42,10 @@ class _BaselineServer(PublicTableCore):
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
                          dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
                          eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
-        self._round_W: tuple[int, Any] = (-1, None)
 
     def batch_config(self) -> dict[str, Any]:
         return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
                 "bl_sampling": getattr(self.config, "sampling", "uniform")}
-
-    def mixing_of(self, server_round: int, partition_ids: list[int] | None = None):
-        """The round's W over the agents taking part (set by ``configure_train``)."""
-        if partition_ids is not None:
-            self._round_W = (int(server_round), self.round_mixing(partition_ids))
-        return self._round_W[1] if self._round_W[0] == int(server_round) else self.W
-
-    def p2p_links(self, server_round: int, pids) -> int:
-        """Links the broadcasts of ``pids`` travel this round."""
-        degrees = np.diff(self.mixing_of(server_round).indptr) - 1
-        return int(sum(int(degrees[p]) for p in pids))
 
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)
@@ -71,6 +59,24 @@ class _BaselineServer(PublicTableCore):
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._dense(server_round, reply)
+
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Fold the round's checked replies into the method's tables; returns the method's metrics."""
+        raise NotImplementedError
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
+        raise NotImplementedError
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
+        metrics = self.apply(server_round, replies)
+        self.q_ran = q
+        self.commit_reports(server_round, replies, self.message_arrays)
+        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
+        if self.should_evaluate(server_round):
+            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
+        return metrics
 
 
 class _LaplaceServer(_BaselineServer):
@@ -182,19 +188,15 @@ class DPDOServer(_LaplaceServer):
         return [Instruction(pid, [Z[pid]] if self.started[pid] else [self.x0],
                             {**cfg, "bl_init": int(not self.started[pid])}, model_layout=False) for pid in partition_ids]
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         for pid, y in rows.items():
             self.Y[pid] = y
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics: dict[str, Any] = {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
-                                   **self.noise_metrics(server_round),
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.spent(server_round), dp_delta=0.0, dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
+                **self.noise_metrics(server_round)}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"dp_epsilon": self.spent(server_round), "dp_delta": 0.0}
 
     def public_model(self) -> np.ndarray:
         return self.Y.mean(axis=0)
@@ -210,9 +212,7 @@ class DPDOServer(_LaplaceServer):
         return {"Y": self.Y.copy(), **self.laplace_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        Y = np.array(state["Y"], dtype=np.float64)
-        if Y.shape != (self.n, self.d):
-            raise ValueError(f"checkpoint table 'Y' has shape {Y.shape}, expected {(self.n, self.d)}")
+        Y = self.table_of(state, "Y")
         self.load_laplace_state(state)
         self.Y = Y
 
@@ -274,23 +274,18 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         return [Instruction(pid, [M[pid]] + self.start_arrays(pid), {**cfg, "bl_init": int(not self.started[pid])},
                             model_layout=False) for pid in partition_ids]
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         sampled = [r.partition_id for r in replies if int(r.metrics.get("dpdda_sampled", 0))]
         for pid, z in rows.items():
             self.Z[pid] = z
         self.sampled_steps[sampled] += 1
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics: dict[str, Any] = {"sampled": len(sampled), "sigma": self.sigma, "beta0": self.beta0,
-                                   "step_noise_norm": self.sigma * math.sqrt(self.d) / self.beta0,
-                                   "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.epsilon_at(server_round), dp_delta=self.config.delta,
-                           dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"sampled": len(sampled), "sigma": self.sigma, "beta0": self.beta0,
+                "step_noise_norm": self.sigma * math.sqrt(self.d) / self.beta0,
+                "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"dp_epsilon": self.epsilon_at(server_round), "dp_delta": self.config.delta}
 
     def public_model(self) -> np.ndarray:
         r = self.server_round
@@ -310,9 +305,7 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
                 "accountant": self.ledger_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        Z = np.array(state["Z"], dtype=np.float64)
-        if Z.shape != (self.n, self.d):
-            raise ValueError(f"checkpoint table 'Z' has shape {Z.shape}, expected {(self.n, self.d)}")
+        Z = self.table_of(state, "Z")
         if "accountant" not in state:
             raise ValueError("checkpoint carries no privacy accountant: the steps it ran cannot be accounted")
         self.load_peer_state(state["peer"])
@@ -398,20 +391,15 @@ class CPGTServer(_LaplaceServer):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._messages(server_round, reply)
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if replies:  # a round with no valid reply leaves every table as it was
             self._absorb(server_round, replies)
-        self.q_ran = q
-        metrics: dict[str, Any] = {"broadcasts": len(replies),
-                                   "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies])
-                                   * 2 * self.k * 16,
-                                   **self.noise_metrics(server_round),
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(epsilon_heuristic=self.epsilon_at(server_round), dp_certified=0,
-                           dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"broadcasts": len(replies),
+                "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies]) * 2 * self.k * 16,
+                **self.noise_metrics(server_round)}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"epsilon_heuristic": self.epsilon_at(server_round), "dp_certified": 0}
 
     def _absorb(self, server_round: int, replies: list[Reply]) -> None:
         Q = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
@@ -427,7 +415,6 @@ class CPGTServer(_LaplaceServer):
             new[v] = (hat, mix(W, hat), (1.0 - a) * self.H[v] + a * hat)
         self.completion = [new["x"][0], new["x"][1], new["y"][0], new["y"][1]]
         self.H = {v: new[v][2] for v in ("x", "y")}
-        self.commit_reports(server_round, replies, self.message_arrays)
 
     def public_model(self) -> np.ndarray:
         return self.H["x"].mean(axis=0)
@@ -445,9 +432,7 @@ class CPGTServer(_LaplaceServer):
         return out
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        H = {"x": np.array(state["Hx"], dtype=np.float64), "y": np.array(state["Hy"], dtype=np.float64)}
-        if any(h.shape != (self.n, self.d) for h in H.values()):
-            raise ValueError(f"checkpoint tables 'Hx'/'Hy' must have shape {(self.n, self.d)}")
+        H = {"x": self.table_of(state, "Hx"), "y": self.table_of(state, "Hy")}
         self.load_laplace_state(state)
         self.H = H
         self.completion = [np.array(a) for a in state["completion"]] if "completion" in state else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
@@ -66,39 +66,30 @@ def _int(value, name: str, low: int = 1) -> int:
     return int(value)
 
 
-def _open01(value, name: str) -> float:
+#: The ranges of the real-valued settings: name -> (test, requirement in the error message).
+_RANGES = {
+    "(0, 1)": (lambda v: 0.0 < v < 1.0, "lie in the open interval (0, 1)"),
+    "(0, 1]": (lambda v: 0.0 < v <= 1.0, "lie in (0, 1]"),
+    "[0, 1)": (lambda v: 0.0 <= v < 1.0, "lie in [0, 1)"),
+    "> 0": (lambda v: v > 0.0 and math.isfinite(v), "be positive and finite"),
+    ">= 0": (lambda v: v >= 0.0 and math.isfinite(v), "be finite and >= 0"),
+}
+
+
+def _in(value, name: str, interval: str) -> float:
+    """``value`` as a float; raises naming the setting unless it is a real number in ``interval`` (of _RANGES)."""
+    ok, requirement = _RANGES[interval]
     v = _real(value, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {name}={value!r}")
+    if not ok(v):
+        raise ValueError(f"{name} must {requirement}, got {name}={value!r}")
     return v
 
 
-def _half_open01(value, name: str) -> float:
-    v = _real(value, name)
-    if not 0.0 < v <= 1.0:
-        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
-    return v
-
-
-def _positive(value, name: str) -> float:
-    v = _real(value, name)
-    if not (v > 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be positive and finite, got {name}={value!r}")
-    return v
-
-
-def _nonneg(value, name: str) -> float:
-    v = _real(value, name)
-    if not (v >= 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
-    return v
-
-
-def _momentum(value, name: str) -> float:
-    v = _real(value, name)
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {name}={value!r}")
-    return v
+def _decays(rs, rn) -> None:
+    """The step and noise decays of the Laplace baselines: ``0 < rs < rn <= 1``."""
+    low, high = _real(rs, "rs"), _real(rn, "rn")
+    if not 0.0 < low < high <= 1.0:
+        raise ValueError(f"need 0 < rs < rn <= 1, got rs={rs!r}, rn={rn!r}")
 
 
 def _choice(value, name: str, choices) -> str:
@@ -117,7 +108,7 @@ def auto_step(noise_norm_per_unit_step: float, step_noise_norm: float) -> float:
 
 
 def _step_noise(value) -> float:
-    v = _positive(value, "step_noise_norm")
+    v = _in(value, "step_noise_norm", "> 0")
     if v >= STEP_NOISE_BOUND:
         raise ValueError(f"step_noise_norm must lie below the divergence bound {STEP_NOISE_BOUND:g} "
                          f"(python -m simulations bench doadp_stepsize), got step_noise_norm={value!r}")
@@ -220,22 +211,22 @@ class DOADPConfig:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def __post_init__(self) -> None:
-        eps = _positive(self.epsilon, "epsilon")
+        eps = _in(self.epsilon, "epsilon", "> 0")
         _step_noise(self.step_noise_norm)
-        _open01(self.delta, "delta")
-        p = _half_open01(self.p, "p")
+        _in(self.delta, "delta", "(0, 1)")
+        p = _in(self.p, "p", "(0, 1]")
         if p < 0.5 and not self.allow_low_p:
             raise ValueError(f"p must lie in [1/2, 1] (pass allow_low_p=True to accept 0 < p < 1/2), got p={self.p!r}")
-        _half_open01(self.k_frac, "k_frac")
-        _positive(self.gamma, "gamma")
-        _momentum(self.beta, "beta")
-        _positive(self.clip, "clip")
+        _in(self.k_frac, "k_frac", "(0, 1]")
+        _in(self.gamma, "gamma", "> 0")
+        _in(self.beta, "beta", "[0, 1)")
+        _in(self.clip, "clip", "> 0")
         _choice(self.clip_mode, "clip_mode", CLIP_MODES)
         _choice(self.sampling, "sampling", SAMPLINGS)
         _choice(self.calibration, "calibration", CALIBRATIONS)
-        _open01(self.delta0, "delta0")
+        _in(self.delta0, "delta0", "(0, 1)")
         if self.sigma is not None:
-            _positive(self.sigma, "sigma")
+            _in(self.sigma, "sigma", "> 0")
         if self.calibration == "theorem1" and self.sigma is None and eps > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon={self.epsilon!r}; "
@@ -248,9 +239,6 @@ class DOADPConfig:
         _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
         if self.p < 0.5:
             warnings.warn(f"DO-ADP: p={self.p} < 1/2 is outside the paper's convergence analysis", stacklevel=3)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -276,13 +264,10 @@ class DMSGDConfig:
     msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)")
 
     def __post_init__(self) -> None:
-        _positive(self.gamma, "gamma")
-        _momentum(self.beta, "beta")
+        _in(self.gamma, "gamma", "> 0")
+        _in(self.beta, "beta", "[0, 1)")
         _int(self.eval_every, "eval_every")
         _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -295,15 +280,12 @@ class _BaselinePrivacy:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def _check_common(self) -> None:
-        _positive(self.epsilon, "epsilon")
+        _in(self.epsilon, "epsilon", "> 0")
         _step_noise(self.step_noise_norm)
-        _positive(self.clip, "clip")
+        _in(self.clip, "clip", "> 0")
         _int(self.eval_every, "eval_every")
         if not isinstance(self.evaluate_private, bool):
             raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -336,9 +318,7 @@ class DPDOConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
-        if not 0.0 < rs < rn <= 1.0:
-            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
+        _decays(self.rs, self.rn)
 
 
 @dataclass(frozen=True)
@@ -392,17 +372,17 @@ class DPDDAConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _open01(self.delta, "delta")
-        _half_open01(self.p_s, "p_s")
+        _in(self.delta, "delta", "(0, 1)")
+        _in(self.p_s, "p_s", "(0, 1]")
         if self.beta0 is not None:
-            _positive(self.beta0, "beta0")
+            _in(self.beta0, "beta0", "> 0")
         if self.reg is not None:
-            _nonneg(self.reg, "reg")
+            _in(self.reg, "reg", ">= 0")
         _choice(self.sampling, "sampling", SAMPLINGS)
         _choice(self.calibration, "calibration", CALIBRATIONS)
-        _open01(self.delta0, "delta0")
+        _in(self.delta0, "delta0", "(0, 1)")
         if self.sigma is not None:
-            _positive(self.sigma, "sigma")
+            _in(self.sigma, "sigma", "> 0")
         if self.calibration == "theorem1" and self.sigma is None and self.epsilon > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1, got epsilon={self.epsilon!r}; use calibration='accountant'"
@@ -443,9 +423,7 @@ class CPGTConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _half_open01(self.k_frac, "k_frac")
-        _half_open01(self.a, "a")
-        _positive(self.g_cons, "g_cons")
-        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
-        if not 0.0 < rs < rn <= 1.0:
-            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
+        _in(self.k_frac, "k_frac", "(0, 1]")
+        _in(self.a, "a", "(0, 1]")
+        _in(self.g_cons, "g_cons", "> 0")
+        _decays(self.rs, self.rn)

@@ -44,6 +44,19 @@ def check_mixing(W: np.ndarray, atol: float = 1e-10) -> np.ndarray:
     return W
 
 
+def _recorder(evaluate: EvalFn | None, hist: dict) -> Callable[[int, np.ndarray, np.ndarray], None]:
+    """``record(t, xbar, X)``: appends ``t`` and ``evaluate(t, xbar, X)``'s values to ``hist`` (nothing
+    when ``evaluate`` is None)."""
+    def record(t, xbar, X):
+        if evaluate is None:
+            return
+        hist["t"].append(t)
+        for key, val in evaluate(t, xbar, X).items():
+            hist.setdefault(key, []).append(val)
+
+    return record
+
+
 def _seeds(client_seeds, n: int) -> list[int | None]:
     if client_seeds is None:
         return [None] * n
@@ -142,22 +155,13 @@ def run_doadp(problem, W, x0, params: DOADPParams, T: int, gamma: float = 0.05, 
     """Run T iterations of DO-ADP; returns a history dict of lists (``t`` plus evaluate's keys)."""
     net = DOADPNetwork(problem, W, x0, params, gamma, client_seeds=client_seeds, public_copy=public_copy)
     hist: dict = {"t": []}
-
-    def record():
-        if evaluate is None:
-            return
-        X = net.X
-        out = evaluate(net.t, X.mean(axis=0), X)
-        hist["t"].append(net.t)
-        for key, val in out.items():
-            hist.setdefault(key, []).append(val)
-
-    record()
+    record = _recorder(evaluate, hist)
+    record(0, net.X.mean(axis=0), net.X)
     t0 = time.perf_counter()
     for _ in range(T):
         net.step()
         if net.t % eval_every == 0 or net.t == T:
-            record()
+            record(net.t, net.X.mean(axis=0), net.X)
     hist["wall_s"] = time.perf_counter() - t0
     hist["comm_rate"] = net.values_sent / max(1, T * net.n * net.d)
     hist["xbar"] = net.X.mean(axis=0)
@@ -179,16 +183,8 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
     X = np.tile(np.asarray(x0, dtype=np.float64), (n, 1))
     M = np.zeros_like(X)
     hist: dict = {"t": []}
-
-    def record(t):
-        if evaluate is None:
-            return
-        out = evaluate(t, X.mean(axis=0), X)
-        hist["t"].append(t)
-        for key, val in out.items():
-            hist.setdefault(key, []).append(val)
-
-    record(0)
+    record = _recorder(evaluate, hist)
+    record(0, X.mean(axis=0), X)
     for t in range(T):
         G = np.empty_like(X)
         for i in range(n):
@@ -200,7 +196,7 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
         M = G + beta * M
         X = X - alpha * M + cons
         if (t + 1) % eval_every == 0 or t + 1 == T:
-            record(t + 1)
+            record(t + 1, X.mean(axis=0), X)
     hist["comm_rate"] = 1.0
     hist["xbar"] = X.mean(axis=0)
     hist["X"] = X
