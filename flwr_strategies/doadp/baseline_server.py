@@ -20,6 +20,7 @@ from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
+from .baselines import laplace_schedule
 from .config import CPGTConfig, DPDDAConfig, DPDOConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 from .server import check_topk_message
@@ -80,7 +81,12 @@ class _BaselineServer(PublicTableCore):
 
 
 class _LaplaceServer(_BaselineServer):
-    """DPDO and CPGT: Laplace noise with geometrically decaying scale, accounted in pure DP."""
+    """DPDO and CPGT: Laplace noise with geometrically decaying scale, accounted in pure DP over the
+    releases of :func:`~flwr_strategies.doadp.baselines.laplace_schedule` (``delay``), each of the
+    ``variables`` transmitted variables spending an equal share."""
+
+    #: round t releases t - delay data-dependent steps; transmitted variables, each with the schedule
+    delay, variables = 1, 1
 
     @property
     def rate(self) -> float:
@@ -92,7 +98,15 @@ class _LaplaceServer(_BaselineServer):
 
     def _laplace_b0(self) -> float:
         """The Laplace scale b0 that spends the target epsilon at the current step size."""
-        raise NotImplementedError
+        c = self.config
+        self._sens, self._decay = laplace_schedule(c.clip, self.d, self.alpha, c.rs, c.rn, self.batch_size,
+                                                   self.num_rounds, self.delay)
+        return calibrate_laplace_b0(c.epsilon / self.variables, self._sens, self._decay, self.rate)
+
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        r = max(0, int(rounds) - self.delay)
+        rate = self.rate if q is None else self.batch_size / int(q)
+        return self.variables * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def _resolve_step(self) -> None:
         """Set b0; with the step size ``"auto"`` first choose it: b0 is proportional to the step, so the
@@ -160,20 +174,12 @@ class DPDOServer(_LaplaceServer):
         self.Y = np.tile(self.x0, (self.n, 1))
 
     def _laplace_b0(self) -> float:
-        c = self.config
-        T = self.num_rounds
-        t = np.arange(1, T, dtype=np.float64)
-        self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs ** (t - 1) / self.batch_size
-        self._decay = c.rn**t
-        if T > 1:
-            return calibrate_laplace_b0(c.epsilon, self._sens, self._decay, self.rate)
+        if self.num_rounds > 1:
+            return super()._laplace_b0()
         # no release depends on data; use the unbounded-horizon closed form (more noise)
+        c = self.config
+        self._sens, self._decay = np.zeros(0), np.zeros(0)
         return 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
-
-    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
-        r = max(0, int(rounds) - 1)  # round t releases the broadcast of t - 1 data-dependent steps
-        rate = self.rate if q is None else self.batch_size / int(q)
-        return pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def spent(self, server_round: int) -> float:
         """Pure-DP epsilon of the releases up to ``server_round``."""
@@ -337,6 +343,7 @@ class CPGTServer(_LaplaceServer):
     method = "cpgt"
     config_cls = CPGTConfig
     message_arrays = 4
+    delay, variables = 0, 2
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -344,18 +351,6 @@ class CPGTServer(_LaplaceServer):
         self._resolve_step()
         self.H = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
         self.completion: list[np.ndarray] | None = None  # hat_x, hatw_x, hat_y, hatw_y of the last round
-
-    def _laplace_b0(self) -> float:
-        c = self.config
-        t = np.arange(self.num_rounds, dtype=np.float64)
-        self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs**t / self.batch_size
-        self._decay = c.rn**t
-        return calibrate_laplace_b0(c.epsilon / 2.0, self._sens, self._decay, self.rate)
-
-    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
-        r = int(rounds)
-        rate = self.rate if q is None else self.batch_size / int(q)
-        return 2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)

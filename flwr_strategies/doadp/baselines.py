@@ -44,6 +44,7 @@ from .sparsify import top_k
 __all__ = [
     "BatchGrad",
     "clipped_batch_gradient",
+    "laplace_schedule",
     "dpdo_round",
     "dpdda_round",
     "cpgt_round",
@@ -72,6 +73,17 @@ def clipped_batch_gradient(x: np.ndarray, rng: np.random.Generator, grad_fn: Gra
     d = x.shape[0]
     grads = grad_fn(x, idx) if idx.size else np.zeros((0, d))
     return clip_per_sample(np.asarray(grads, np.float64).reshape(-1, d), bg.clip, bg.clip_mode).sum(axis=0) / bg.batch_size
+
+
+def laplace_schedule(clip: float, d: int, lr: float, rs: float, rn: float, batch_size: int, rounds: int,
+                     delay: int) -> tuple[np.ndarray, np.ndarray]:
+    """DPDO's and CPGT's releases ``t = delay, ..., rounds - 1``: the L1 sensitivity
+    ``2 G sqrt(d) lr rs^(t - delay) / b`` of each (one clipped minibatch mean step) and its noise decay
+    ``rn^t`` (the Laplace scale is ``b0 rn^t``). DPDO's round t releases the broadcast of t - 1
+    data-dependent steps (``delay=1``); CPGT's releases its step t (``delay=0``). The servers calibrate
+    b0 and the clients check it on this one schedule."""
+    t = np.arange(delay, rounds, dtype=np.float64)
+    return 2.0 * clip * math.sqrt(d) * lr * rs ** (t - delay) / batch_size, rn**t
 
 
 # ----------------------------------------------------------------------------------- DPDO
