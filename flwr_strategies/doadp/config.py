@@ -66,30 +66,39 @@ def _int(value, name: str, low: int = 1) -> int:
     return int(value)
 
 
-#: The ranges of the real-valued settings: name -> (test, requirement in the error message).
-_RANGES = {
-    "(0, 1)": (lambda v: 0.0 < v < 1.0, "lie in the open interval (0, 1)"),
-    "(0, 1]": (lambda v: 0.0 < v <= 1.0, "lie in (0, 1]"),
-    "[0, 1)": (lambda v: 0.0 <= v < 1.0, "lie in [0, 1)"),
-    "> 0": (lambda v: v > 0.0 and math.isfinite(v), "be positive and finite"),
-    ">= 0": (lambda v: v >= 0.0 and math.isfinite(v), "be finite and >= 0"),
-}
-
-
-def _in(value, name: str, interval: str) -> float:
-    """``value`` as a float; raises naming the setting unless it is a real number in ``interval`` (of _RANGES)."""
-    ok, requirement = _RANGES[interval]
+def _open01(value, name: str) -> float:
     v = _real(value, name)
-    if not ok(v):
-        raise ValueError(f"{name} must {requirement}, got {name}={value!r}")
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must lie in the open interval (0, 1), got {name}={value!r}")
     return v
 
 
-def _decays(rs, rn) -> None:
-    """The step and noise decays of the Laplace baselines: ``0 < rs < rn <= 1``."""
-    low, high = _real(rs, "rs"), _real(rn, "rn")
-    if not 0.0 < low < high <= 1.0:
-        raise ValueError(f"need 0 < rs < rn <= 1, got rs={rs!r}, rn={rn!r}")
+def _half_open01(value, name: str) -> float:
+    v = _real(value, name)
+    if not 0.0 < v <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
+    return v
+
+
+def _positive(value, name: str) -> float:
+    v = _real(value, name)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be positive and finite, got {name}={value!r}")
+    return v
+
+
+def _nonneg(value, name: str) -> float:
+    v = _real(value, name)
+    if not (v >= 0.0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
+    return v
+
+
+def _momentum(value, name: str) -> float:
+    v = _real(value, name)
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {name}={value!r}")
+    return v
 
 
 def _choice(value, name: str, choices) -> str:
@@ -108,7 +117,7 @@ def auto_step(noise_norm_per_unit_step: float, step_noise_norm: float) -> float:
 
 
 def _step_noise(value) -> float:
-    v = _in(value, "step_noise_norm", "> 0")
+    v = _positive(value, "step_noise_norm")
     if v >= STEP_NOISE_BOUND:
         raise ValueError(f"step_noise_norm must lie below the divergence bound {STEP_NOISE_BOUND:g} "
                          f"(python -m simulations bench doadp_stepsize), got step_noise_norm={value!r}")
@@ -211,22 +220,22 @@ class DOADPConfig:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def __post_init__(self) -> None:
-        eps = _in(self.epsilon, "epsilon", "> 0")
+        eps = _positive(self.epsilon, "epsilon")
         _step_noise(self.step_noise_norm)
-        _in(self.delta, "delta", "(0, 1)")
-        p = _in(self.p, "p", "(0, 1]")
+        _open01(self.delta, "delta")
+        p = _half_open01(self.p, "p")
         if p < 0.5 and not self.allow_low_p:
             raise ValueError(f"p must lie in [1/2, 1] (pass allow_low_p=True to accept 0 < p < 1/2), got p={self.p!r}")
-        _in(self.k_frac, "k_frac", "(0, 1]")
-        _in(self.gamma, "gamma", "> 0")
-        _in(self.beta, "beta", "[0, 1)")
-        _in(self.clip, "clip", "> 0")
+        _half_open01(self.k_frac, "k_frac")
+        _positive(self.gamma, "gamma")
+        _momentum(self.beta, "beta")
+        _positive(self.clip, "clip")
         _choice(self.clip_mode, "clip_mode", CLIP_MODES)
         _choice(self.sampling, "sampling", SAMPLINGS)
         _choice(self.calibration, "calibration", CALIBRATIONS)
-        _in(self.delta0, "delta0", "(0, 1)")
+        _open01(self.delta0, "delta0")
         if self.sigma is not None:
-            _in(self.sigma, "sigma", "> 0")
+            _positive(self.sigma, "sigma")
         if self.calibration == "theorem1" and self.sigma is None and eps > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon={self.epsilon!r}; "
@@ -264,8 +273,8 @@ class DMSGDConfig:
     msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)")
 
     def __post_init__(self) -> None:
-        _in(self.gamma, "gamma", "> 0")
-        _in(self.beta, "beta", "[0, 1)")
+        _positive(self.gamma, "gamma")
+        _momentum(self.beta, "beta")
         _int(self.eval_every, "eval_every")
         _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
 
@@ -280,9 +289,9 @@ class _BaselinePrivacy:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def _check_common(self) -> None:
-        _in(self.epsilon, "epsilon", "> 0")
+        _positive(self.epsilon, "epsilon")
         _step_noise(self.step_noise_norm)
-        _in(self.clip, "clip", "> 0")
+        _positive(self.clip, "clip")
         _int(self.eval_every, "eval_every")
         if not isinstance(self.evaluate_private, bool):
             raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
@@ -318,7 +327,9 @@ class DPDOConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _decays(self.rs, self.rn)
+        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
+        if not 0.0 < rs < rn <= 1.0:
+            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
 
 
 @dataclass(frozen=True)
@@ -372,17 +383,17 @@ class DPDDAConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _in(self.delta, "delta", "(0, 1)")
-        _in(self.p_s, "p_s", "(0, 1]")
+        _open01(self.delta, "delta")
+        _half_open01(self.p_s, "p_s")
         if self.beta0 is not None:
-            _in(self.beta0, "beta0", "> 0")
+            _positive(self.beta0, "beta0")
         if self.reg is not None:
-            _in(self.reg, "reg", ">= 0")
+            _nonneg(self.reg, "reg")
         _choice(self.sampling, "sampling", SAMPLINGS)
         _choice(self.calibration, "calibration", CALIBRATIONS)
-        _in(self.delta0, "delta0", "(0, 1)")
+        _open01(self.delta0, "delta0")
         if self.sigma is not None:
-            _in(self.sigma, "sigma", "> 0")
+            _positive(self.sigma, "sigma")
         if self.calibration == "theorem1" and self.sigma is None and self.epsilon > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1, got epsilon={self.epsilon!r}; use calibration='accountant'"
@@ -423,7 +434,9 @@ class CPGTConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _in(self.k_frac, "k_frac", "(0, 1]")
-        _in(self.a, "a", "(0, 1]")
-        _in(self.g_cons, "g_cons", "> 0")
-        _decays(self.rs, self.rn)
+        _half_open01(self.k_frac, "k_frac")
+        _half_open01(self.a, "a")
+        _positive(self.g_cons, "g_cons")
+        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
+        if not 0.0 < rs < rn <= 1.0:
+            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")

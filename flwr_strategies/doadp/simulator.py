@@ -107,7 +107,6 @@ class DOADPNetwork:
         self.values_sent = 0
         self.active_steps = np.zeros(n, dtype=np.int64)
         self.grad_seconds = 0.0
-        self.last: list = []
 
     @property
     def X(self) -> np.ndarray:
@@ -134,16 +133,13 @@ class DOADPNetwork:
         """One synchronous iteration; returns the activation vector."""
         cons = consensus_terms(self.W, self.XHAT, self.gamma)
         eta = np.zeros(self.n, dtype=bool)
-        results = []
         new = []
         for i, st in enumerate(self.agents):
             nxt, res = agent_round(st, cons[i], self.params, agent_generator(self.seeds[i], self.t),
                                    self._grad_fn(i), self.problem.q)
             new.append(nxt)
-            results.append(res)
             eta[i] = res.active
         self.agents = new
-        self.last = results
         self.values_sent += int(eta.sum()) * int(self.params.k)
         self.active_steps += eta
         self.t += 1
