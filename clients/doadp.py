@@ -22,40 +22,29 @@ model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches s
 ``DataLoader``; iterables without random access are materialised once).
 
 Privacy against a curious or malicious server (Huo et al., Sec. II: the server, like any observer of
-the network, must learn nothing of an agent's noise):
+the network, must learn nothing of an agent's noise; docs/trust.md, "Privacy (DO-ADP)", tells it whole):
 
-- *Noise level from the client's own budget.* The server tells the agent the mechanism it proposes
-  (``doadp_sigma``, ``doadp_clip``, batch size and sampling); the agent checks it against its own
-  :class:`ClientBudget` (epsilon, delta, the rounds it agreed to, its largest clip) on its own record
-  count with the same accountant the server calibrates with
-  (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`, :func:`check_gaussian_noise`), and
-  refuses a round whose clip is larger than its own or whose sigma is below what its budget needs,
-  naming both values; it also refuses rounds beyond the ones it agreed to (counted in
-  ``context.state``). The budget comes from the client's side only: ``budget=`` in Python, the node
-  config keys ``doadp-epsilon``, ``doadp-rounds`` (required), ``doadp-delta`` (default 1e-5) and
-  ``doadp-clip`` (default 1.0) of its SuperNode, or :func:`set_client_budget` on its
-  ``context.state`` (the project's simulations write the experiment's budget there for the nodes
-  the experimenter runs). A private client without a budget refuses to train.
-- *Randomness.* The coin, the batch and the noise come from :func:`private_generator`. The server
-  sends no seed; nothing it sends or receives reproduces them, and a round whose config carries a
-  seed is refused. For reproducible runs give the agent a client-side seed. In a deployment that is
-  the node config key ``doadp-client-seed`` of its SuperNode, a secret of at least 128 bits written as
-  32 or more hex digits (``python -c "import secrets; print(secrets.token_hex(16))"``): an integer or
-  a shorter string is refused, since a small seed is found by trying every value. In a simulation
-  whose nodes the experimenter runs, ``client_seed=`` in Python or :func:`set_client_seed` on the
-  node's ``context.state`` take any integer >= 0 (reproducible). Replies say nothing about how the
-  noise was seeded.
+- *Noise level from the client's own budget*, :class:`ClientBudget` (``budget=``, the node config or
+  ``context.state``, :func:`client_budget_of`; never the server): the agent refuses a clip above its
+  own, a sigma below what its budget needs on its own record count (:func:`check_gaussian_noise`, the
+  accountant the server calibrates with) and a round past the ones it agreed to
+  (:func:`check_rounds_left`, counted in ``context.state``), naming both values. A private client
+  without a budget refuses to train.
+- *Randomness*: the coin, the batch and the noise come from :func:`private_generator`: OS entropy, or
+  a client-side seed the server never sees (:func:`client_seed_of`). In a deployment that is the
+  node config key ``doadp-client-seed``, a secret of at least 128 bits written as 32 or more hex digits
+  (``python -c "import secrets; print(secrets.token_hex(16))"``; a smaller seed is refused, since it
+  is found by trying every value); in a simulation whose nodes the experimenter runs, any integer
+  >= 0 (``client_seed=``, :func:`set_client_seed`). A round whose config carries a seed is refused,
+  and replies say nothing about how the noise was seeded.
 - A DO-ADP client refuses a round without noise or clipping (a server cannot switch its privacy
   off); only the ``dmsgd`` client trains without privacy.
-- *Step size.* Each step adds noise of norm about ``alpha * sigma * sqrt(d)`` to the model; the agent
-  warns once (:class:`StepSizeWarning`, at the first step) when that exceeds
-  :data:`NOISE_NORM_BOUND` = 2, the norm above which the README's runs diverged.
-
-Private-model evaluation (``evaluate_private``: the server asks for the agent's private model x_i,
-``report_model = 1``) releases x_i outside the privacy guarantee, so an agent sends it only with its
-node's own consent: the node config key ``doadp-allow-private-eval = true``, or
-:func:`allow_private_eval` on its ``context.state``. Without it the agent declines: it replies with
-its message alone, and the server evaluates the models it received.
+- *Step size*: one :class:`StepSizeWarning` when a step's noise norm ``alpha * sigma * sqrt(d)``
+  exceeds :data:`NOISE_NORM_BOUND` = 2, the norm above which the README's runs diverged.
+- *Private-model evaluation* (``evaluate_private``, ``report_model = 1``) releases x_i outside the
+  guarantee: the agent sends it only with its node's own consent (``doadp-allow-private-eval = true``
+  or :func:`allow_private_eval`, read by :func:`private_eval_allowed`); without it, it replies with its
+  message alone and the server evaluates the models it received.
 """
 
 from __future__ import annotations
@@ -64,7 +53,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -175,9 +164,6 @@ class ClientBudget:
         check_positive_int(self.rounds, "rounds")
         check_delta(self.delta, name="delta")
         check_clip(self.clip, name="clip")
-
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 def set_client_budget(state, budget: ClientBudget | None) -> None:
@@ -400,13 +386,9 @@ class UniformBatchSampler(torch.utils.data.Sampler):
 
 
 # ---------------------------------------------------------------------------- gradients
-def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return list(model.named_parameters())
-
-
 def flat_parameters(model: torch.nn.Module) -> np.ndarray:
     """The model's parameters as one float64 vector (``named_parameters`` order)."""
-    return torch.cat([p.detach().reshape(-1).double().cpu() for _, p in _trainable(model)]).numpy()
+    return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
 
 
 def load_flat_parameters(model: torch.nn.Module, vec: np.ndarray) -> None:
@@ -414,7 +396,7 @@ def load_flat_parameters(model: torch.nn.Module, vec: np.ndarray) -> None:
     vec = np.asarray(vec)
     pos = 0
     with torch.no_grad():
-        for _, p in _trainable(model):
+        for p in model.parameters():
             n = p.numel()
             p.copy_(torch.from_numpy(np.ascontiguousarray(vec[pos:pos + n])).view_as(p).to(p.dtype))
             pos += n
@@ -429,13 +411,13 @@ def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable, x: torch.Ten
     ``params`` (a flat vector) evaluates them at other parameters than the model's own. The model
     must not use batch statistics (no BatchNorm: use GroupNorm); buffers are kept as they are.
     """
-    names = [n for n, _ in _trainable(model)]
+    names = [n for n, _ in model.named_parameters()]
     if params is None:
-        pdict = {n: p.detach() for n, p in _trainable(model)}
+        pdict = {n: p.detach() for n, p in model.named_parameters()}
     else:
         flat = torch.from_numpy(np.asarray(params, dtype=np.float64))
         pdict, pos = {}, 0
-        for n, p in _trainable(model):
+        for n, p in model.named_parameters():
             pdict[n] = flat[pos:pos + p.numel()].view_as(p).to(dtype=p.dtype, device=p.device)
             pos += p.numel()
     buffers = dict(model.named_buffers())
@@ -445,7 +427,7 @@ def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable, x: torch.Ten
         return loss_fn(out, yb.unsqueeze(0))
 
     if len(x) == 0:
-        return np.zeros((0, sum(p.numel() for _, p in _trainable(model))))
+        return np.zeros((0, sum(p.numel() for p in model.parameters())))
     g = vmap(grad(one), in_dims=(None, 0, 0))(pdict, x, y)
     return torch.cat([g[n].reshape(len(x), -1) for n in names], dim=1).double().cpu().numpy()
 
@@ -739,6 +721,9 @@ class DOADPClient(TorchClient):
         ``node_config``/``context.state`` (:func:`private_eval_allowed`).
     """
 
+    #: the agent this client runs each round (the baselines' clients run theirs)
+    agent: type = DOADPAgent
+
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
                  budget: ClientBudget | None = None, require_private: bool = True,
                  loss_fn: Callable = torch.nn.functional.cross_entropy,
@@ -760,11 +745,15 @@ class DOADPClient(TorchClient):
         return self._data
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        agent = DOADPAgent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
-                           require_private=self.require_private, allow_private_eval=self.allow_private_eval)
+        agent = self.agent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
+                           allow_private_eval=self.allow_private_eval, **self.agent_options())
         arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
         agent.save(self.setup.state)
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
+
+    def agent_options(self) -> dict[str, Any]:
+        """The agent's keyword arguments besides the node's privacy settings."""
+        return {"require_private": self.require_private}
 
 
 def build_doadp_client(setup, params: dict[str, Any]) -> DOADPClient:

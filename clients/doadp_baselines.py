@@ -14,19 +14,17 @@ non-private D-mSGD: ``DOADPAgent`` without noise or budget). The ready-made clie
 (:class:`DPDOClient`, :class:`DPDDAClient`, :class:`CPGTClient`) run the same agents on the
 project's ``ClientSetup``.
 
-Each runs the per-agent function of :mod:`flwr_strategies.doadp.baselines` with the agent's private
-generator (:func:`flwr_strategies.clients.doadp.private_generator`: OS entropy, or a client-side seed
-from ``node_config``/``context.state``), keeps its private variables in ``context.state`` and commits
-them only once the reply exists. The server sends no seed (a round whose config carries one is
-refused), and an agent sends its private model (``evaluate_private``) only with its node's consent
-(``doadp-allow-private-eval``), as DO-ADP's (:mod:`flwr_strategies.clients.doadp`).
+Each runs the per-agent function of :mod:`flwr_strategies.doadp.baselines` and keeps its private
+variables in ``context.state``, committed only once the reply exists; its randomness, its refusal of a
+seed from the server and its consent to private-model evaluation are DO-ADP's
+(:mod:`flwr_strategies.clients.doadp`).
 
 Each agent checks the noise the server asks for against its own
 :class:`~flwr_strategies.clients.doadp.ClientBudget` (from ``budget=``, the node config or
 ``context.state``, as DO-ADP's) before any work, and refuses a clip above its own or a round past
 its rounds: DP-DDA's Gaussian noise with the accountant the server calibrates with
 (:func:`~flwr_strategies.clients.doadp.check_gaussian_noise`); DPDO's and CPGT's Laplace schedule
-(``b0 rn^t`` against the sensitivity ``2 G sqrt(d) lr rs^t / b``) with the pure-DP sum the server
+(:func:`~flwr_strategies.doadp.baselines.laplace_schedule`) with the pure-DP sum the server
 calibrates with (:func:`~flwr_strategies.privacy.laplace.pure_dp_epsilon`, amplified by the batch draw
 b/q on the client's own q; CPGT's heuristic doubles it for its two variables), refusing a ``b0``
 below the one its budget needs, naming both.
@@ -42,10 +40,10 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.common import Scalar
 
-from flwr_strategies.clients.base import TorchClient
 from flwr_strategies.clients.doadp import (
     ClientBudget,
     DOADPAgent,
+    DOADPClient,
     IndexedData,
     _ledger,
     _no_budget_error,
@@ -57,11 +55,10 @@ from flwr_strategies.clients.doadp import (
     client_seed_of,
     load_flat_parameters,
     per_sample_gradients,
-    node_privacy,
     private_eval_allowed,
     private_generator,
 )
-from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, dpdo_round
+from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, dpdo_round, laplace_schedule
 from flwr_strategies.doadp.rng import check_client_seed
 from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 
@@ -74,11 +71,8 @@ __all__ = [
 class BaselineAgent:
     """One baseline agent's round on your own model and data (the shape of
     :class:`~flwr_strategies.clients.doadp.DOADPAgent`); the base of :class:`DPDOAgent`,
-    :class:`DPDDAAgent` and :class:`CPGTAgent`, which your ``ClientApp`` uses::
-
-        agent = DPDOAgent(arrays, config, context.state, node_config=context.node_config)
-        reply_arrays, metrics = agent.train(model, IndexedData(trainloader))
-        agent.save(context.state)          # commit only once the reply exists
+    :class:`DPDDAAgent` and :class:`CPGTAgent`, which your ``ClientApp`` uses as the module's example
+    (:meth:`save` commits only once the reply exists).
 
     Parameters
     ----------
@@ -163,15 +157,15 @@ class BaselineAgent:
         c = self.config
         return BatchGrad(int(c["bl_batch_size"]), float(c["bl_clip"]), str(c["bl_clip_mode"]), str(c["bl_sampling"]))
 
-    def check_laplace(self, d: int, q: int, b0: float, lr: float, rs: float, rn: float, t: np.ndarray,
-                      shift: int, halves: int) -> None:
-        """Refuse a Laplace schedule ``b0 rn^(t + shift)`` whose pure-DP epsilon (``halves`` variables,
-        each released with it) over the client's rounds exceeds its budget, naming both b0. ``t`` are
-        the exponents of the step decay ``rs^t`` of the releases the client's rounds make; the
-        sensitivity is the servers' ``2 G sqrt(d) lr rs^t / b`` (``d`` parameters, ``q`` records)."""
+    def check_laplace(self, d: int, q: int, b0: float, lr: float, rs: float, rn: float, delay: int,
+                      halves: int) -> None:
+        """Refuse a Laplace scale ``b0`` whose pure-DP epsilon (``halves`` variables, each released with
+        it) over the client's rounds exceeds its budget, naming both b0: the releases and sensitivities
+        of :func:`~flwr_strategies.doadp.baselines.laplace_schedule` (``delay``), as the servers
+        calibrate them, on ``d`` parameters and the client's ``q`` records."""
         b = int(self.config["bl_batch_size"])
-        sensitivities = 2.0 * float(self.config["bl_clip"]) * np.sqrt(d) * lr * rs**t / b
-        decays = rn ** (t + shift)
+        sensitivities, decays = laplace_schedule(float(self.config["bl_clip"]), d, lr, rs, rn, b, self.budget.rounds,
+                                                 delay)
         rate = min(1.0, b / q)
         eps = halves * pure_dp_epsilon(sensitivities, b0 * decays, rate) if len(sensitivities) else 0.0
         if eps > self.budget.epsilon * (1 + 1e-9):
@@ -201,10 +195,8 @@ class DPDOAgent(BaselineAgent):
     label = "DPDO"
 
     def check_noise(self, d: int, q: int) -> None:
-        # round t releases the broadcast of t - 1 data-dependent steps: rs^(t-1) against rn^t, t = 1..rounds-1
-        c = self.config
-        self.check_laplace(d, q, float(c["dpdo_b0"]), float(c["dpdo_c"]), float(c["dpdo_rs"]), float(c["dpdo_rn"]),
-                           np.arange(self.budget.rounds - 1, dtype=np.float64), 1, 1)
+        c = self.config  # round t releases the broadcast of t - 1 data-dependent steps
+        self.check_laplace(d, q, float(c["dpdo_b0"]), float(c["dpdo_c"]), float(c["dpdo_rs"]), float(c["dpdo_rn"]), 1, 1)
 
     def round(self, grad_fn, q, rng):
         c = self.config
@@ -260,8 +252,7 @@ class CPGTAgent(BaselineAgent):
 
     def check_noise(self, d: int, q: int) -> None:
         c = self.config
-        self.check_laplace(d, q, float(c["cpgt_b0"]), float(c["cpgt_lr"]), float(c["cpgt_rs"]), float(c["cpgt_rn"]),
-                           np.arange(self.budget.rounds, dtype=np.float64), 0, 2)
+        self.check_laplace(d, q, float(c["cpgt_b0"]), float(c["cpgt_lr"]), float(c["cpgt_rs"]), float(c["cpgt_rn"]), 0, 2)
 
     def round(self, grad_fn, q, rng):
         c, arrays = self.config, self.arrays
@@ -294,38 +285,23 @@ class DMSGDAgent(DOADPAgent):
                          require_private=False, allow_private_eval=allow_private_eval)
 
 
-class _BaselineClient(TorchClient):
+class _BaselineClient(DOADPClient):
     """The ready-made agent of a baseline (legacy ``NumPyClient``; the Message API runs it through
-    :func:`flwr_strategies.clients.app.numpy_client_app`): its :attr:`agent` on ``setup``'s model and
-    training data, the agent's variables in ``setup.state``. Keyword arguments as
-    :class:`BaselineAgent` (None: read from ``setup.node_config``/``setup.state``)."""
+    :func:`flwr_strategies.clients.app.numpy_client_app`): :class:`~flwr_strategies.clients.doadp.DOADPClient`
+    running its :attr:`agent` on ``setup``'s model and training data, the agent's variables in
+    ``setup.state``. Keyword arguments as :class:`BaselineAgent` (None: read from
+    ``setup.node_config``/``setup.state``)."""
 
-    agent: type[BaselineAgent] = BaselineAgent
+    agent: type = BaselineAgent
 
     def __init__(self, setup, params: dict[str, Any] | None = None, *, client_seed: int | None = None,
                  budget: ClientBudget | None = None, loss_fn: Callable = torch.nn.functional.cross_entropy,
                  allow_private_eval: bool | None = None) -> None:
-        super().__init__(setup, params)
-        self.client_seed, self.budget, self.allow_private_eval = node_privacy(setup, client_seed, budget,
-                                                                             allow_private_eval)
-        self.loss_fn = loss_fn
-        self._data: IndexedData | None = None
+        super().__init__(setup, params, client_seed=client_seed, budget=budget, loss_fn=loss_fn,
+                         allow_private_eval=allow_private_eval)
 
-    @property
-    def data(self) -> IndexedData:
-        if self._data is None:
-            self._data = IndexedData(self.setup.train_data)
-        return self._data
-
-    def num_train(self) -> int:
-        return len(self.data)
-
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
-        agent = self.agent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
-                           allow_private_eval=self.allow_private_eval)
-        arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
-        agent.save(self.setup.state)
-        return arrays, self.num_train(), {**self.base_metrics(), **metrics}
+    def agent_options(self) -> dict[str, Any]:
+        return {}
 
 
 class DPDOClient(_BaselineClient):

@@ -199,23 +199,19 @@ def reconcile(state: AgentState, accepted: int) -> AgentState:
     Anything else means the two copies diverged and raises ``ValueError``.
     """
     accepted = int(accepted)
-    if accepted == state.sent:
-        if state.pending_idx.size == 0:
-            return state
-        out = state.copy()
-        out.pending_idx = np.empty(0, dtype=np.int64)
-        out.pending_old = np.empty(0, dtype=np.float64)
-        return out
-    if accepted == state.sent - 1 and state.pending_idx.size:
-        out = state.copy()
+    if accepted == state.sent and state.pending_idx.size == 0:
+        return state
+    if not (accepted == state.sent or (accepted == state.sent - 1 and state.pending_idx.size)):
+        raise ValueError(
+            f"public copy out of sync: the server applied {accepted} messages, this agent sent {state.sent}"
+        )
+    out = state.copy()
+    if accepted < state.sent:  # not applied: roll the pending message back
         out.xhat[out.pending_idx] = out.pending_old
         out.sent -= 1
-        out.pending_idx = np.empty(0, dtype=np.int64)
-        out.pending_old = np.empty(0, dtype=np.float64)
-        return out
-    raise ValueError(
-        f"public copy out of sync: the server applied {accepted} messages, this agent sent {state.sent}"
-    )
+    out.pending_idx = np.empty(0, dtype=np.int64)
+    out.pending_old = np.empty(0, dtype=np.float64)
+    return out
 
 
 def agent_round(

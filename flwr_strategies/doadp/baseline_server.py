@@ -20,6 +20,7 @@ from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
+from .baselines import laplace_schedule
 from .config import CPGTConfig, DPDDAConfig, DPDOConfig, auto_step, resolve_k
 from .peer import GaussianLedger, PublicTableCore
 from .server import check_topk_message
@@ -42,22 +43,10 @@ class _BaselineServer(PublicTableCore):
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
                          dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
                          eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
-        self._round_W: tuple[int, Any] = (-1, None)
 
     def batch_config(self) -> dict[str, Any]:
         return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
                 "bl_sampling": getattr(self.config, "sampling", "uniform")}
-
-    def mixing_of(self, server_round: int, partition_ids: list[int] | None = None):
-        """The round's W over the agents taking part (set by ``configure_train``)."""
-        if partition_ids is not None:
-            self._round_W = (int(server_round), self.round_mixing(partition_ids))
-        return self._round_W[1] if self._round_W[0] == int(server_round) else self.W
-
-    def p2p_links(self, server_round: int, pids) -> int:
-        """Links the broadcasts of ``pids`` travel this round."""
-        degrees = np.diff(self.mixing_of(server_round).indptr) - 1
-        return int(sum(int(degrees[p]) for p in pids))
 
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)
@@ -72,9 +61,32 @@ class _BaselineServer(PublicTableCore):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._dense(server_round, reply)
 
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Fold the round's checked replies into the method's tables; returns the method's metrics."""
+        raise NotImplementedError
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
+        raise NotImplementedError
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
+        metrics = self.apply(server_round, replies)
+        self.q_ran = q
+        self.commit_reports(server_round, replies, self.message_arrays)
+        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
+        if self.should_evaluate(server_round):
+            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
+        return metrics
+
 
 class _LaplaceServer(_BaselineServer):
-    """DPDO and CPGT: Laplace noise with geometrically decaying scale, accounted in pure DP."""
+    """DPDO and CPGT: Laplace noise with geometrically decaying scale, accounted in pure DP over the
+    releases of :func:`~flwr_strategies.doadp.baselines.laplace_schedule` (``delay``), each of the
+    ``variables`` transmitted variables spending an equal share."""
+
+    #: round t releases t - delay data-dependent steps; transmitted variables, each with the schedule
+    delay, variables = 1, 1
 
     @property
     def rate(self) -> float:
@@ -86,7 +98,15 @@ class _LaplaceServer(_BaselineServer):
 
     def _laplace_b0(self) -> float:
         """The Laplace scale b0 that spends the target epsilon at the current step size."""
-        raise NotImplementedError
+        c = self.config
+        self._sens, self._decay = laplace_schedule(c.clip, self.d, self.alpha, c.rs, c.rn, self.batch_size,
+                                                   self.num_rounds, self.delay)
+        return calibrate_laplace_b0(c.epsilon / self.variables, self._sens, self._decay, self.rate)
+
+    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
+        r = max(0, int(rounds) - self.delay)
+        rate = self.rate if q is None else self.batch_size / int(q)
+        return self.variables * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def _resolve_step(self) -> None:
         """Set b0; with the step size ``"auto"`` first choose it: b0 is proportional to the step, so the
@@ -154,20 +174,12 @@ class DPDOServer(_LaplaceServer):
         self.Y = np.tile(self.x0, (self.n, 1))
 
     def _laplace_b0(self) -> float:
-        c = self.config
-        T = self.num_rounds
-        t = np.arange(1, T, dtype=np.float64)
-        self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs ** (t - 1) / self.batch_size
-        self._decay = c.rn**t
-        if T > 1:
-            return calibrate_laplace_b0(c.epsilon, self._sens, self._decay, self.rate)
+        if self.num_rounds > 1:
+            return super()._laplace_b0()
         # no release depends on data; use the unbounded-horizon closed form (more noise)
+        c = self.config
+        self._sens, self._decay = np.zeros(0), np.zeros(0)
         return 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
-
-    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
-        r = max(0, int(rounds) - 1)  # round t releases the broadcast of t - 1 data-dependent steps
-        rate = self.rate if q is None else self.batch_size / int(q)
-        return pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def spent(self, server_round: int) -> float:
         """Pure-DP epsilon of the releases up to ``server_round``."""
@@ -182,19 +194,15 @@ class DPDOServer(_LaplaceServer):
         return [Instruction(pid, [Z[pid]] if self.started[pid] else [self.x0],
                             {**cfg, "bl_init": int(not self.started[pid])}, model_layout=False) for pid in partition_ids]
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         for pid, y in rows.items():
             self.Y[pid] = y
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics: dict[str, Any] = {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
-                                   **self.noise_metrics(server_round),
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.spent(server_round), dp_delta=0.0, dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"broadcasts": len(rows), "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
+                **self.noise_metrics(server_round)}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"dp_epsilon": self.spent(server_round), "dp_delta": 0.0}
 
     def public_model(self) -> np.ndarray:
         return self.Y.mean(axis=0)
@@ -210,9 +218,7 @@ class DPDOServer(_LaplaceServer):
         return {"Y": self.Y.copy(), **self.laplace_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        Y = np.array(state["Y"], dtype=np.float64)
-        if Y.shape != (self.n, self.d):
-            raise ValueError(f"checkpoint table 'Y' has shape {Y.shape}, expected {(self.n, self.d)}")
+        Y = self.table_of(state, "Y")
         self.load_laplace_state(state)
         self.Y = Y
 
@@ -274,23 +280,18 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         return [Instruction(pid, [M[pid]] + self.start_arrays(pid), {**cfg, "bl_init": int(not self.started[pid])},
                             model_layout=False) for pid in partition_ids]
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         sampled = [r.partition_id for r in replies if int(r.metrics.get("dpdda_sampled", 0))]
         for pid, z in rows.items():
             self.Z[pid] = z
         self.sampled_steps[sampled] += 1
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics: dict[str, Any] = {"sampled": len(sampled), "sigma": self.sigma, "beta0": self.beta0,
-                                   "step_noise_norm": self.sigma * math.sqrt(self.d) / self.beta0,
-                                   "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8,
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(dp_epsilon=self.epsilon_at(server_round), dp_delta=self.config.delta,
-                           dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"sampled": len(sampled), "sigma": self.sigma, "beta0": self.beta0,
+                "step_noise_norm": self.sigma * math.sqrt(self.d) / self.beta0,
+                "p2p_bytes": self.p2p_links(server_round, rows) * self.d * 8}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"dp_epsilon": self.epsilon_at(server_round), "dp_delta": self.config.delta}
 
     def public_model(self) -> np.ndarray:
         r = self.server_round
@@ -310,9 +311,7 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
                 "accountant": self.ledger_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        Z = np.array(state["Z"], dtype=np.float64)
-        if Z.shape != (self.n, self.d):
-            raise ValueError(f"checkpoint table 'Z' has shape {Z.shape}, expected {(self.n, self.d)}")
+        Z = self.table_of(state, "Z")
         if "accountant" not in state:
             raise ValueError("checkpoint carries no privacy accountant: the steps it ran cannot be accounted")
         self.load_peer_state(state["peer"])
@@ -344,6 +343,7 @@ class CPGTServer(_LaplaceServer):
     method = "cpgt"
     config_cls = CPGTConfig
     message_arrays = 4
+    delay, variables = 0, 2
 
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -351,18 +351,6 @@ class CPGTServer(_LaplaceServer):
         self._resolve_step()
         self.H = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
         self.completion: list[np.ndarray] | None = None  # hat_x, hatw_x, hat_y, hatw_y of the last round
-
-    def _laplace_b0(self) -> float:
-        c = self.config
-        t = np.arange(self.num_rounds, dtype=np.float64)
-        self._sens = 2.0 * c.clip * math.sqrt(self.d) * self.alpha * c.rs**t / self.batch_size
-        self._decay = c.rn**t
-        return calibrate_laplace_b0(c.epsilon / 2.0, self._sens, self._decay, self.rate)
-
-    def epsilon_at(self, rounds: int, q: int | None = None) -> float:
-        r = int(rounds)
-        rate = self.rate if q is None else self.batch_size / int(q)
-        return 2 * pure_dp_epsilon(self._sens[:r], self.b0 * self._decay[:r], rate) if r else 0.0
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
@@ -398,20 +386,15 @@ class CPGTServer(_LaplaceServer):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._messages(server_round, reply)
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)
+    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         if replies:  # a round with no valid reply leaves every table as it was
             self._absorb(server_round, replies)
-        self.q_ran = q
-        metrics: dict[str, Any] = {"broadcasts": len(replies),
-                                   "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies])
-                                   * 2 * self.k * 16,
-                                   **self.noise_metrics(server_round),
-                                   **self.graph_metrics(server_round, self.mixing_of(server_round))}
-        if self.should_evaluate(server_round):
-            metrics.update(epsilon_heuristic=self.epsilon_at(server_round), dp_certified=0,
-                           dp_dataset_size=int(self.q_ran))
-        return metrics
+        return {"broadcasts": len(replies),
+                "p2p_bytes": self.p2p_links(server_round, [r.partition_id for r in replies]) * 2 * self.k * 16,
+                **self.noise_metrics(server_round)}
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        return {"epsilon_heuristic": self.epsilon_at(server_round), "dp_certified": 0}
 
     def _absorb(self, server_round: int, replies: list[Reply]) -> None:
         Q = {"x": np.zeros((self.n, self.d)), "y": np.zeros((self.n, self.d))}
@@ -427,7 +410,6 @@ class CPGTServer(_LaplaceServer):
             new[v] = (hat, mix(W, hat), (1.0 - a) * self.H[v] + a * hat)
         self.completion = [new["x"][0], new["x"][1], new["y"][0], new["y"][1]]
         self.H = {v: new[v][2] for v in ("x", "y")}
-        self.commit_reports(server_round, replies, self.message_arrays)
 
     def public_model(self) -> np.ndarray:
         return self.H["x"].mean(axis=0)
@@ -445,9 +427,7 @@ class CPGTServer(_LaplaceServer):
         return out
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        H = {"x": np.array(state["Hx"], dtype=np.float64), "y": np.array(state["Hy"], dtype=np.float64)}
-        if any(h.shape != (self.n, self.d) for h in H.values()):
-            raise ValueError(f"checkpoint tables 'Hx'/'Hy' must have shape {(self.n, self.d)}")
+        H = {"x": self.table_of(state, "Hx"), "y": self.table_of(state, "Hy")}
         self.load_laplace_state(state)
         self.H = H
         self.completion = [np.array(a) for a in state["completion"]] if "completion" in state else None

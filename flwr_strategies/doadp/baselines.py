@@ -38,12 +38,13 @@ import numpy as np
 from .algorithm import GradFn
 from .clipping import clip_per_sample
 from .rng import agent_generator, draw_batch
-from .simulator import EvalFn, _seeds, check_mixing
+from .simulator import EvalFn, _recorder, _seeds, check_mixing
 from .sparsify import top_k
 
 __all__ = [
     "BatchGrad",
     "clipped_batch_gradient",
+    "laplace_schedule",
     "dpdo_round",
     "dpdda_round",
     "cpgt_round",
@@ -64,12 +65,25 @@ class BatchGrad:
     sampling: str = "uniform"
 
 
-def clipped_batch_gradient(x: np.ndarray, rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad) -> np.ndarray:
-    """Draw the batch from ``rng`` and return ``sum_j clip(grad l(x; z_j)) / b``."""
-    idx = draw_batch(rng, q, bg.batch_size, bg.sampling)
+def clipped_batch_gradient(x: np.ndarray, rng: np.random.Generator, grad_fn: GradFn, q: int, bg: BatchGrad,
+                           idx: np.ndarray | None = None) -> np.ndarray:
+    """Draw the batch from ``rng`` (or take the drawn ``idx``: CPGT evaluates two points on one batch) and
+    return ``sum_j clip(grad l(x; z_j)) / b``."""
+    idx = draw_batch(rng, q, bg.batch_size, bg.sampling) if idx is None else idx
     d = x.shape[0]
     grads = grad_fn(x, idx) if idx.size else np.zeros((0, d))
     return clip_per_sample(np.asarray(grads, np.float64).reshape(-1, d), bg.clip, bg.clip_mode).sum(axis=0) / bg.batch_size
+
+
+def laplace_schedule(clip: float, d: int, lr: float, rs: float, rn: float, batch_size: int, rounds: int,
+                     delay: int) -> tuple[np.ndarray, np.ndarray]:
+    """DPDO's and CPGT's releases ``t = delay, ..., rounds - 1``: the L1 sensitivity
+    ``2 G sqrt(d) lr rs^(t - delay) / b`` of each (one clipped minibatch mean step) and its noise decay
+    ``rn^t`` (the Laplace scale is ``b0 rn^t``). DPDO's round t releases the broadcast of t - 1
+    data-dependent steps (``delay=1``); CPGT's releases its step t (``delay=0``). The servers calibrate
+    b0 and the clients check it on this one schedule."""
+    t = np.arange(delay, rounds, dtype=np.float64)
+    return 2.0 * clip * math.sqrt(d) * lr * rs ** (t - delay) / batch_size, rn**t
 
 
 # ----------------------------------------------------------------------------------- DPDO
@@ -110,14 +124,9 @@ def cpgt_round(x: np.ndarray, y: np.ndarray | None, completion: tuple | None, h_
     elif completion is not None:
         hat_x, hatw_x, hat_y, hatw_y = completion
         idx = draw_batch(rng, q, bg.batch_size, bg.sampling)
-        d = x.shape[0]
-
-        def g_at(v):
-            gr = grad_fn(v, idx) if idx.size else np.zeros((0, d))
-            return clip_per_sample(np.asarray(gr, np.float64).reshape(-1, d), bg.clip, bg.clip_mode).sum(0) / bg.batch_size
-
         x_new = x - g_cons * (hat_x - hatw_x) - lr * rs ** (t - 1) * y
-        y = y - g_cons * (hat_y - hatw_y) + g_at(x_new) - g_at(x)
+        y = (y - g_cons * (hat_y - hatw_y) + clipped_batch_gradient(x_new, rng, grad_fn, q, bg, idx)
+             - clipped_batch_gradient(x, rng, grad_fn, q, bg, idx))
         x = x_new
     scale = b0 * rn**t
     msgs = []
@@ -136,18 +145,6 @@ def cpgt_mix(W, H: np.ndarray, Q: np.ndarray, a: float) -> tuple[np.ndarray, np.
 
 
 # ----------------------------------------------------------------------------------- references
-def _recorder(evaluate, hist):
-    def record(t, xbar, X):
-        if evaluate is None:
-            return
-        out = evaluate(t, xbar, X)
-        hist["t"].append(t)
-        for key, val in out.items():
-            hist.setdefault(key, []).append(val)
-
-    return record
-
-
 def _grad_fns(problem) -> list[Callable]:
     return [(lambda i: (lambda x, idx: problem.per_sample_grads(i, x, idx)))(i) for i in range(problem.n)]
 

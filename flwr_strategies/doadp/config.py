@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
@@ -233,9 +233,6 @@ class DOADPConfig:
         if self.p < 0.5:
             warnings.warn(f"DO-ADP: p={self.p} < 1/2 is outside the paper's convergence analysis", stacklevel=3)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class DMSGDConfig:
@@ -265,9 +262,6 @@ class DMSGDConfig:
         _int(self.eval_every, "eval_every")
         _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class _BaselinePrivacy:
@@ -285,9 +279,6 @@ class _BaselinePrivacy:
         _int(self.eval_every, "eval_every")
         if not isinstance(self.evaluate_private, bool):
             raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

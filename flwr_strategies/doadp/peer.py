@@ -139,6 +139,7 @@ class PublicTableCore(DecentralizedCore):
         self.started = np.zeros(self.n, dtype=bool)
         self.private_models = np.zeros((self.n, self.d)) if self.evaluate_private else None
         self.reported = np.zeros(self.n, dtype=bool)  # reported a private model in the last evaluation round
+        self._round_W: tuple[int, Any] = (-1, None)  # the round's W over the agents taking part
 
     def _check_graph(self) -> None:
         g, name = self.graph, type(self).__name__
@@ -175,10 +176,18 @@ class PublicTableCore(DecentralizedCore):
                 f"round {server_round} is beyond it"
             )
 
-    def round_mixing(self, partition_ids: Sequence[int]) -> sp.csr_matrix:
-        """W over the agents taking part this round (an agent whose node is gone is left out by
-        ``failure_policy``; W itself when every agent is there)."""
-        return self.live_mixing(1, self.alive_mask(partition_ids))
+    def mixing_of(self, server_round: int, partition_ids: Sequence[int] | None = None) -> sp.csr_matrix:
+        """The round's W over the agents taking part: with ``partition_ids`` (``configure_train``) it is
+        built (an agent whose node is gone is left out by ``failure_policy``; W itself when every agent
+        is there) and kept for the round; without, the kept one (W when none was built this round)."""
+        if partition_ids is not None:
+            self._round_W = (int(server_round), self.live_mixing(1, self.alive_mask(partition_ids)))
+        return self._round_W[1] if self._round_W[0] == int(server_round) else self.W
+
+    def p2p_links(self, server_round: int, pids) -> int:
+        """Links the broadcasts of ``pids`` travel this round."""
+        degrees = np.diff(self.mixing_of(server_round).indptr) - 1
+        return int(sum(int(degrees[p]) for p in pids))
 
     def should_evaluate(self, server_round: int) -> bool:
         return server_round == 0 or server_round % self.eval_every == 0 or server_round == self.num_rounds
@@ -300,6 +309,13 @@ class PublicTableCore(DecentralizedCore):
         if self.private_models is not None:
             out["private_models"] = self.private_models.copy()
         return out
+
+    def table_of(self, state: dict[str, Any], key: str) -> np.ndarray:
+        """The checkpoint's public table ``state[key]`` as float64, refused unless it is n x d."""
+        table = np.array(state[key], dtype=np.float64)
+        if table.shape != (self.n, self.d):
+            raise ValueError(f"checkpoint table {key!r} has shape {table.shape}, expected {(self.n, self.d)}")
+        return table
 
     def load_peer_state(self, state: dict[str, Any]) -> None:
         started = np.array(state["started"], dtype=bool)

@@ -125,7 +125,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self.accepted = np.zeros(self.n, dtype=np.int64)
         self.active_steps = np.zeros(self.n, dtype=np.int64)
         self._parsed: dict = {}  # (round, partition) -> (reply, parsed message), filled by check_reply
-        self._round_W: tuple[int, Any] = (-1, None)  # the round's W over the agents taking part
 
     # ------------------------------------------------------------------ settings
     @property
@@ -231,9 +230,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         if self.private:  # stop before the round whose release would pass the accountant's max_epsilon
             check_budget(self.accountant, doadp_event(self.mechanism()), f"{type(self).__name__} round {server_round}",
                          count=max(1, int(server_round) - self._composed_through))
-        W = self.round_mixing(partition_ids)
-        self._round_W = (int(server_round), W)
-        C = self.consensus(W)
+        C = self.consensus(self.mixing_of(server_round, partition_ids))
         cfg = {**self.round_config(server_round), **self.params_config(server_round)}
         out = []
         for pid in partition_ids:
@@ -291,11 +288,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             rows[r.partition_id] = msg
             if "train_loss" in r.metrics:
                 losses.append(float(r.metrics["train_loss"]))
-        W = self._round_W[1] if self._round_W[0] == int(server_round) else self.W
-        degrees = np.diff(W.indptr) - 1
-        vbytes = np.dtype(self.msg_dtype).itemsize
-        ibytes = 8
-        p2p = int(sum(int(degrees[pid]) for pid in rows)) * int(self.k) * (vbytes + ibytes)
+        p2p = self.p2p_links(server_round, rows) * int(self.k) * (np.dtype(self.msg_dtype).itemsize + 8)
         # ... then commit: validated, distinct in-range indices, so the in-place adds cannot fail
         for pid, (idx, val) in rows.items():
             self.XHAT[pid, idx] += val
@@ -313,7 +306,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "paper_rate": n_act * int(self.k) / (self.n * self.d),
             "p2p_bytes": p2p,
             "alpha": self.alpha_at(server_round),
-            **self.graph_metrics(server_round, W),
+            **self.graph_metrics(server_round, self.mixing_of(server_round)),
         }
         if self.private:
             metrics["sigma"] = float(self.sigma)
@@ -339,9 +332,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         return out
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        XHAT = np.array(state["XHAT"], dtype=np.float64)
-        if XHAT.shape != (self.n, self.d):
-            raise ValueError(f"checkpoint public copies have shape {XHAT.shape}, expected {(self.n, self.d)}")
+        XHAT = self.table_of(state, "XHAT")
         if self.private and "accountant" not in state:
             raise ValueError("checkpoint carries no privacy accountant: the steps it ran cannot be accounted")
         self.load_peer_state(state["peer"])
@@ -378,10 +369,15 @@ class DOADPServer(GaussianLedger, PublicTableCore):
                              "(a resumed run recomposes what its checkpoint ran)")
         return given
 
-    def _ran(self) -> dict[str, float]:
-        c = self.config
-        return {"p": c.p, "k_frac": self.k / self.d, "clip": c.clip, "sigma": float(self.sigma),
-                "batch_size": self.batch_size, "dataset_size": self.q_ran}
+    def _compose(self, accountant: Any, mech: Any, n: int) -> None:
+        """Compose ``n`` rounds of ``mech`` into ``accountant`` (an AmplifiedAccountant also records what ran,
+        activation and Top-k included, which are not credited)."""
+        if isinstance(accountant, AmplifiedAccountant):
+            ran = {"p": self.config.p, "k_frac": self.k / self.d, "clip": mech.clip, "sigma": mech.sigma,
+                   "batch_size": mech.batch_size, "dataset_size": mech.dataset_size}
+            accountant.compose(doadp_event(mech), n, ran=ran)
+        else:
+            accountant.compose(doadp_event(mech), n)
 
     def round_not_aggregated(self, server_round: int) -> None:
         """A round without a valid reply still went out: its agents may have released, so it is
@@ -399,11 +395,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         n = int(server_round) - self._composed_through
         if n <= 0:
             return
-        event = doadp_event(self.mechanism(q))
-        if isinstance(self.accountant, AmplifiedAccountant):
-            self.accountant.compose(event, n, ran={**self._ran(), "dataset_size": q})
-        else:
-            self.accountant.compose(event, n)
+        self._compose(self.accountant, self.mechanism(q), n)
         self._composed_through = int(server_round)
 
     def _recompose(self, rounds: int, q: int) -> None:
@@ -423,13 +415,8 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         parts = [(self._mech(s, q), s["rounds"]) for s in self.past]
         parts.append((self.mechanism(q), int(rounds) - self.rounds_before))
         for mech, n in parts:
-            if n <= 0:
-                continue
-            if isinstance(fresh, AmplifiedAccountant):
-                fresh.compose(doadp_event(mech), int(n), ran={**self._ran(), "clip": mech.clip, "sigma": mech.sigma,
-                                                              "batch_size": mech.batch_size, "dataset_size": q})
-            else:
-                fresh.compose(doadp_event(mech), int(n))
+            if n > 0:
+                self._compose(fresh, mech, int(n))
         if config is acc.config:
             acc.load_state_dict(fresh.state_dict())
         else:

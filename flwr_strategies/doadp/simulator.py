@@ -44,6 +44,19 @@ def check_mixing(W: np.ndarray, atol: float = 1e-10) -> np.ndarray:
     return W
 
 
+def _recorder(evaluate: EvalFn | None, hist: dict) -> Callable[[int, np.ndarray, np.ndarray], None]:
+    """``record(t, xbar, X)``: appends ``t`` and ``evaluate(t, xbar, X)``'s values to ``hist`` (nothing
+    when ``evaluate`` is None)."""
+    def record(t, xbar, X):
+        if evaluate is None:
+            return
+        hist["t"].append(t)
+        for key, val in evaluate(t, xbar, X).items():
+            hist.setdefault(key, []).append(val)
+
+    return record
+
+
 def _seeds(client_seeds, n: int) -> list[int | None]:
     if client_seeds is None:
         return [None] * n
@@ -94,7 +107,6 @@ class DOADPNetwork:
         self.values_sent = 0
         self.active_steps = np.zeros(n, dtype=np.int64)
         self.grad_seconds = 0.0
-        self.last: list = []
 
     @property
     def X(self) -> np.ndarray:
@@ -121,16 +133,13 @@ class DOADPNetwork:
         """One synchronous iteration; returns the activation vector."""
         cons = consensus_terms(self.W, self.XHAT, self.gamma)
         eta = np.zeros(self.n, dtype=bool)
-        results = []
         new = []
         for i, st in enumerate(self.agents):
             nxt, res = agent_round(st, cons[i], self.params, agent_generator(self.seeds[i], self.t),
                                    self._grad_fn(i), self.problem.q)
             new.append(nxt)
-            results.append(res)
             eta[i] = res.active
         self.agents = new
-        self.last = results
         self.values_sent += int(eta.sum()) * int(self.params.k)
         self.active_steps += eta
         self.t += 1
@@ -142,22 +151,13 @@ def run_doadp(problem, W, x0, params: DOADPParams, T: int, gamma: float = 0.05, 
     """Run T iterations of DO-ADP; returns a history dict of lists (``t`` plus evaluate's keys)."""
     net = DOADPNetwork(problem, W, x0, params, gamma, client_seeds=client_seeds, public_copy=public_copy)
     hist: dict = {"t": []}
-
-    def record():
-        if evaluate is None:
-            return
-        X = net.X
-        out = evaluate(net.t, X.mean(axis=0), X)
-        hist["t"].append(net.t)
-        for key, val in out.items():
-            hist.setdefault(key, []).append(val)
-
-    record()
+    record = _recorder(evaluate, hist)
+    record(0, net.X.mean(axis=0), net.X)
     t0 = time.perf_counter()
     for _ in range(T):
         net.step()
         if net.t % eval_every == 0 or net.t == T:
-            record()
+            record(net.t, net.X.mean(axis=0), net.X)
     hist["wall_s"] = time.perf_counter() - t0
     hist["comm_rate"] = net.values_sent / max(1, T * net.n * net.d)
     hist["xbar"] = net.X.mean(axis=0)
@@ -179,16 +179,8 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
     X = np.tile(np.asarray(x0, dtype=np.float64), (n, 1))
     M = np.zeros_like(X)
     hist: dict = {"t": []}
-
-    def record(t):
-        if evaluate is None:
-            return
-        out = evaluate(t, X.mean(axis=0), X)
-        hist["t"].append(t)
-        for key, val in out.items():
-            hist.setdefault(key, []).append(val)
-
-    record(0)
+    record = _recorder(evaluate, hist)
+    record(0, X.mean(axis=0), X)
     for t in range(T):
         G = np.empty_like(X)
         for i in range(n):
@@ -200,7 +192,7 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
         M = G + beta * M
         X = X - alpha * M + cons
         if (t + 1) % eval_every == 0 or t + 1 == T:
-            record(t + 1)
+            record(t + 1, X.mean(axis=0), X)
     hist["comm_rate"] = 1.0
     hist["xbar"] = X.mean(axis=0)
     hist["X"] = X

@@ -1,14 +1,15 @@
-"""Per-sample gradients of a PyTorch model at a flat float64 parameter vector (for DO-ADP).
-
-Uses ``torch.func`` (functional_call + vmap(grad)), so per-sample clipping works for any model
-without BatchNorm. Buffers are kept from the model and not part of the flat vector.
+"""Per-sample gradients of a PyTorch model at a flat float64 parameter vector (for DO-ADP's reference
+simulator), with the client's own functions (:func:`flwr_strategies.clients.doadp.per_sample_gradients`:
+``torch.func``, so per-sample clipping works for any model without BatchNorm; buffers are kept from the
+model and not part of the flat vector), so the simulator and the Flower clients compute the same gradients.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad, vmap
+
+from ..clients.doadp import flat_parameters, load_flat_parameters, per_sample_gradients
 
 
 class TorchGradOracle:
@@ -28,44 +29,22 @@ class TorchGradOracle:
         self.device = torch.device(device)
         self.model = model.to(self.device)
         self.x, self.y = x.to(self.device), y.to(self.device)
-        self.names = [n for n, _ in model.named_parameters()]
-        self.shapes = [p.shape for _, p in model.named_parameters()]
-        self.sizes = [int(np.prod(s)) for s in self.shapes]
-        self.d = int(sum(self.sizes))
-        self.buffers = dict(model.named_buffers())
-
-        def loss(params, xb, yb):
-            out = functional_call(self.model, (params, self.buffers), (xb.unsqueeze(0),))
-            return torch.nn.functional.cross_entropy(out, yb.unsqueeze(0))
-
-        self._ps = vmap(grad(loss), in_dims=(None, 0, 0))
+        self.d = int(sum(p.numel() for p in model.parameters()))
 
     @property
     def q(self) -> int:
         return int(self.x.shape[0])
 
-    def unflatten(self, x_flat: np.ndarray) -> dict[str, torch.Tensor]:
-        t = torch.from_numpy(np.asarray(x_flat, dtype=np.float32)).to(self.device)
-        out, off = {}, 0
-        for n, s, k in zip(self.names, self.shapes, self.sizes):
-            out[n] = t[off:off + k].view(s)
-            off += k
-        return out
-
     def per_sample_grads(self, x_flat: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        params = self.unflatten(x_flat)
         ii = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=self.device)
-        g = self._ps(params, self.x[ii], self.y[ii])
-        return torch.cat([g[n].reshape(len(ii), -1) for n in self.names], dim=1).double().cpu().numpy()
+        return per_sample_gradients(self.model, torch.nn.functional.cross_entropy, self.x[ii], self.y[ii], x_flat)
 
     def flat_params(self) -> np.ndarray:
-        return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).double().cpu().numpy()
+        return flat_parameters(self.model)
 
     def load_flat(self, x_flat: np.ndarray) -> None:
         """Write a flat vector into the model's parameters (for evaluation)."""
-        with torch.no_grad():
-            for p, v in zip(self.model.parameters(), self.unflatten(x_flat).values()):
-                p.copy_(v)
+        load_flat_parameters(self.model, x_flat)
 
 
 class TorchNetworkProblem:
