@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..core.declare import setting
-
-import torch
-
 from ..core.validation import SettingError, check_integer, check_number
+
+if TYPE_CHECKING:  # armijo_step imports torch, so that reading ArmijoConfig (FedLi's settings) does not
+    import torch
 
 __all__ = ["ArmijoConfig", "ArmijoStepResult", "GROWTH_RULES", "armijo_step", "reset_step_size"]
 
@@ -212,6 +213,8 @@ def armijo_step(
     FloatingPointError
         If the loss or gradient at the current point is not finite (the model is left unchanged).
     """
+    import torch
+
     for p in params:
         p.grad = None
     with torch.enable_grad():

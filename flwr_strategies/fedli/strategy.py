@@ -8,8 +8,8 @@ and its hyperparameters as keyword arguments, the fields of its config dataclass
 from __future__ import annotations
 
 from ..adapters import LegacyStrategy
+from ..adapters.method import LazyCore
 from .config import FedExPConfig, FedLiLSConfig, FedLiLUConfig, ScaffoldConfig
-from .server import FedExPServer, FedLiLSServer, FedLiLUServer, ScaffoldServer
 
 __all__ = ["FedLiLS", "FedLiLU", "FedExP", "Scaffold"]
 
@@ -35,7 +35,7 @@ class FedLiLS(LegacyStrategy):
     See :class:`~flwr_strategies.fedli.config.FedLiLSConfig` for the ranges and sources.
     """
 
-    core_cls = FedLiLSServer
+    core_cls = LazyCore("flwr_strategies.fedli.server:FedLiLSServer")  # the servers import torch (SCAFFOLD's)
     hyperparameters = {"config": FedLiLSConfig}
 
 
@@ -61,7 +61,7 @@ class FedLiLU(LegacyStrategy):
     See :class:`~flwr_strategies.fedli.config.FedLiLUConfig`.
     """
 
-    core_cls = FedLiLUServer
+    core_cls = LazyCore("flwr_strategies.fedli.server:FedLiLUServer")
     hyperparameters = {"config": FedLiLUConfig}
 
 
@@ -88,7 +88,7 @@ class FedExP(LegacyStrategy):
     See :class:`~flwr_strategies.fedli.config.FedExPConfig`.
     """
 
-    core_cls = FedExPServer
+    core_cls = LazyCore("flwr_strategies.fedli.server:FedExPServer")
     hyperparameters = {"config": FedExPConfig}
 
 
@@ -118,5 +118,5 @@ class Scaffold(LegacyStrategy):
     See :class:`~flwr_strategies.fedli.config.ScaffoldConfig`.
     """
 
-    core_cls = ScaffoldServer
+    core_cls = LazyCore("flwr_strategies.fedli.server:ScaffoldServer")
     hyperparameters = {"config": ScaffoldConfig}

@@ -15,14 +15,14 @@ differential-privacy wrappers) is refused with an error.
 from __future__ import annotations
 
 from ..adapters import REQUIRED, LegacyStrategy
+from ..adapters.method import LazyCore
 from .config import METHOD_CONFIGS
-from .server import FedMUDServer
 
 __all__ = ["FedMUD", "FedLMT", "FedPara", "FedHM"]
 
 
 class _LowRank(LegacyStrategy):
-    core_cls = FedMUDServer
+    core_cls = LazyCore("flwr_strategies.fedmud.server:FedMUDServer")  # the server imports torch
     arguments = {"model": REQUIRED}
 
 
