@@ -19,7 +19,7 @@ from .. import lazy_exports
 _EXPORTS = {name: module for module, names in {
     ".aggregation": ("aggregation_weights", "weighted_mean"),
     ".baselines": ("BASELINE_SCHEMES", "svd_factors"),
-    ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "METHOD_OPTIONS", "VARIANTS", "FedMUDConfig", "MUDOptions"),
+    ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "VARIANTS", "FedMUDConfig"),
     ".delta": ("UpdateDecomposition",),
     ".kron": ("batched_kron", "bkd_blocks", "bkd_delta", "bkd_side"),
     ".protocol": ("FedMUDStateError", "MUDClientCore", "plan_for_config"),
@@ -35,7 +35,7 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "BASELINE_SCHEMES", "DEFAULT_INIT_SCALE", "DecomposedModel", "FedMUDConfig", "FedMUDServer", "FedMUDStateError",
-    "LayerPlan", "METHOD_CONFIGS", "METHOD_OPTIONS", "MUDClientCore", "MUDOptions", "ModelPlan",
+    "LayerPlan", "METHOD_CONFIGS", "MUDClientCore", "ModelPlan",
     "UnreachableRatioError", "UpdateDecomposition", "VARIANTS", "aggregation_weights", "batched_kron", "bkd_blocks",
     "bkd_delta", "bkd_side", "compressible_layers", "default_init_scale", "draw_factor", "factor_generator",
     "is_push_round", "layer_view", "plan_at_rho", "plan_for_config", "plan_model", "smallest_reachable_ratio",
