@@ -38,6 +38,7 @@ import torch
 
 from ..core.local import Objective, batch_stream, train_steps
 from ..core.validation import check_number
+from .config import CLIP_SCOPES
 
 __all__ = [
     "MoreauEnvelope",
@@ -47,8 +48,6 @@ __all__ = [
     "local_update",
     "CLIP_SCOPES",
 ]
-
-CLIP_SCOPES = ("data", "official")
 
 
 def _trainable(model_or_params: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
