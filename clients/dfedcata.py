@@ -72,16 +72,10 @@ class DecentralizedClient(TorchClient):
 
     def local_train(self, config: dict[str, Scalar], generator: torch.Generator) -> dict[str, Scalar]:
         s = train_settings(config, self.setup.train)
-        steps, epochs = s["steps"], s["epochs"]
-        if self.rule.steps_per_round > 0:
-            steps, epochs = self.rule.steps_per_round, None
-        elif steps:
-            epochs = None
-        elif not epochs:
-            epochs = 1
         lam = float(config.get("lam", self.rule.lam))
-        batches = batch_stream(self.setup.train_data, epochs=epochs, steps=steps, batch_size=s["batch_size"],
-                               generator=generator, device=self.setup.device)
+        # steps_per_round > 0 replaces the epochs/steps setting; batch_stream runs steps when set, else epochs (>= 1)
+        batches = batch_stream(self.setup.train_data, epochs=s["epochs"], steps=self.rule.steps_per_round or s["steps"],
+                               batch_size=s["batch_size"], generator=generator, device=self.setup.device)
         out = run_local(
             self.model,
             batches,

@@ -38,6 +38,7 @@ import torch
 from flwr.common import Scalar
 from torch import nn
 
+from flwr_strategies.core.local import train_steps
 from flwr_strategies.fedmezo.engine import MeZOEngine, StepResult, trainable_named_params
 from flwr_strategies.fedmezo.local import cursor_indices
 from flwr_strategies.fedmezo.replay import encode_pairs
@@ -163,20 +164,16 @@ class MeZO(torch.optim.Optimizer):
 
 
 # ----------------------------------------------------------------------------- payload helpers
-def _trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    return trainable_named_params(model)
-
-
 def trainable_arrays(model: nn.Module) -> list[np.ndarray]:
     """The trainable tensors (``requires_grad``; the LoRA adapters of a peft model) as NumPy arrays,
     in ``named_parameters`` order: what a FedMeZO / LoRA FedAvg client sends back."""
-    return [p.detach().cpu().numpy().copy() for _, p in _trainable(model)]
+    return [p.detach().cpu().numpy().copy() for _, p in trainable_named_params(model)]
 
 
 @torch.no_grad()
 def load_trainable_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
     """Copy the server's adapter arrays into the trainable tensors (count and shapes must match)."""
-    named = _trainable(model)
+    named = trainable_named_params(model)
     if len(arrays) != len(named):
         raise ValueError(f"expected {len(named)} trainable arrays (the LoRA adapters), got {len(arrays)}")
     for (name, p), a in zip(named, arrays):
@@ -188,7 +185,7 @@ def load_trainable_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> Non
 
 def load_model_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
     """Load either the adapters only or the whole ``state_dict`` (what federated evaluation sends)."""
-    if len(arrays) == len(_trainable(model)):
+    if len(arrays) == len(trainable_named_params(model)):
         load_trainable_arrays(model, arrays)
     else:
         set_weights(model, list(arrays))
@@ -207,7 +204,7 @@ def cast_adapters(model: nn.Module, dtype: str | torch.dtype) -> nn.Module:
         if dtype not in ADAPTER_DTYPES:
             raise ValueError(f"adapter_dtype must be one of {tuple(ADAPTER_DTYPES)}, got {dtype!r}")
         dtype = ADAPTER_DTYPES[dtype]
-    for _, p in _trainable(model):
+    for _, p in trainable_named_params(model):
         p.data = p.data.to(dtype)
     return model
 
@@ -340,7 +337,7 @@ class _LoRAClient(TorchClient):
     def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None, *,
                  loss_fn: Callable[[nn.Module, Batch], torch.Tensor] | None = None) -> None:
         super().__init__(setup, params)
-        _trainable(self.model)  # raises when nothing is trainable
+        trainable_named_params(self.model)  # raises when nothing is trainable
         self.loss_fn = loss_fn or causal_lm_loss
         if _indexable(setup.train_data) and len(setup.train_data) == 0:
             raise ValueError(f"client {self.partition_id} has an empty training set")
@@ -431,34 +428,31 @@ class LoRAFedAvgClient(_LoRAClient):
     def fit(self, parameters, config):
         config = self.with_defaults(config)
         load_trainable_arrays(self.model, parameters)
-        params = [p for _, p in _trainable(self.model)]
+        params = [p for _, p in trainable_named_params(self.model)]
         opt = torch.optim.SGD(params, lr=float(config["lr"]), momentum=float(config.get("momentum", 0.0) or 0.0),
                               weight_decay=float(config.get("weight_decay", 0.0) or 0.0))
         clip = config.get("grad_clip")
+        hooks = [lambda: nn.utils.clip_grad_norm_(params, float(clip))] if clip else []
         H, B, batches = self._batches(config)
         dev = torch.device(self.setup.device) if self.setup.device is not None else torch.device("cpu")
         seed = derive_seed(int(config.get("run_seed", self.setup.seed)), int(config.get("server-round", config.get("server_round", 1))),
                            self.partition_id, 0, 1)
-        losses, seen = [], 0
+        sizes: list[int] = []
+
+        def pairs() -> Iterator[tuple[Batch, None]]:
+            for batch in batches:
+                sizes.append(_batch_len(batch))
+                yield batch, None
+
         was = self.model.training
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(seed)
-            self.model.train()
-            for batch in batches:
-                loss = self.loss_fn(self.model, batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if clip:
-                    nn.utils.clip_grad_norm_(params, float(clip))
-                opt.step()
-                losses.append(float(loss.detach()))
-                seen += _batch_len(batch)
+            stats = train_steps(self.model, pairs(), opt, objective=lambda model, batch, _: self.loss_fn(model, batch),
+                                after_backward=hooks)
         self.model.train(was)
-        for p in params:
-            p.grad = None
-        metrics = {**self.base_metrics(), "train_loss": float(np.mean(losses)), "lr_used": float(config["lr"]),
+        metrics = {**self.base_metrics(), "train_loss": float(stats["train_loss"]), "lr_used": float(config["lr"]),
                    "n_skipped": 0}
-        return trainable_arrays(self.model), seen, metrics
+        return trainable_arrays(self.model), sum(sizes), metrics
 
 
 def build_fedmezo_client(setup: ClientSetup, params: dict[str, Any]) -> FedMeZOClient:

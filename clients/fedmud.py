@@ -29,13 +29,10 @@ piece checks every ``torch.optim`` step on the model: an optimizer that holds no
 the round at that step with the settings that caused it. After :meth:`FedMUDRound.finish` the model
 is plain again and holds the trained effective weights.
 
-**Learning rate.** Your optimizer trains the factors, not the weights. With the paper's random
-factors (``Uniform(-a, a)``, ``a = 5`` for BKD) one step moves the weight ``2a^2/3 ~ 17`` times
-further than the same step on the plain model (in expectation; times 10 again with momentum 0.9),
-and the FedLMT / FedPara products start far above a layer's usual weights: a learning rate tuned
-for FedAvg then diverges. Build the strategy with ``init_scale="auto"`` (and ``base_init="given"``
-for FedMUD, so the compressed layers start from your model's own weights) and your learning rate
-keeps its meaning; see :func:`~flwr_strategies.fedmud.delta.auto_variances`.
+**Learning rate.** Your optimizer trains the factors, not the weights, and with the paper's random
+factors a learning rate tuned for FedAvg diverges (:mod:`flwr_strategies.fedmud.delta` gives the
+gain). Build the strategy with ``init_scale="auto"`` (and ``base_init="given"`` for FedMUD, so the
+compressed layers start from your model's own weights) and your learning rate keeps its meaning.
 """
 
 from __future__ import annotations

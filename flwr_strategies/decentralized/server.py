@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from ..core.messages import Instruction, Reply
 from ..core.server import EvalFn, RoundResult, ServerCore
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, is_real
 from .config import GraphConfig
 from .consensus import consensus_distance, network_average
 from .mixing import is_connected, mix, mixing_matrix, restrict_to_alive, spectral_gap
@@ -403,11 +403,7 @@ class GossipCore(DecentralizedCore):
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         alive = self.alive_mask(r.partition_id for r in replies)
-        losses = []
-        for reply in replies:
-            loss = reply.metrics.get("train_loss")
-            if isinstance(loss, (int, float, np.integer, np.floating)) and not isinstance(loss, bool):
-                losses.append(float(loss))
+        losses = [float(r.metrics["train_loss"]) for r in replies if is_real(r.metrics.get("train_loss"))]
         if alive.any():
             dead = np.flatnonzero(~alive)
             if dead.size:

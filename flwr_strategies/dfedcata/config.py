@@ -7,10 +7,10 @@ Every impossible value raises ``ValueError`` naming the setting and the value.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..core.declare import setting
+from ..core.validation import check_number
 from .params import ANCHORS, validate_dfedcata
 
 __all__ = ["DFedCataConfig", "LocalRuleConfig", "CLIP_SCOPES", "CODE_OPTIONS"]
@@ -35,12 +35,6 @@ CODE_OPTIONS = {
     "allow_row_stochastic": True,
     "clip_scope": "official",
 }
-
-
-def _number(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -87,12 +81,12 @@ class DFedCataConfig:
         if isinstance(self.beta, bool) or isinstance(self.lam, bool):
             raise ValueError(f"beta and lam must be numbers, got beta={self.beta!r}, lam={self.lam!r}")
         if self.lr is not None:
-            _number("lr", self.lr)
+            check_number("lr", self.lr, "a finite number")
         validate_dfedcata(self.beta, self.lam, self.lr, self.extrapolation_anchor)
 
     def check_lr(self, lr: float, server_round: int) -> None:
         """Raise ``ValueError`` unless ``lr * lam < 1`` for this round's learning rate."""
-        lr = _number("lr", lr)
+        lr = check_number("lr", lr, "a finite number")
         if lr * self.lam >= 1.0:
             raise ValueError(f"round {server_round}: lr * lam = {lr * self.lam:.4g} must be < 1 "
                              f"(lr={lr!r}, lam={self.lam!r})")
@@ -133,13 +127,13 @@ class LocalRuleConfig:
                               "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)")
 
     def __post_init__(self) -> None:
-        lam = _number("lam", self.lam)
+        lam = check_number("lam", self.lam, "a finite number")
         if lam < 0:
             raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {self.lam!r}")
-        mom = _number("local_momentum", self.local_momentum)
+        mom = check_number("local_momentum", self.local_momentum, "a finite number")
         if not 0.0 <= mom < 1.0:
             raise ValueError(f"local_momentum must be in [0, 1), got {self.local_momentum!r}")
-        rho = _number("rho", self.rho)
+        rho = check_number("rho", self.rho, "a finite number")
         if rho < 0:
             raise ValueError(f"rho (SAM radius) must be >= 0, got {self.rho!r}")
         if isinstance(self.steps_per_round, bool) or not isinstance(self.steps_per_round, int) or self.steps_per_round < 0:

@@ -38,6 +38,7 @@ import torch
 
 from ..core.local import Objective, batch_stream, train_steps
 from ..core.validation import check_number
+from .config import CLIP_SCOPES
 
 __all__ = [
     "MoreauEnvelope",
@@ -45,13 +46,8 @@ __all__ = [
     "SAM",
     "run_local",
     "local_update",
-    "LossFn",
     "CLIP_SCOPES",
 ]
-
-#: ``loss_fn(model, x, y) -> loss`` of one minibatch (default: cross-entropy of ``model(x)``).
-LossFn = Objective
-CLIP_SCOPES = ("data", "official")
 
 
 def _trainable(model_or_params: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
@@ -320,7 +316,7 @@ class SAM:
 # ---------------------------------------------------------------------------------- loops
 def run_local(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, lr: float,
               lam: float = 0.0, momentum: float = 0.0, rho: float = 0.0, weight_decay: float = 0.0,
-              clip_norm: float | None = None, clip_scope: str = "data", loss_fn: LossFn | None = None) -> dict[str, float]:
+              clip_norm: float | None = None, clip_scope: str = "data", loss_fn: Objective | None = None) -> dict[str, float]:
     """Run the local rule in place on ``model`` over ``batches``; its current weights are the
     start point and the proximal anchor. Built from :class:`MoreauEnvelope`, :class:`LocalSGD` and
     :class:`SAM`. ``loss_fn(model, x, y)`` defaults to the cross-entropy of ``model(x)``. Returns
@@ -339,14 +335,11 @@ def run_local(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, torc
 def local_update(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, batch_size: int,
                  generator: torch.Generator, epochs: int | None = None, steps: int | None = None, lam: float = 0.0,
                  momentum: float = 0.0, rho: float = 0.0, weight_decay: float = 0.0, clip_norm: float | None = None,
-                 clip_scope: str = "data", loss_fn: LossFn | None = None,
+                 clip_scope: str = "data", loss_fn: Objective | None = None,
                  augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None) -> dict[str, float]:
     """:func:`run_local` on in-memory tensors ``x``, ``y`` with seeded minibatches (``epochs``
     passes or ``steps`` batches of ``batch_size``; order and ``augment(xb, generator)`` from
-    ``generator``). The arguments are checked before any step (here, and by :func:`run_local`'s rules)."""
-    lr, lam = check_number("lr", lr, "a finite number"), check_number("lam", lam, "a finite number")
-    if lam < 0 or lr * lam >= 1:
-        raise ValueError(f"need lam >= 0 and lr*lam < 1, got lam={lam!r}, lr={lr!r}")
+    ``generator``). The arguments are checked by :func:`run_local` before any step."""
     if (epochs is None) == (steps is None):
         raise ValueError(f"set exactly one of epochs/steps, got epochs={epochs!r}, steps={steps!r}")
     data = SimpleNamespace(x=x, y=y, augment=augment)

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..core.messages import Instruction, Reply
+from ..core.validation import is_real
 from ..decentralized.mixing import mix, mix_row
 from ..decentralized.server import GossipCore
 from .config import DFedCataConfig
@@ -217,7 +218,7 @@ class DFedCataServer(GossipCore):
             if self.anchor == "prev_mixed":
                 self.anchors[i] = self._seq_z
             loss = reply.metrics.get("train_loss")
-            if isinstance(loss, (int, float, np.integer, np.floating)) and not isinstance(loss, bool):
+            if is_real(loss):
                 metrics["train_loss"] = float(loss)
         self._seq_turn = None
         if i == self._seq_m() - 1:  # end of the algorithm round: bookkeeping once

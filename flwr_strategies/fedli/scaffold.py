@@ -231,31 +231,20 @@ def scaffold_client_control_update(
     """
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"SCAFFOLD local learning rate must be finite and > 0, got {lr!r}")
-    if steps < 0:
-        raise ValueError(f"number of local steps must be >= 0, got {steps}")
-    if steps == 0:
-        return [np.array(c, copy=True) for c in c_local], [np.zeros_like(c) for c in c_local]
-    scale = 1.0 / (steps * lr)
-    new, diff = [], []
-    for ci, c, wt, wi in zip(c_local, c_global, w_global, w_local):
-        ci64 = np.asarray(ci, dtype=np.float64)
-        val = ci64 - np.asarray(c, np.float64) + (np.asarray(wt, np.float64) - np.asarray(wi, np.float64)) * scale
-        dtype = np.asarray(ci).dtype
-        d = (val - ci64).astype(dtype)
-        diff.append(d)
-        # c_i+ := c_i + dc_i in the array dtype, so a server that mirrors c_i by adding the reported
-        # dc_i holds exactly the same values as the client
-        new.append((ci64 + d.astype(np.float64)).astype(dtype))
-    check_finite_arrays(new, "SCAFFOLD client control variate")
-    return new, diff
+    scale = 1.0 / (max(steps, 1) * lr)
+    targets = (np.asarray(ci, np.float64) - np.asarray(c, np.float64)
+               + (np.asarray(wt, np.float64) - np.asarray(wi, np.float64)) * scale
+               for ci, c, wt, wi in zip(c_local, c_global, w_global, w_local))
+    return scaffold_client_control_from_gradients(c_local, targets, steps)
 
 
 def scaffold_client_control_from_gradients(
     c_local: Sequence[np.ndarray], mean_gradients: Sequence[np.ndarray], steps: int,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``c_i+`` = the mean of the K minibatch gradients of the local run (option II's value under
-    plain SGD, for any optimizer). Returns ``(c_i+, dc_i = c_i+ - c_i)`` in the dtypes of ``c_local``;
-    with ``steps == 0`` the control is unchanged."""
+    plain SGD, for any optimizer). Returns ``(c_i+, dc_i = c_i+ - c_i)`` in the dtypes of ``c_local``,
+    with ``c_i+ := c_i + dc_i`` in the array dtype, so a server that mirrors ``c_i`` by adding the
+    reported ``dc_i`` holds exactly the client's values; with ``steps == 0`` the control is unchanged."""
     if steps < 0:
         raise ValueError(f"number of local steps must be >= 0, got {steps}")
     if steps == 0:
@@ -266,7 +255,7 @@ def scaffold_client_control_from_gradients(
         dtype = np.asarray(ci).dtype
         d = (np.asarray(g, np.float64) - ci64).astype(dtype)
         diff.append(d)
-        new.append((ci64 + d.astype(np.float64)).astype(dtype))  # as in option II: c_i + dc_i exactly
+        new.append((ci64 + d.astype(np.float64)).astype(dtype))
     check_finite_arrays(new, "SCAFFOLD client control variate")
     return new, diff
 

@@ -13,11 +13,11 @@ setting and the value, before any training starts.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ..baselines.config import _finite
 from ..core.declare import setting
-from ..setup import SettingError
+from ..core.validation import SettingError, check_integer
 from .lr_rules import LR_STRATEGIES
 
 __all__ = ["LoRAWorkloadConfig", "FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
@@ -36,21 +36,6 @@ WEIGHTINGS = ("uniform", "num_examples")
 ADAPTER_DTYPES = ("fp32", "fp16", "bf16")
 
 
-def _number(name: str, value, *, low: float | None = None, low_open: bool = False, high: float | None = None,
-            high_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SettingError(name, value, "a finite number")
-    if low is not None and (value <= low if low_open else value < low):
-        raise SettingError(name, value, f"{'>' if low_open else '>='} {low}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise SettingError(name, value, f"{'<' if high_open else '<='} {high}")
-
-
-def _integer(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SettingError(name, value, f"an integer >= {low}")
-
-
 def _choice(name: str, value, options: tuple[str, ...]) -> None:
     if value not in options:
         raise SettingError(name, value, f"one of {options}")
@@ -62,9 +47,9 @@ def _steps_or_epochs(local_steps, local_epochs) -> None:
     if local_steps is not None and local_epochs is not None:
         raise SettingError("local_epochs", local_epochs, f"None when local_steps is set (local_steps={local_steps!r})")
     if local_steps is not None:
-        _integer("local_steps", local_steps, 1)
+        check_integer("local_steps", local_steps, 1)
     else:
-        _integer("local_epochs", local_epochs, 1)
+        check_integer("local_epochs", local_epochs, 1)
 
 
 _YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
@@ -163,26 +148,26 @@ class FedMeZOConfig:
     variant: str = setting("paper", "paper, code", _VARIANT)
 
     def __post_init__(self) -> None:
-        _number("lr", self.lr, low=0.0, low_open=True)
+        _finite("lr", self.lr, low=0.0, low_open=True)
         _steps_or_epochs(self.local_steps, self.local_epochs)
-        _integer("batch_size", self.batch_size, 1)
-        _number("mu", self.mu, low=0.0, low_open=True)
-        _number("weight_decay", self.weight_decay, low=0.0)
-        _number("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
-        _integer("num_perturbations", self.num_perturbations, 1)
+        check_integer("batch_size", self.batch_size, 1)
+        _finite("mu", self.mu, low=0.0, low_open=True)
+        _finite("weight_decay", self.weight_decay, low=0.0)
+        _finite("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        check_integer("num_perturbations", self.num_perturbations, 1)
         _choice("lr_strategy", self.lr_strategy, LR_STRATEGIES)
-        _number("lr_alpha", self.lr_alpha, low=0.0)
+        _finite("lr_alpha", self.lr_alpha, low=0.0)
         if self.lr_alpha_rel is not None:
-            _number("lr_alpha_rel", self.lr_alpha_rel, low=0.0, high=1.0, high_open=True)
+            _finite("lr_alpha_rel", self.lr_alpha_rel, low=0.0, high=1.0, high_open=True)
         if self.lr_strategy != "frozen" and not self.alpha < self.lr:
             raise ValueError(f"lr_alpha must be < lr so that every personalised rate stays > 0, got lr_alpha="
                              f"{self.alpha!r} with lr={self.lr!r}")
-        _integer("lr_window", self.lr_window, 1)
+        check_integer("lr_window", self.lr_window, 1)
         _choice("weighting", self.weighting, WEIGHTINGS)
         _choice("comm_mode", self.comm_mode, COMM_MODES)
         _choice("z_device", self.z_device, Z_DEVICES)
         _choice("restore_mode", self.restore_mode, RESTORE_MODES)
-        _integer("eval_every", self.eval_every, 1)
+        check_integer("eval_every", self.eval_every, 1)
         _choice("variant", self.variant, VARIANTS)
         if self.comm_mode == "seeds":
             if self.weight_decay != 0:
@@ -256,16 +241,16 @@ class LoRAFedAvgConfig:
     eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
 
     def __post_init__(self) -> None:
-        _number("lr", self.lr, low=0.0, low_open=True)
+        _finite("lr", self.lr, low=0.0, low_open=True)
         _steps_or_epochs(self.local_steps, self.local_epochs)
-        _integer("batch_size", self.batch_size, 1)
-        _number("weight_decay", self.weight_decay, low=0.0)
-        _number("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
-        _number("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        check_integer("batch_size", self.batch_size, 1)
+        _finite("weight_decay", self.weight_decay, low=0.0)
+        _finite("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        _finite("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
         if self.grad_clip is not None:
-            _number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+            _finite("grad_clip", self.grad_clip, low=0.0, low_open=True)
         _choice("weighting", self.weighting, WEIGHTINGS)
-        _integer("eval_every", self.eval_every, 1)
+        check_integer("eval_every", self.eval_every, 1)
 
     @property
     def alpha(self) -> float:

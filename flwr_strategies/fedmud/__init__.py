@@ -18,7 +18,7 @@ from .. import lazy_exports
 __getattr__, _EXPORTS = lazy_exports(__name__, {
     ".aggregation": ("aggregation_weights", "weighted_mean"),
     ".baselines": ("BASELINE_SCHEMES", "svd_factors"),
-    ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "METHOD_OPTIONS", "VARIANTS", "FedMUDConfig", "MUDOptions"),
+    ".config": ("DEFAULT_INIT_SCALE", "METHOD_CONFIGS", "VARIANTS", "FedMUDConfig"),
     ".delta": ("UpdateDecomposition",),
     ".kron": ("batched_kron", "bkd_blocks", "bkd_delta", "bkd_side"),
     ".protocol": ("FedMUDStateError", "MUDClientCore", "plan_for_config"),

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from ..core.declare import setting, sourced
+from ..core.validation import check_integer, check_number
 from .aggregation import WEIGHTINGS
 from .schedule import validate_reset_interval
 
-__all__ = ["FedMUDConfig", "MUDOptions", "METHOD_CONFIGS", "METHOD_OPTIONS", "BASE_INITS", "VARIANTS",
+__all__ = ["FedMUDConfig", "METHOD_CONFIGS", "BASE_INITS", "VARIANTS",
            "DEFAULT_INIT_SCALE"]
 
 BASE_INITS = ("normal", "kaiming", "given")
@@ -61,19 +62,6 @@ def validate_ratio(ratio: float, name: str = "target_ratio") -> float:
 def _flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def _positive_finite(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value \
-            or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -184,24 +172,24 @@ class FedMUDConfig:
         if self.fallback_ratio is not None:
             object.__setattr__(self, "fallback_ratio", validate_ratio(self.fallback_ratio, "fallback_ratio"))
         if self.init_scale is not None and self.init_scale != "auto":
-            object.__setattr__(self, "init_scale", _positive_finite("init_scale", self.init_scale))
+            object.__setattr__(self, "init_scale",
+                               check_number("init_scale", self.init_scale, "a finite number > 0", lambda v: v > 0))
         if self.init_dist not in INIT_DISTS:
             raise ValueError(f"init_dist must be one of {INIT_DISTS}, got {self.init_dist!r}")
         if self.reset_interval is not None:
-            if isinstance(self.reset_interval, float) and not math.isfinite(self.reset_interval):
-                raise ValueError(f"reset_interval must be an integer >= 1 or None (never reset), got {self.reset_interval!r}")
             try:
                 object.__setattr__(self, "reset_interval", validate_reset_interval(self.reset_interval))
             except (TypeError, ValueError):
                 raise ValueError(f"reset_interval must be an integer >= 1 or None (never reset), "
                                  f"got {self.reset_interval!r}") from None
-        object.__setattr__(self, "skip_first", _count("skip_first", self.skip_first))
-        object.__setattr__(self, "skip_last", _count("skip_last", self.skip_last))
+        object.__setattr__(self, "skip_first", check_integer("skip_first", self.skip_first))
+        object.__setattr__(self, "skip_last", check_integer("skip_last", self.skip_last))
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.base_init not in BASE_INITS:
             raise ValueError(f"base_init must be one of {BASE_INITS}, got {self.base_init!r}")
-        object.__setattr__(self, "base_std", _positive_finite("base_std", self.base_std))
+        object.__setattr__(self, "base_std",
+                           check_number("base_std", self.base_std, "a finite number > 0", lambda v: v > 0))
         for name in ("zero_base", "random_right", "strict_ratio", "fedhm"):
             _flag(name, getattr(self, name))
         if self.random_right and self.pattern != "ab":
@@ -249,10 +237,6 @@ class FedMUDConfig:
         return cls(**{k: v for k, v in data.items() if k in names}), {k: v for k, v in data.items() if k not in names}
 
 
-#: Former name, kept for existing code.
-MUDOptions = FedMUDConfig
-
-
 
 def _baseline(what: str) -> dict[str, str]:
     """The sources of a low-rank baseline's structural settings (host paper, Sec. 5.1)."""
@@ -282,4 +266,3 @@ METHOD_CONFIGS: dict[str, FedMUDConfig] = {
                      base_init="project: PyTorch's default init; a rank-r SVD of Normal(0, 0.01) weights leaves the "
                                "network silent"),
 }
-METHOD_OPTIONS = METHOD_CONFIGS

@@ -43,7 +43,7 @@ from .seeds import factor_generator
 from .sizing import ModelPlan, UnreachableRatioError, plan_at_rho, plan_model, smallest_reachable_ratio
 from .wrap import DecomposedModel
 
-__all__ = ["MUDClientCore", "round_seed", "plain_float_keys", "init_base", "draw_base", "build_decomposed",
+__all__ = ["MUDClientCore", "round_seed", "init_base", "draw_base", "build_decomposed",
            "plan_for_config", "factor_keys", "WIRE_KEY", "FedMUDStateError"]
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,6 @@ class FedMUDStateError(RuntimeError):
 def round_seed(seed: int, server_round: int) -> int:
     """Shared factor seed of round ``server_round`` (31-bit, derived from the experiment seed)."""
     return int(np.random.SeedSequence([int(seed), int(server_round), 7]).generate_state(1, np.uint32)[0] >> 1)
-
-
-def plain_float_keys(model: nn.Module) -> list[str]:
-    """State-dict keys of the floating-point entries."""
-    return [k for k, v in model.state_dict().items() if v.is_floating_point()]
 
 
 def draw_base(shape, layer_index: int, config: FedMUDConfig, base_seed: int) -> torch.Tensor:

@@ -35,7 +35,6 @@ from .kron import bkd_blocks
 __all__ = [
     "DECOMPS",
     "PATTERNS",
-    "SCHEMES",
     "LayerPlan",
     "ModelPlan",
     "UnreachableRatioError",
@@ -48,7 +47,6 @@ __all__ = [
     "validate_ratio",
 ]
 
-SCHEMES = tuple(f"{d}-{p}" for d in ("mat", "kron") for p in PATTERNS) + ("hadamard-ab",)
 _FORCE_STEP = 0.001
 _FORCE_TOL = 0.001
 
