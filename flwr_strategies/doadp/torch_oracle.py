@@ -1,15 +1,63 @@
-"""Per-sample gradients of a PyTorch model at a flat float64 parameter vector (for DO-ADP's reference
-simulator), with the client's own functions (:func:`flwr_strategies.clients.doadp.per_sample_gradients`:
-``torch.func``, so per-sample clipping works for any model without BatchNorm; buffers are kept from the
-model and not part of the flat vector), so the simulator and the Flower clients compute the same gradients.
+"""Per-sample gradients of a PyTorch model at a flat float64 parameter vector, for DO-ADP's Flower
+clients (:mod:`flwr_strategies.clients.doadp`) and its reference simulator alike, so both compute the
+same gradients (``torch.func``, so per-sample clipping works for any model without BatchNorm; buffers
+are kept from the model and not part of the flat vector).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
+from torch.func import functional_call, grad, vmap
 
-from ..clients.doadp import flat_parameters, load_flat_parameters, per_sample_gradients
+
+def flat_parameters(model: torch.nn.Module) -> np.ndarray:
+    """The model's parameters as one float64 vector (``named_parameters`` order)."""
+    return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()]).numpy()
+
+
+def load_flat_parameters(model: torch.nn.Module, vec: np.ndarray) -> None:
+    """Write a flat vector into the model's parameters in place."""
+    vec = np.asarray(vec)
+    pos = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(torch.from_numpy(np.ascontiguousarray(vec[pos:pos + n])).view_as(p).to(p.dtype))
+            pos += n
+    if pos != vec.size:
+        raise ValueError(f"vector has {vec.size} entries, the model has {pos} parameters")
+
+
+def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.Tensor,
+                         params: np.ndarray | None = None) -> np.ndarray:
+    """Per-sample gradients ``(len(x), d)`` float64 of ``loss_fn(model(x_i), y_i)``.
+
+    ``params`` (a flat vector) evaluates them at other parameters than the model's own. The model
+    must not use batch statistics (no BatchNorm: use GroupNorm); buffers are kept as they are.
+    """
+    names = [n for n, _ in model.named_parameters()]
+    if params is None:
+        pdict = {n: p.detach() for n, p in model.named_parameters()}
+    else:
+        flat = torch.from_numpy(np.asarray(params, dtype=np.float64))
+        pdict, pos = {}, 0
+        for n, p in model.named_parameters():
+            pdict[n] = flat[pos:pos + p.numel()].view_as(p).to(dtype=p.dtype, device=p.device)
+            pos += p.numel()
+    buffers = dict(model.named_buffers())
+
+    def one(pd, xb, yb):
+        out = functional_call(model, (pd, buffers), (xb.unsqueeze(0),))
+        return loss_fn(out, yb.unsqueeze(0))
+
+    if len(x) == 0:
+        return np.zeros((0, sum(p.numel() for p in model.parameters())))
+    g = vmap(grad(one), in_dims=(None, 0, 0))(pdict, x, y)
+    return torch.cat([g[n].reshape(len(x), -1) for n in names], dim=1).double().cpu().numpy()
+
 
 
 class TorchGradOracle:
