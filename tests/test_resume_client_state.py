@@ -155,3 +155,58 @@ def test_a_checkpoint_carries_the_client_state_key_and_a_bad_one_is_refused(tmp_
 def test_resume_without_a_checkpoint_stops_before_any_round(tmp_path, monkeypatch):
     with pytest.raises(flwr_strategies.setup.SettingError, match="checkpoint.npz .*does not exist"):
         _serve(FAMILIES["fedavg"], tmp_path / "empty", None, resume=True, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("api", ["message", "legacy"])
+def test_a_switched_quickstart_app_resumes_scaffold_exactly_or_refuses(api, tmp_path, monkeypatch):
+    # Flower's quickstart-pytorch with the docs' switch/scaffold.diff (its ClientApp carries
+    # client_state_mod), on an in-process grid: a new grid is a new Flower run. Without a state folder
+    # the resumed clients refuse instead of restarting c_i; with one (the environment variable, as in
+    # Flower's simulation runtime) the resume ends bit-identical to the straight run.
+    import flwr_strategies.serverapp
+    from flwr_strategies.clients.store import STATE_DIR_ENV
+    from quickstart_fixture import run_config, run_legacy_app, run_message_app, switched_app
+
+    app = switched_app(api, "scaffold", tmp_path)
+    module, run = ((flwr_strategies.serverapp, run_message_app) if api == "message" else (flwr_strategies, run_legacy_app))
+    made, kept, scaffold = [], {}, module.Scaffold
+
+    def serve(state_dir, rounds, checkpoint=None, keep_after=None):
+        class Checkpointed(scaffold):  # the app's strategy, checkpointed after round keep_after
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs, on_round_end=self.round_end)
+                if checkpoint is not None:
+                    self.load_state_dict(checkpoint)
+                made.append(self)
+
+            def round_end(self, record):
+                if int(record["round"]) == keep_after:
+                    kept["state"] = self.state_dict()
+                elif keep_after is not None and int(record["round"]) == keep_after + 1:
+                    raise Killed(f"ServerApp killed at the end of round {keep_after + 1}")
+
+        monkeypatch.setattr(module, "Scaffold", Checkpointed)
+        if state_dir is None:
+            monkeypatch.delenv(STATE_DIR_ENV, raising=False)
+        else:
+            monkeypatch.setenv(STATE_DIR_ENV, str(state_dir))
+        config = run_config(app, num_server_rounds=rounds, learning_rate=0.02, fraction_evaluate=0.0)
+        errors = run(app, NODES, config)[-1]
+        assert not errors, errors[:2]
+        return [a.copy() for a in made[-1].core.global_arrays()]
+
+    straight = serve(tmp_path / "nodes-a", ROUNDS)
+    for nodes in (None, tmp_path / "nodes-b"):
+        with pytest.raises(Killed):
+            serve(nodes, KILLED_AFTER + 1, keep_after=KILLED_AFTER)
+        assert kept["state"]["server_round"] == KILLED_AFTER
+        if nodes is None:
+            with pytest.raises(RuntimeError, match=r"resumes a checkpoint of round 2, in which partition [0-2] had "
+                               r"trained, but the node kept no client state for it: its client keeps scaffold_c_i "
+                               r".*client-state-dir") as refused:
+                serve(None, ROUNDS - KILLED_AFTER, checkpoint=kept["state"])
+            # the run stops (run_message_app reports the ServerApp's error by its name)
+            assert "NoProgressError" in f"{type(refused.value).__name__}: {refused.value}"
+    resumed = serve(tmp_path / "nodes-b", ROUNDS - KILLED_AFTER, checkpoint=kept["state"])
+    assert len(straight) == len(resumed)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(straight, resumed)), api
