@@ -44,10 +44,9 @@ class Killed(BaseException):
     """The ServerApp process dies (not an error the app handles)."""
 
 
-def _serve(cfg: ExperimentConfig, out, state_dir, *, resume=False, kill_at=None, monkeypatch=None):
-    rc = {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(out), "resume": resume}
-    grid = InProcessGrid(project_app.client_app, NODES, run_config=rc)  # a new Flower run: empty context.state
-    resolved = cfg.resolve()
+def configure_nodes(grid: InProcessGrid, resolved: ExperimentConfig, state_dir) -> None:
+    """Each node's own settings: its client-state folder (None: none) and, for DO-ADP, its budget and
+    secret seed."""
     for ctx in grid.contexts.values():
         if state_dir is not None:
             ctx.node_config[STATE_DIR_KEY] = str(state_dir)
@@ -55,6 +54,13 @@ def _serve(cfg: ExperimentConfig, out, state_dir, *, resume=False, kill_at=None,
             pid = int(ctx.node_config["partition-id"])
             ctx.node_config.update({"doadp-epsilon": float(resolved.params["epsilon"]), "doadp-rounds": resolved.rounds,
                                     "doadp-client-seed": format(2**127 + 7919 * pid, "032x")})
+
+
+def _serve(cfg: ExperimentConfig, out, state_dir, *, resume=False, kill_at=None, monkeypatch=None):
+    rc = {"experiment": json.dumps(cfg.to_dict()), "out-dir": str(out), "resume": resume}
+    grid = InProcessGrid(project_app.client_app, NODES, run_config=rc)  # a new Flower run: empty context.state
+    resolved = cfg.resolve()
+    configure_nodes(grid, resolved, state_dir)
     if kill_at is not None:
         original = project_app.RunReport.__call__
 

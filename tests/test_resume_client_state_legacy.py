@@ -27,6 +27,7 @@ from flwr_strategies.sampling import PartitionClientManager
 from flwr_strategies.simulations import app as project_app
 from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
+from test_resume_client_state import configure_nodes
 
 ROUNDS, KILLED_AFTER, NODES = 4, 2, 3
 SMALL = dict(dataset="digits", model="logreg", num_clients=NODES, rounds=ROUNDS, seed=0, local_steps=2, batch_size=8,
@@ -59,13 +60,7 @@ def _run(cfg: ExperimentConfig, state_dir, *, rounds: int, checkpoint: dict | No
     resolved = cfg.resolve()
     exp = get_experiment(resolved)
     grid = InProcessGrid(client_app, NODES, run_config={"experiment": json.dumps(cfg.to_dict())})
-    for ctx in grid.contexts.values():
-        if state_dir is not None:
-            ctx.node_config[STATE_DIR_KEY] = str(state_dir)
-        if "epsilon" in resolved.params:  # DO-ADP's nodes: their own budget and secret seed
-            pid = int(ctx.node_config["partition-id"])
-            ctx.node_config.update({"doadp-epsilon": float(resolved.params["epsilon"]), "doadp-rounds": resolved.rounds,
-                                    "doadp-client-seed": format(2**127 + 7919 * pid, "032x")})
+    configure_nodes(grid, resolved, state_dir)
     strategy = exp.spec.legacy_strategy(exp.server_setup(), dict(exp.params))
     if checkpoint is not None:
         strategy.load_state_dict(checkpoint)
