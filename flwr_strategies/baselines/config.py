@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..core.declare import setting
+from ..core.validation import check_range
 
 __all__ = ["FedAvgConfig", "FedProxConfig", "FedAdamConfig"]
 
-
-def _finite(name: str, value: float, low: float | None = None, high: float | None = None, *,
-            low_open: bool = False, high_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +31,7 @@ class FedProxConfig:
                                  "MLSys 2020), which reports no single best value")
 
     def __post_init__(self) -> None:
-        _finite("proximal_mu", self.proximal_mu, 0.0)
+        check_range("proximal_mu", self.proximal_mu, 0.0)
 
 
 @dataclass(frozen=True)
@@ -67,7 +58,7 @@ class FedAdamConfig:
                                       "tune tau per task")
 
     def __post_init__(self) -> None:
-        _finite("eta", self.eta, 0.0, low_open=True)
-        _finite("beta_1", self.beta_1, 0.0, 1.0, high_open=True)
-        _finite("beta_2", self.beta_2, 0.0, 1.0, high_open=True)
-        _finite("tau", self.tau, 0.0, low_open=True)
+        check_range("eta", self.eta, 0.0, low_open=True)
+        check_range("beta_1", self.beta_1, 0.0, 1.0, high_open=True)
+        check_range("beta_2", self.beta_2, 0.0, 1.0, high_open=True)
+        check_range("tau", self.tau, 0.0, low_open=True)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "SettingError", "all_finite",
-    "cap_num_examples", "check_integer", "check_max_num_examples", "check_number", "check_policy", "check_reply",
+    "cap_num_examples", "check_choice", "check_flag", "check_integer", "check_max_num_examples", "check_number", "check_policy", "check_range", "check_reply",
     "is_int", "is_real", "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "diverged_replies",
 ]
 
@@ -162,6 +162,33 @@ def check_number(name: str, value: Any, requirement: str, ok: Callable[[float], 
     if not is_real(value) or not math.isfinite(float(value)) or not ok(float(value)):
         raise SettingError(name, value, requirement)
     return float(value)
+
+
+def check_range(name: str, value: Any, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """:class:`ValueError` naming ``name`` and ``value`` unless ``value`` is a finite Python number within
+    ``[low, high]`` (``low_open`` / ``high_open`` exclude that end; ``None`` leaves it unbounded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, options: Iterable[Any]) -> Any:
+    """``value``; :class:`SettingError` unless it is one of ``options``."""
+    options = tuple(options)
+    if value not in options:
+        raise SettingError(name, value, f"one of {options}")
+    return value
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value``; :class:`SettingError` unless it is ``True`` or ``False`` (not 0/1 or a string)."""
+    if not isinstance(value, bool):
+        raise SettingError(name, value, "True or False")
+    return value
 
 
 def check_integer(name: str, value: Any, minimum: int = 0) -> int:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..baselines.config import _finite
 from ..core.declare import setting
+from ..core.validation import check_choice, check_flag, check_range
 from .aggregation import WEIGHTINGS
 from .armijo import ArmijoConfig
 from .dfw import DFW_PRESETS, DFWConfig
@@ -35,16 +35,6 @@ EPS_SCALINGS = ("none", "clients")
 CONTROL_STATES = ("client", "server")
 #: The constants a FedLi-family method runs from the command line (:class:`FedLiVariantConfig`).
 VARIANTS = ("paper", "code")
-
-
-def _choice(name: str, value: object, options: tuple) -> None:
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-
-
-def _bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +65,7 @@ class FedLiLSConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "step_size_sync", validate_step_size_sync(self.step_size_sync))
-        _choice("weighting", self.weighting, WEIGHTINGS)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
         if not isinstance(self.armijo, ArmijoConfig):
             raise ValueError(f"armijo must be an ArmijoConfig, got {type(self.armijo).__name__}")
 
@@ -112,8 +102,8 @@ class FedLiLUConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.dfw, DFWConfig):
             raise ValueError(f"dfw must be a DFWConfig, got {type(self.dfw).__name__}")
-        _choice("loss_report", self.loss_report, LOSS_REPORTS)
-        _choice("weighting", self.weighting, WEIGHTINGS)
+        check_choice("loss_report", self.loss_report, LOSS_REPORTS)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
 
     @classmethod
     def code(cls) -> FedLiLUConfig:
@@ -157,11 +147,11 @@ class FedExPConfig:
                                                   "official code's average of the last two models is variant=code")
 
     def __post_init__(self) -> None:
-        _finite("eps", self.eps, 0.0)
-        _choice("eps_scaling", self.eps_scaling, EPS_SCALINGS)
-        _finite("eps_decay", self.eps_decay, 0.0, 1.0, low_open=True)
-        _choice("weighting", self.weighting, WEIGHTINGS)
-        _bool("eval_last2_avg", self.eval_last2_avg)
+        check_range("eps", self.eps, 0.0)
+        check_choice("eps_scaling", self.eps_scaling, EPS_SCALINGS)
+        check_range("eps_decay", self.eps_decay, 0.0, 1.0, low_open=True)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
+        check_flag("eval_last2_avg", self.eval_last2_avg)
 
     def eps_at(self, server_round: int, num_replies: int) -> float:
         """``eps`` used in ``server_round`` with ``num_replies`` aggregated replies."""
@@ -211,10 +201,10 @@ class ScaffoldConfig:
                                                       "official code clips the corrected gradient (variant=code)")
 
     def __post_init__(self) -> None:
-        _finite("server_lr", self.server_lr, 0.0, low_open=True)
-        _choice("control_state", self.control_state, CONTROL_STATES)
-        _choice("weighting", self.weighting, WEIGHTINGS)
-        _bool("correction_in_clip", self.correction_in_clip)
+        check_range("server_lr", self.server_lr, 0.0, low_open=True)
+        check_choice("control_state", self.control_state, CONTROL_STATES)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
+        check_flag("correction_in_clip", self.correction_in_clip)
         if self.total_examples is not None and (isinstance(self.total_examples, bool) or int(self.total_examples) != self.total_examples
                                                 or self.total_examples < 1):
             raise ValueError(f"total_examples must be an integer >= 1, got {self.total_examples!r}")
@@ -244,4 +234,4 @@ class FedLiVariantConfig:
                                                    "official code's (the fedli-code preset)")
 
     def __post_init__(self) -> None:
-        _choice("variant", self.variant, VARIANTS)
+        check_choice("variant", self.variant, VARIANTS)

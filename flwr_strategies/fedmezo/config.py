@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..baselines.config import _finite
 from ..core.declare import setting
-from ..core.validation import SettingError, check_integer
+from ..core.validation import SettingError, check_choice, check_integer, check_range
 from .lr_rules import LR_STRATEGIES
 
 __all__ = ["LoRAWorkloadConfig", "FedMeZOConfig", "LoRAFedAvgConfig", "LR_STRATEGIES", "COMM_MODES", "WEIGHTINGS", "RESTORE_MODES",
@@ -34,11 +33,6 @@ WEIGHTINGS = ("uniform", "num_examples")
 #: Data type of the LoRA adapters. The official code's precision is the whole model in fp16
 #: (``model.half()``): ``base_dtype="fp16"`` and ``adapter_dtype="fp16"`` (the registry's ``variant=code``).
 ADAPTER_DTYPES = ("fp32", "fp16", "bf16")
-
-
-def _choice(name: str, value, options: tuple[str, ...]) -> None:
-    if value not in options:
-        raise SettingError(name, value, f"one of {options}")
 
 
 def _steps_or_epochs(local_steps, local_epochs) -> None:
@@ -148,27 +142,27 @@ class FedMeZOConfig:
     variant: str = setting("paper", "paper, code", _VARIANT)
 
     def __post_init__(self) -> None:
-        _finite("lr", self.lr, low=0.0, low_open=True)
+        check_range("lr", self.lr, low=0.0, low_open=True)
         _steps_or_epochs(self.local_steps, self.local_epochs)
         check_integer("batch_size", self.batch_size, 1)
-        _finite("mu", self.mu, low=0.0, low_open=True)
-        _finite("weight_decay", self.weight_decay, low=0.0)
-        _finite("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        check_range("mu", self.mu, low=0.0, low_open=True)
+        check_range("weight_decay", self.weight_decay, low=0.0)
+        check_range("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
         check_integer("num_perturbations", self.num_perturbations, 1)
-        _choice("lr_strategy", self.lr_strategy, LR_STRATEGIES)
-        _finite("lr_alpha", self.lr_alpha, low=0.0)
+        check_choice("lr_strategy", self.lr_strategy, LR_STRATEGIES)
+        check_range("lr_alpha", self.lr_alpha, low=0.0)
         if self.lr_alpha_rel is not None:
-            _finite("lr_alpha_rel", self.lr_alpha_rel, low=0.0, high=1.0, high_open=True)
+            check_range("lr_alpha_rel", self.lr_alpha_rel, low=0.0, high=1.0, high_open=True)
         if self.lr_strategy != "frozen" and not self.alpha < self.lr:
             raise ValueError(f"lr_alpha must be < lr so that every personalised rate stays > 0, got lr_alpha="
                              f"{self.alpha!r} with lr={self.lr!r}")
         check_integer("lr_window", self.lr_window, 1)
-        _choice("weighting", self.weighting, WEIGHTINGS)
-        _choice("comm_mode", self.comm_mode, COMM_MODES)
-        _choice("z_device", self.z_device, Z_DEVICES)
-        _choice("restore_mode", self.restore_mode, RESTORE_MODES)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
+        check_choice("comm_mode", self.comm_mode, COMM_MODES)
+        check_choice("z_device", self.z_device, Z_DEVICES)
+        check_choice("restore_mode", self.restore_mode, RESTORE_MODES)
         check_integer("eval_every", self.eval_every, 1)
-        _choice("variant", self.variant, VARIANTS)
+        check_choice("variant", self.variant, VARIANTS)
         if self.comm_mode == "seeds":
             if self.weight_decay != 0:
                 raise ValueError(f"comm_mode='seeds' needs weight_decay=0 (the update is then linear in the "
@@ -241,15 +235,15 @@ class LoRAFedAvgConfig:
     eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
 
     def __post_init__(self) -> None:
-        _finite("lr", self.lr, low=0.0, low_open=True)
+        check_range("lr", self.lr, low=0.0, low_open=True)
         _steps_or_epochs(self.local_steps, self.local_epochs)
         check_integer("batch_size", self.batch_size, 1)
-        _finite("weight_decay", self.weight_decay, low=0.0)
-        _finite("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
-        _finite("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
+        check_range("weight_decay", self.weight_decay, low=0.0)
+        check_range("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        check_range("lr_decay", self.lr_decay, low=0.0, low_open=True, high=1.0)
         if self.grad_clip is not None:
-            _finite("grad_clip", self.grad_clip, low=0.0, low_open=True)
-        _choice("weighting", self.weighting, WEIGHTINGS)
+            check_range("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
         check_integer("eval_every", self.eval_every, 1)
 
     @property

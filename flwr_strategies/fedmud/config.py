@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from ..core.declare import setting, sourced
-from ..core.validation import check_integer, check_number
+from ..core.validation import check_flag, check_integer, check_number
 from .aggregation import WEIGHTINGS
 from .schedule import validate_reset_interval
 
@@ -57,11 +57,6 @@ def validate_ratio(ratio: float, name: str = "target_ratio") -> float:
     if not (0.0 < value <= 1.0) or math.isnan(value):
         raise ValueError(f"{name} must be in (0, 1], got {ratio!r}")
     return value
-
-
-def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -191,7 +186,7 @@ class FedMUDConfig:
         object.__setattr__(self, "base_std",
                            check_number("base_std", self.base_std, "a finite number > 0", lambda v: v > 0))
         for name in ("zero_base", "random_right", "strict_ratio", "fedhm"):
-            _flag(name, getattr(self, name))
+            check_flag(name, getattr(self, name))
         if self.random_right and self.pattern != "ab":
             raise ValueError(f"random_right=True needs pattern='ab', got pattern={self.pattern!r}")
         never_reset = {"zero_base": self.zero_base, "random_right": self.random_right,
