@@ -9,7 +9,10 @@ import numpy as np
 
 from ..common import PARTITION_KEY
 
-__all__ = ["fedavg_average", "weighted_average", "weighted_mean_metrics"]
+__all__ = ["WEIGHTINGS", "aggregation_weights", "fedavg_average", "weighted_average", "weighted_mean_metrics"]
+
+#: How a method may weight its clients: by their example counts, or equally.
+WEIGHTINGS = ("num_examples", "uniform")
 
 #: Metrics that are bookkeeping, not measurements: never averaged.
 SKIP_KEYS = frozenset({PARTITION_KEY, "num-examples"})
@@ -123,6 +126,30 @@ def _stream(models: Iterable[Sequence[np.ndarray]], factors: np.ndarray, what: s
     if count != len(factors):
         raise ValueError(f"{count} models but {len(factors)} {what}")
     return out
+
+
+def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examples") -> np.ndarray:
+    """Return the aggregation weights ``p_i`` (float64, summing to 1).
+
+    ``weighting="num_examples"`` (default): ``p_i = n_i / sum_j n_j``; a client with ``n_i = 0``
+    gets weight 0. ``"uniform"``: ``p_i = 1/S``.
+
+    Raises ``ValueError`` for an unknown weighting, no clients, a negative or non-finite count, or
+    all counts zero (the counts need a positive sum).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    counts = np.asarray(list(num_examples), dtype=np.float64)
+    if counts.size == 0:
+        raise ValueError("no client results to aggregate")
+    if weighting == "uniform":
+        return np.full(counts.size, 1.0 / counts.size)
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+        raise ValueError(f"num_examples must be finite and >= 0, got {list(num_examples)}")
+    total = counts.sum()
+    if total <= 0:
+        raise ValueError("all clients reported num_examples = 0: nothing to aggregate (the counts need a positive sum)")
+    return counts / total
 
 
 def weighted_average(models: Iterable[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:

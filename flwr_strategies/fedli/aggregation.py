@@ -1,5 +1,6 @@
-"""Client weights, the pseudo-gradient ``Delta_t`` and FunctionSync (Geetika et al., Algorithm 1);
-the weighted average itself is :func:`flwr_strategies.core.aggregation.weighted_average`."""
+"""The pseudo-gradient ``Delta_t`` and FunctionSync (Geetika et al., Algorithm 1);
+the client weights and the weighted average are
+:func:`flwr_strategies.core.aggregation.aggregation_weights` and :func:`~flwr_strategies.core.aggregation.weighted_average`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from collections.abc import Sequence
 import numpy as np
 
-from ..core.aggregation import weighted_average
+from ..core.aggregation import aggregation_weights, weighted_average
 
 __all__ = [
     "aggregate_delta",
@@ -17,31 +18,6 @@ __all__ = [
     "is_float_array",
     "weighted_average",
 ]
-
-WEIGHTINGS = ("num_examples", "uniform")
-
-
-def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examples") -> np.ndarray:
-    """Return the aggregation weights ``p_i`` (float64, summing to 1).
-
-    ``weighting="num_examples"`` (default): ``p_i = n_i / sum_j n_j``; a client with ``n_i = 0``
-    gets weight 0. ``"uniform"``: ``p_i = 1/S``.
-
-    Raises ``ValueError`` for an unknown weighting, no clients, a negative count, or all counts zero.
-    """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"`weighting` must be one of {WEIGHTINGS}, got {weighting!r}")
-    counts = np.asarray(list(num_examples), dtype=np.float64)
-    if counts.size == 0:
-        raise ValueError("no client results to aggregate")
-    if weighting == "uniform":
-        return np.full(counts.size, 1.0 / counts.size)
-    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
-        raise ValueError(f"num_examples must be finite and >= 0, got {list(num_examples)}")
-    total = counts.sum()
-    if total <= 0:
-        raise ValueError("all clients reported num_examples = 0: nothing to aggregate")
-    return counts / total
 
 
 def is_float_array(a: np.ndarray) -> bool:

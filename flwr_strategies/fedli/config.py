@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.aggregation import WEIGHTINGS
 from ..core.declare import setting
 from ..core.validation import check_choice, check_flag, check_range
-from .aggregation import WEIGHTINGS
 from .armijo import ArmijoConfig
 from .dfw import DFW_PRESETS, DFWConfig
 from .server_ls import validate_step_size_sync

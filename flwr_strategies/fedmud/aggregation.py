@@ -13,23 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["WEIGHTINGS", "aggregation_weights", "weighted_mean"]
+from ..core.aggregation import aggregation_weights
 
-WEIGHTINGS = ("num_examples", "uniform")
-
-
-def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examples") -> np.ndarray:
-    """Normalised client weights ``p_i`` (sum to 1)."""
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
-    n = np.asarray(num_examples, dtype=np.float64)
-    if n.size == 0:
-        raise ValueError("aggregation needs at least one client")
-    if weighting == "uniform":
-        return np.full(n.size, 1.0 / n.size)
-    if np.any(n < 0) or n.sum() <= 0:
-        raise ValueError(f"num_examples must be >= 0 with a positive sum, got {list(num_examples)}")
-    return n / n.sum()
+__all__ = ["aggregation_weights", "weighted_mean"]
 
 
 def weighted_mean(payloads: Sequence[Sequence[np.ndarray]], weights: Sequence[float]) -> list[np.ndarray]:

@@ -16,9 +16,9 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
+from ..core.aggregation import WEIGHTINGS
 from ..core.declare import setting, sourced
 from ..core.validation import check_flag, check_integer, check_number
-from .aggregation import WEIGHTINGS
 from .schedule import validate_reset_interval
 
 __all__ = ["FedMUDConfig", "METHOD_CONFIGS", "BASE_INITS", "VARIANTS",
