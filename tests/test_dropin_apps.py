@@ -91,7 +91,11 @@ def switched_app(api: str, method: str, dest: Path) -> Path:
 @pytest.mark.parametrize("api,method", [(api, m) for api, methods in CASES.items() for m in methods])
 def test_quickstart_app_switched_to_method_learns(simulation, api, method, tmp_path):
     app = switched_app(api, method, tmp_path)
-    config = {**RUN_CONFIG[api], **({"learning-rate": 0.02} if method == "scaffold" else {})}  # its range
+    # SCAFFOLD refuses 0.05 with momentum 0.9 (its range); FedMUD's factors can leave the finite range
+    # there for some of the example's unseeded initialisations (seen once in about seven full-suite
+    # runs: its clients then stop naming the optimizer, as designed), so this path check runs both
+    # at 0.02, where they learn every time
+    config = {**RUN_CONFIG[api], **({"learning-rate": 0.02} if method in ("scaffold", "fedmud") else {})}
     res = simulation.flwr_run(app, config, timeout=420, federation_config={"num-supernodes": NODES})
     log = res.stdout + res.stderr
     acc = flower_accuracies(api, log)
