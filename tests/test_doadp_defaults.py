@@ -41,10 +41,10 @@ def runs():
 
 @pytest.fixture(scope="module")
 def equal_epsilon_runs(runs):
-    """DPDO and CPGT at DO-ADP's default epsilon (the paper compares at equal epsilon, Fig. 3)."""
+    """DPDO, CPGT and DP-DDA at DO-ADP's default epsilon (the paper compares at equal epsilon, Fig. 3)."""
     eps = runs["doadp"]["params"]["epsilon"]
     return {m: run_experiment(ExperimentConfig(method=m, client_seed=0, progress=False, params={"epsilon": eps}))
-            for m in LAPLACE}
+            for m in (*LAPLACE, "dp-dda")}
 
 
 def test_the_defaults_are_the_plain_command(runs):
@@ -78,10 +78,11 @@ def test_default_run_learns(runs, method):
     assert ok, (method, numbers)
 
 
-def test_the_laplace_baselines_default_epsilon_is_their_own(runs):
+def test_the_baselines_default_epsilons_are_named_overrides(runs):
     eps = {m: runs[m]["params"]["epsilon"] for m in PRIVATE}
-    assert eps["doadp"] == eps["dp-dda"] == 4.0 and eps["dpdo"] == eps["cpgt"] == 512.0, eps
-    assert runs["dpdo"]["provenance"]["params"]["epsilon"].startswith("project: the smallest power of 2")
+    assert eps["doadp"] == 4.0 and eps["dp-dda"] == 16.0 and eps["dpdo"] == eps["cpgt"] == 512.0, eps
+    for method in ("dpdo", "dp-dda"):
+        assert runs[method]["provenance"]["params"]["epsilon"].startswith("project: the smallest power of 2")
 
 
 @pytest.mark.parametrize("method", LAPLACE)
@@ -90,11 +91,16 @@ def test_the_laplace_baselines_do_not_learn_at_doadps_epsilon(equal_epsilon_runs
     assert not ok, (method, numbers)
 
 
-def test_doadp_ahead_of_the_laplace_baselines_at_equal_epsilon(runs, equal_epsilon_runs):
-    eps = {m: r["params"]["epsilon"] for m, r in {**runs, **equal_epsilon_runs}.items() if m in PRIVATE}
+def test_doadp_ahead_of_the_baselines_at_equal_epsilon(runs, equal_epsilon_runs):
+    """Ahead of DPDO and CPGT in accuracy, and below DP-DDA's final loss (its accuracy is a coin toss at
+    this epsilon: ahead of DO-ADP's at 2 of the table's 4 seeds)."""
+    compared = {"doadp": runs["doadp"], **equal_epsilon_runs}
+    eps = {m: r["params"]["epsilon"] for m, r in compared.items()}
     assert len(set(eps.values())) == 1, eps
-    acc = {m: r["summary"]["final_accuracy"] for m, r in {"doadp": runs["doadp"], **equal_epsilon_runs}.items()}
+    acc = {m: r["summary"]["final_accuracy"] for m, r in compared.items()}
     assert acc["doadp"] > acc["dpdo"] + 0.1 and acc["doadp"] > acc["cpgt"] + 0.1, acc
+    loss = {m: [x for x in r["rounds"] if x.get("loss") is not None][-1]["loss"] for m, r in compared.items()}
+    assert loss["doadp"] < loss["dp-dda"], loss
 
 
 def test_dpdda_starts_on_its_defaults_with_a_certified_sigma(runs):

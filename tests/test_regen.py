@@ -1,5 +1,5 @@
-"""The README's quickstart table and two results tables are exactly what their commands print
-(issue 21, done-when 4): each block between ``<!-- regen:NAME -->`` markers is compared, character
+"""The README's quickstart and DO-ADP-family tables and two results tables are exactly what their
+commands print (issue 21, done-when 4; issue 26: the DO-ADP family's default runs): each block between ``<!-- regen:NAME -->`` markers is compared, character
 for character, with ``python -m simulations.regen --print NAME``, which runs the commands named in
 the block. ``python -m simulations.regen`` rewrites them after a change."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from flwr_strategies.simulations import regen
 
-CHECKED = ("quickstart", "fedmud-defaults", "fedli-lu-ratio")
+CHECKED = ("quickstart", "fedmud-defaults", "fedli-lu-ratio", "doadp-readme")
 
 
 @pytest.mark.parametrize("name", CHECKED)
