@@ -187,7 +187,8 @@ def doadp_readme() -> str:
     client seed 0."""
     lines = [f"{_command('doadp-readme')} (each row is `python -m simulations run --method M --client-seed 0`: "
              "digits, 20 agents, 20 rounds; every seed and the equal-epsilon rows are on the DO-ADP page):", "",
-             "| `--method` | epsilon (its default) | accuracy round 0 -> 20 | loss round 0 -> 20 |", "|---|---|---|---|"]
+             "| `--method` | epsilon (its default) | accuracy round 0 -> 20 | loss round 0 -> 20 |",
+             "|---|---|---|---|"]
     for method in DOADP_METHODS:
         res = _run(method, client_seed=0)
         _, (acc, loss) = learned(res["rounds"])

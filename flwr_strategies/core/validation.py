@@ -49,7 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ReplyError", "Rejection", "BAD_REPLY_POLICIES", "NonFiniteResult", "SettingError", "all_finite",
-    "cap_num_examples", "check_choice", "check_flag", "check_integer", "check_max_num_examples", "check_number", "check_policy", "check_range", "check_reply",
+    "cap_num_examples", "check_choice", "check_flag", "check_integer", "check_max_num_examples", "check_number",
+    "check_policy", "check_range", "check_reply",
     "is_int", "is_real", "nonfinite_problem", "nonfinite_replies", "require_finite", "screen", "diverged_replies",
 ]
 

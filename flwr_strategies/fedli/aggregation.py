@@ -1,6 +1,6 @@
-"""The pseudo-gradient ``Delta_t`` and FunctionSync (Geetika et al., Algorithm 1);
-the client weights and the weighted average are
-:func:`flwr_strategies.core.aggregation.aggregation_weights` and :func:`~flwr_strategies.core.aggregation.weighted_average`."""
+"""The pseudo-gradient ``Delta_t`` and FunctionSync (Geetika et al., Algorithm 1); the client weights
+and the weighted average are :func:`flwr_strategies.core.aggregation.aggregation_weights` and
+:func:`~flwr_strategies.core.aggregation.weighted_average`."""
 
 from __future__ import annotations
 
