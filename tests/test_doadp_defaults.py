@@ -92,8 +92,8 @@ def test_the_laplace_baselines_do_not_learn_at_doadps_epsilon(equal_epsilon_runs
 
 
 def test_doadp_ahead_of_the_baselines_at_equal_epsilon(runs, equal_epsilon_runs):
-    """Ahead of DPDO and CPGT in accuracy, and below DP-DDA's final loss (its accuracy is a coin toss at
-    this epsilon: ahead of DO-ADP's at 2 of the table's 4 seeds)."""
+    """Ahead of DPDO and CPGT in accuracy, and below DP-DDA's final loss (at this epsilon DP-DDA's accuracy
+    is ahead of DO-ADP's at 2 of the doadp-defaults table's 4 seeds)."""
     compared = {"doadp": runs["doadp"], **equal_epsilon_runs}
     eps = {m: r["params"]["epsilon"] for m, r in compared.items()}
     assert len(set(eps.values())) == 1, eps
