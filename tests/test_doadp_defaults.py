@@ -27,7 +27,7 @@ from flwr_strategies.setup import SettingError
 from flwr_strategies.simulations.experiment import Experiment
 from flwr_strategies.simulations.runner import run_experiment
 from flwr_strategies.simulations.settings import ExperimentConfig
-from flwr_strategies.simulations.regen import DOADP_METHODS, learned
+from flwr_strategies.simulations.regen import DOADP_CLIENT_SEEDS, DOADP_METHODS, learned
 
 PRIVATE = ("doadp", "dpdo", "dp-dda", "cpgt")
 LAPLACE = ("dpdo", "cpgt")
@@ -41,10 +41,10 @@ def runs():
 
 @pytest.fixture(scope="module")
 def equal_epsilon_runs(runs):
-    """DPDO, CPGT and DP-DDA at DO-ADP's default epsilon (the paper compares at equal epsilon, Fig. 3)."""
+    """DPDO and CPGT at DO-ADP's default epsilon (the paper compares at equal epsilon, Fig. 3)."""
     eps = runs["doadp"]["params"]["epsilon"]
     return {m: run_experiment(ExperimentConfig(method=m, client_seed=0, progress=False, params={"epsilon": eps}))
-            for m in (*LAPLACE, "dp-dda")}
+            for m in LAPLACE}
 
 
 def test_the_defaults_are_the_plain_command(runs):
@@ -78,11 +78,20 @@ def test_default_run_learns(runs, method):
     assert ok, (method, numbers)
 
 
-def test_the_baselines_default_epsilons_are_named_overrides(runs):
+@pytest.mark.parametrize("seed", [s for s in DOADP_CLIENT_SEEDS["dp-dda"] if s != 0])
+def test_dpdda_default_learns_at_every_seed_of_the_table(seed):
+    """Seed 2 stayed at chance (0.070 -> 0.070) while DP-DDA clipped per coordinate: the class-independent
+    part of the clamped softmax gradients swamped the part that separates the classes, and no step size
+    changes the direction of the dual sum (beta0 from 0.3 to 4.9 gave the same accuracies)."""
+    res = run_experiment(ExperimentConfig(method="dp-dda", client_seed=seed, progress=False))
+    ok, numbers = learned(res["rounds"])
+    assert ok, (seed, numbers)
+
+
+def test_the_laplace_baselines_default_epsilon_is_their_own(runs):
     eps = {m: runs[m]["params"]["epsilon"] for m in PRIVATE}
-    assert eps["doadp"] == 4.0 and eps["dp-dda"] == 16.0 and eps["dpdo"] == eps["cpgt"] == 512.0, eps
-    for method in ("dpdo", "dp-dda"):
-        assert runs[method]["provenance"]["params"]["epsilon"].startswith("project: the smallest power of 2")
+    assert eps["doadp"] == eps["dp-dda"] == 4.0 and eps["dpdo"] == eps["cpgt"] == 512.0, eps
+    assert runs["dpdo"]["provenance"]["params"]["epsilon"].startswith("project: the smallest power of 2")
 
 
 @pytest.mark.parametrize("method", LAPLACE)
@@ -92,9 +101,9 @@ def test_the_laplace_baselines_do_not_learn_at_doadps_epsilon(equal_epsilon_runs
 
 
 def test_doadp_ahead_of_the_baselines_at_equal_epsilon(runs, equal_epsilon_runs):
-    """Ahead of DPDO and CPGT in accuracy, and below DP-DDA's final loss (at this epsilon DP-DDA's accuracy
-    is ahead of DO-ADP's at 2 of the doadp-defaults table's 4 seeds)."""
-    compared = {"doadp": runs["doadp"], **equal_epsilon_runs}
+    """Ahead of DPDO and CPGT in accuracy, and below DP-DDA's final loss (DP-DDA's accuracy is ahead of
+    DO-ADP's at 3 of the doadp-defaults table's 4 seeds)."""
+    compared = {"doadp": runs["doadp"], "dp-dda": runs["dp-dda"], **equal_epsilon_runs}
     eps = {m: r["params"]["epsilon"] for m, r in compared.items()}
     assert len(set(eps.values())) == 1, eps
     acc = {m: r["summary"]["final_accuracy"] for m, r in compared.items()}

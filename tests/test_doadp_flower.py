@@ -123,7 +123,8 @@ def test_dpdda_core_equals_reference():
                        config=DPDDAConfig(epsilon=50.0, p_s=0.5, sigma=0.3, beta0=10.0))
     _run_cores(core, DPDDAClient, T)
     ref = run_dpdda(TorchNetworkProblem(_model(), _shards()), circulant_mixing(N, HOPS), _x0(), sigma=core.sigma, T=T,
-                    p_s=0.5, beta0=10.0, reg=core.reg, bg=BG, client_seeds=SEEDS, eval_every=T)
+                    p_s=0.5, beta0=10.0, reg=core.reg, bg=BatchGrad(batch_size=B, clip=1.0, clip_mode="l2"),
+                    client_seeds=SEEDS, eval_every=T)
     assert np.max(np.abs(core.Z - ref["Z"])) < 1e-12
     assert np.max(np.abs(core.global_arrays()[0].ravel() - ref["xbar"][:FEAT * 4].astype(np.float32))) < 1e-6
 

@@ -45,7 +45,8 @@ class _BaselineServer(PublicTableCore):
                          eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
 
     def batch_config(self) -> dict[str, Any]:
-        return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
+        return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip),
+                "bl_clip_mode": getattr(self.config, "clip_mode", "coordinate"),
                 "bl_sampling": getattr(self.config, "sampling", "uniform")}
 
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
@@ -239,8 +240,8 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         As :class:`~flwr_strategies.doadp.server.DOADPServer` (alpha is unused, ``"auto"``
         included: the step is set by ``beta0``, from the noise rule when None, and ``reg``).
     config : DPDDAConfig
-        epsilon, delta, p_s, beta0, reg, sampling, calibration, delta0, sigma, clip, eval_every,
-        evaluate_private.
+        epsilon, delta, p_s, beta0, reg, clip, clip_mode, sampling, calibration, delta0, sigma,
+        eval_every, evaluate_private.
     """
 
     method = "dp-dda"

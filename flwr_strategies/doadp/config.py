@@ -335,6 +335,16 @@ class DPDDAConfig(_BaselinePrivacy):
         ``sqrt(t)`` steps of noise, divided by ``beta0 sqrt(t+1)``) has norm below ``step_noise_norm``.
     reg : float | None (default: None = 1/q)
         Coefficient of the shared regulariser h(x) = reg ||x||^2/2 (>= 0).
+    clip : float (default: 1.0)
+        G, the bound on each per-sample gradient (> 0): its L2 norm with ``clip_mode="l2"``,
+        ``|g_j| <= G/sqrt(d)`` per coordinate with ``"coordinate"``. Either way a clipped gradient has
+        L2 norm at most G, so sigma and the reported epsilon do not depend on the mode.
+    clip_mode : str (default: "l2", [project])
+        ``"l2"`` or ``"coordinate"``. Liu, Johansson and Shi bound the subgradients in the Euclidean
+        norm (Lipschitz losses), and DP-DDA transmits every coordinate (k = d), so DO-ADP's per-coordinate
+        bound (its Assumption 2, which its Top-k sensitivity needs) buys no noise here. It also costs
+        signal: clamping a softmax per-sample gradient coordinate by coordinate breaks its zero sum over
+        the classes, and the class-independent part that remains swamps the part that separates them.
     sampling : str (default: "uniform")
         As :class:`DOADPConfig`.
     calibration : str (default: "accountant")
@@ -357,6 +367,9 @@ class DPDDAConfig(_BaselinePrivacy):
                                                        "the step: the noise norm rule); beta_t = beta0 sqrt(t+1)")
     reg: float | None = setting(None, "> 0 or None", "paper: host paper (DO-ADP) Sec. VI-A (the shared regulariser "
                                                      "||x||^2/(2q)); None = 1/q")
+    clip_mode: str = setting("l2", "l2, coordinate", "project: Liu, Johansson, Shi assume Lipschitz losses (a "
+                                                     "Euclidean bound on the subgradients); DO-ADP's per-coordinate "
+                                                     "bound (host paper Assumption 2) buys no noise at k = d")
     sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING)
     calibration: str = setting("accountant", "accountant, theorem1",
                                "project: a standard accountant (node sampling not credited, as in the reported "
@@ -373,6 +386,7 @@ class DPDDAConfig(_BaselinePrivacy):
             _positive(self.beta0, "beta0")
         if self.reg is not None:
             _nonneg(self.reg, "reg")
+        _choice(self.clip_mode, "clip_mode", CLIP_MODES)
         _choice(self.sampling, "sampling", SAMPLINGS)
         _choice(self.calibration, "calibration", CALIBRATIONS)
         _open01(self.delta0, "delta0")

@@ -103,15 +103,6 @@ LAPLACE_EPSILON = ("model", {
     "*": BASELINE_EPSILON[1]["*"],
 })
 
-#: DP-DDA on digits: node sampling (p_s = 0.24) leaves each agent about 5 noisy dual-averaging steps in 20 rounds,
-#: and the public model's direction is the sum of those steps; at DO-ADP's eps 4 the noise decides it at some seeds.
-DPDDA_EPSILON = ("model", {
-    "logreg": (16.0, "project: the smallest power of 2 at which DP-DDA's default runs learn with a margin at the four "
-                     "client seeds of the doadp-defaults table (at eps 4 seed 2 ends at round 0's accuracy, at eps 8 "
-                     "it gains 0.078; python -m simulations.regen --print doadp-defaults)"),
-    "*": BASELINE_EPSILON[1]["*"],
-})
-
 _STRATEGY = "flwr_strategies.doadp.strategy:"
 
 
@@ -172,7 +163,7 @@ METHODS = (
      {"epsilon": LAPLACE_EPSILON}),
     ("dp-dda", "DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
      "Liu, Johansson, Shi, Automatica 2024" + _BASELINE, "DPDDA", "doadp_baselines:build_dpdda_client",
-     {"epsilon": DPDDA_EPSILON}),
+     {"epsilon": BASELINE_EPSILON}),
     ("cpgt", "CPGT (Xie et al. 2023), DO-ADP baseline: compressed gradient tracking with Laplace noise "
              "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
      "Xie, Yi, Wang, Cao, Ren, IFAC 2023" + _BASELINE, "CPGT", "doadp_baselines:build_cpgt_client",
