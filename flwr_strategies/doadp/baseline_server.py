@@ -45,9 +45,9 @@ class _BaselineServer(PublicTableCore):
                          eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
 
     def batch_config(self) -> dict[str, Any]:
-        return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip),
-                "bl_clip_mode": getattr(self.config, "clip_mode", "coordinate"),
-                "bl_sampling": getattr(self.config, "sampling", "uniform")}
+        """The clients' minibatch settings: DPDO and CPGT clip per coordinate and sample uniformly."""
+        return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
+                "bl_sampling": "uniform"}
 
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)
@@ -271,6 +271,9 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
 
     def step_counts(self) -> np.ndarray:
         return self.sampled_steps
+
+    def batch_config(self) -> dict[str, Any]:
+        return {**super().batch_config(), "bl_clip_mode": self.config.clip_mode, "bl_sampling": self.config.sampling}
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
