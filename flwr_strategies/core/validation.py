@@ -166,15 +166,16 @@ def check_number(name: str, value: Any, requirement: str, ok: Callable[[float], 
 
 
 def check_range(name: str, value: Any, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False) -> None:
-    """:class:`ValueError` naming ``name`` and ``value`` unless ``value`` is a finite Python number within
-    ``[low, high]`` (``low_open`` / ``high_open`` exclude that end; ``None`` leaves it unbounded)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+                low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a float; :class:`SettingError` (by :func:`check_number`) unless it is a finite real
+    number within ``[low, high]`` (``low_open`` / ``high_open`` exclude that end; ``None`` leaves it
+    unbounded)."""
+    check_number(name, value, "a finite number")
+    if low is not None:
+        check_number(name, value, f"{'>' if low_open else '>='} {low}", lambda v: v > low if low_open else v >= low)
+    if high is not None:
+        check_number(name, value, f"{'<' if high_open else '<='} {high}", lambda v: v < high if high_open else v <= high)
+    return float(value)
 
 
 def check_choice(name: str, value: Any, options: Iterable[Any]) -> Any:
