@@ -42,12 +42,19 @@ class Table:
             return self.measure()
 
 
+_RUNS: dict[str, dict[str, Any]] = {}
+
+
 def _run(method: str, **settings: Any) -> dict[str, Any]:
-    """``python -m simulations run --method METHOD`` with ``settings`` (flag names with underscores)."""
+    """``python -m simulations run --method METHOD`` with ``settings`` (flag names with underscores), made
+    once per process: tables that show the same run (doadp-defaults and doadp-readme) share it."""
     from flwr_strategies.simulations.runner import run_experiment
     from flwr_strategies.simulations.settings import ExperimentConfig
 
-    return run_experiment(ExperimentConfig(method=method, progress=False, **settings))
+    key = repr((method, sorted(settings.items())))
+    if key not in _RUNS:
+        _RUNS[key] = run_experiment(ExperimentConfig(method=method, progress=False, **settings))
+    return _RUNS[key]
 
 
 def _flags(settings: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """The README's quickstart and DO-ADP-family tables and two results tables are exactly what their
-commands print (issue 21, done-when 4; issue 26: the DO-ADP family's default runs): each block between ``<!-- regen:NAME -->`` markers is compared, character
-for character, with ``python -m simulations.regen --print NAME``, which runs the commands named in
-the block. ``python -m simulations.regen`` rewrites them after a change."""
+commands print (issue 21, done-when 4; issue 26: the DO-ADP family's default runs): each block between
+``<!-- regen:NAME -->`` markers is compared, character for character, with ``python -m simulations.regen
+--print NAME``, which runs the commands named in the block. ``python -m simulations.regen`` rewrites them
+after a change."""
 
 from __future__ import annotations
 
