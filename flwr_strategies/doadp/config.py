@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
-from ..privacy.validation import check_positive_int as _int
-from ..privacy.validation import check_real as _real
+from ..core.validation import check_choice, check_flag, check_integer, check_number, check_range
 from .clipping import CLIP_MODES
 
 _PAPER_VI = "paper: Sec. VI-A and VI-B"
@@ -50,47 +49,6 @@ PUBLIC_COPIES = ("zero", "x0")
 MSG_DTYPES = ("float32", "float64")
 
 
-def _open01(value, name: str) -> float:
-    v = _real(value, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {name}={value!r}")
-    return v
-
-
-def _half_open01(value, name: str) -> float:
-    v = _real(value, name)
-    if not 0.0 < v <= 1.0:
-        raise ValueError(f"{name} must lie in (0, 1], got {name}={value!r}")
-    return v
-
-
-def _positive(value, name: str) -> float:
-    v = _real(value, name)
-    if not (v > 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be positive and finite, got {name}={value!r}")
-    return v
-
-
-def _nonneg(value, name: str) -> float:
-    v = _real(value, name)
-    if not (v >= 0.0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be finite and >= 0, got {name}={value!r}")
-    return v
-
-
-def _momentum(value, name: str) -> float:
-    v = _real(value, name)
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {name}={value!r}")
-    return v
-
-
-def _choice(value, name: str, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {name}={value!r}")
-    return value
-
-
 def auto_step(noise_norm_per_unit_step: float, step_noise_norm: float) -> float:
     """The step size whose per-step noise norm is ``step_noise_norm``, for a method whose noise norm
     grows linearly with its step (``alpha * sigma * sqrt(d)`` for DO-ADP; ``sqrt(2) b0(alpha) sqrt(d)``
@@ -101,11 +59,17 @@ def auto_step(noise_norm_per_unit_step: float, step_noise_norm: float) -> float:
 
 
 def _step_noise(value) -> float:
-    v = _positive(value, "step_noise_norm")
+    v = check_range("step_noise_norm", value, 0, low_open=True)
     if v >= STEP_NOISE_BOUND:
         raise ValueError(f"step_noise_norm must lie below the divergence bound {STEP_NOISE_BOUND:g} "
                          f"(python -m simulations bench doadp_stepsize), got step_noise_norm={value!r}")
     return v
+
+
+def _decays(rs, rn) -> None:
+    """The Laplace baselines' step and noise decays: ``0 < rs < rn <= 1``."""
+    if not 0.0 < check_number("rs", rs, "a finite real number") < check_number("rn", rn, "a finite real number") <= 1.0:
+        raise ValueError(f"need 0 < rs < rn <= 1, got rs={rs!r}, rn={rn!r}")
 
 
 def resolve_k(k_frac: float, d: int) -> int:
@@ -204,32 +168,31 @@ class DOADPConfig:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def __post_init__(self) -> None:
-        eps = _positive(self.epsilon, "epsilon")
+        eps = check_range("epsilon", self.epsilon, 0, low_open=True)
         _step_noise(self.step_noise_norm)
-        _open01(self.delta, "delta")
-        p = _half_open01(self.p, "p")
+        check_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        p = check_range("p", self.p, 0, 1, low_open=True)
         if p < 0.5 and not self.allow_low_p:
             raise ValueError(f"p must lie in [1/2, 1] (pass allow_low_p=True to accept 0 < p < 1/2), got p={self.p!r}")
-        _half_open01(self.k_frac, "k_frac")
-        _positive(self.gamma, "gamma")
-        _momentum(self.beta, "beta")
-        _positive(self.clip, "clip")
-        _choice(self.clip_mode, "clip_mode", CLIP_MODES)
-        _choice(self.sampling, "sampling", SAMPLINGS)
-        _choice(self.calibration, "calibration", CALIBRATIONS)
-        _open01(self.delta0, "delta0")
+        check_range("k_frac", self.k_frac, 0, 1, low_open=True)
+        check_range("gamma", self.gamma, 0, low_open=True)
+        check_range("beta", self.beta, 0, 1, high_open=True)
+        check_range("clip", self.clip, 0, low_open=True)
+        check_choice("clip_mode", self.clip_mode, CLIP_MODES)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_range("delta0", self.delta0, 0, 1, low_open=True, high_open=True)
         if self.sigma is not None:
-            _positive(self.sigma, "sigma")
+            check_range("sigma", self.sigma, 0, low_open=True)
         if self.calibration == "theorem1" and self.sigma is None and eps > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon={self.epsilon!r}; "
                 "use calibration='accountant'"
             )
-        _choice(self.public_copy, "public_copy", PUBLIC_COPIES)
-        _int(self.eval_every, "eval_every")
-        if not isinstance(self.evaluate_private, bool):
-            raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
-        _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
+        check_choice("public_copy", self.public_copy, PUBLIC_COPIES)
+        check_integer("eval_every", self.eval_every, 1)
+        check_flag("evaluate_private", self.evaluate_private)
+        check_choice("msg_dtype", self.msg_dtype, MSG_DTYPES)
         if self.p < 0.5:
             warnings.warn(f"DO-ADP: p={self.p} < 1/2 is outside the paper's convergence analysis", stacklevel=3)
 
@@ -257,10 +220,10 @@ class DMSGDConfig:
     msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)")
 
     def __post_init__(self) -> None:
-        _positive(self.gamma, "gamma")
-        _momentum(self.beta, "beta")
-        _int(self.eval_every, "eval_every")
-        _choice(self.msg_dtype, "msg_dtype", MSG_DTYPES)
+        check_range("gamma", self.gamma, 0, low_open=True)
+        check_range("beta", self.beta, 0, 1, high_open=True)
+        check_integer("eval_every", self.eval_every, 1)
+        check_choice("msg_dtype", self.msg_dtype, MSG_DTYPES)
 
 
 @dataclass(frozen=True)
@@ -273,12 +236,11 @@ class _BaselinePrivacy:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def _check_common(self) -> None:
-        _positive(self.epsilon, "epsilon")
+        check_range("epsilon", self.epsilon, 0, low_open=True)
         _step_noise(self.step_noise_norm)
-        _positive(self.clip, "clip")
-        _int(self.eval_every, "eval_every")
-        if not isinstance(self.evaluate_private, bool):
-            raise TypeError(f"evaluate_private must be a bool, got {self.evaluate_private!r}")
+        check_range("clip", self.clip, 0, low_open=True)
+        check_integer("eval_every", self.eval_every, 1)
+        check_flag("evaluate_private", self.evaluate_private)
 
 
 @dataclass(frozen=True)
@@ -311,9 +273,7 @@ class DPDOConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
-        if not 0.0 < rs < rn <= 1.0:
-            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
+        _decays(self.rs, self.rn)
 
 
 @dataclass(frozen=True)
@@ -380,18 +340,18 @@ class DPDDAConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _open01(self.delta, "delta")
-        _half_open01(self.p_s, "p_s")
+        check_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        check_range("p_s", self.p_s, 0, 1, low_open=True)
         if self.beta0 is not None:
-            _positive(self.beta0, "beta0")
+            check_range("beta0", self.beta0, 0, low_open=True)
         if self.reg is not None:
-            _nonneg(self.reg, "reg")
-        _choice(self.clip_mode, "clip_mode", CLIP_MODES)
-        _choice(self.sampling, "sampling", SAMPLINGS)
-        _choice(self.calibration, "calibration", CALIBRATIONS)
-        _open01(self.delta0, "delta0")
+            check_range("reg", self.reg, 0)
+        check_choice("clip_mode", self.clip_mode, CLIP_MODES)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_range("delta0", self.delta0, 0, 1, low_open=True, high_open=True)
         if self.sigma is not None:
-            _positive(self.sigma, "sigma")
+            check_range("sigma", self.sigma, 0, low_open=True)
         if self.calibration == "theorem1" and self.sigma is None and self.epsilon > 1.0:
             raise ValueError(
                 f"calibration='theorem1' needs epsilon <= 1, got epsilon={self.epsilon!r}; use calibration='accountant'"
@@ -424,7 +384,7 @@ class CPGTConfig(_BaselinePrivacy):
 
     k_frac: float = setting(0.12, "(0, 1]", "paper: host paper (DO-ADP) Sec. VI-A: CPGT's k/d = 0.12 per variable, "
                                             "matching DO-ADP's 24% (Fig. 3)")
-    a: float = setting(0.5, "> 0", "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5")
+    a: float = setting(0.5, "(0, 1]", "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5")
     g_cons: float = setting(0.05, "> 0", "project: the consensus step of DO-ADP (gamma = 0.05, host paper Sec. VI)")
     rs: float = setting(0.999, "0 < rs < rn", "project: Xie et al. (IFAC 2023) leave the step decay free; 0.999 < rn")
     rn: float = setting(0.9995, "rs < rn <= 1", "project: Xie et al. (IFAC 2023) leave the noise decay free; "
@@ -432,9 +392,7 @@ class CPGTConfig(_BaselinePrivacy):
 
     def __post_init__(self) -> None:
         self._check_common()
-        _half_open01(self.k_frac, "k_frac")
-        _half_open01(self.a, "a")
-        _positive(self.g_cons, "g_cons")
-        rs, rn = _real(self.rs, "rs"), _real(self.rn, "rn")
-        if not 0.0 < rs < rn <= 1.0:
-            raise ValueError(f"need 0 < rs < rn <= 1, got rs={self.rs!r}, rn={self.rn!r}")
+        check_range("k_frac", self.k_frac, 0, 1, low_open=True)
+        check_range("a", self.a, 0, 1, low_open=True)
+        check_range("g_cons", self.g_cons, 0, low_open=True)
+        _decays(self.rs, self.rn)
