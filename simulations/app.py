@@ -28,10 +28,9 @@ import os
 import time
 from dataclasses import replace
 from logging import INFO, WARNING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
@@ -40,18 +39,16 @@ from flwr.serverapp import Grid, ServerApp
 from flwr_strategies.adapters.message import NodeDirectory
 from flwr_strategies.clients.app import PARTITION_KEY, message_config, partition_query, train_reply
 from flwr_strategies.clients.store import client_state_mod
-from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
-    private_eval_allowed, set_client_budget, set_client_seed)
 from flwr_strategies.core.messages import numeric_metrics
 from flwr_strategies.core.state import atomic_write, load_state, save_state
 from flwr_strategies.setup import SettingError
 
-from .backends import round_timeout
-from .experiment import Experiment, ExperimentConfig, get_experiment
-from .settings import SIMULATED_NODES_ENV, seed_in_run_config_error, simulated_node_config
+from .settings import SIMULATED_NODES_ENV, ExperimentConfig, seed_in_run_config_error, simulated_node_config
 from .settings import config_from_run_config as settings_from_run_config
 from .results import OutputFolder, confined_out_dir, finished_status, summarize, write_json
-from .runner import task_chance_loss
+
+if TYPE_CHECKING:
+    from .experiment import Experiment
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -243,6 +240,8 @@ def run_message_strategy(grid: Grid, exp: Experiment, probe: NodeDirectory, repo
                          resume: dict[str, Any] | None = None) -> list[np.ndarray]:
     """Run ``exp``'s method on its Message-API strategy (Flower's ``start()``); returns the final
     model. ``resume``: a checkpoint (``state_dict()``) to continue from, for the remaining rounds."""
+    from .backends import round_timeout
+
     cfg = exp.cfg
     strategy = exp.spec.message_strategy(exp.server_setup(), dict(exp.params), on_round_end=report)
     strategy.nodes = probe  # the partitions are known already: no second query
@@ -320,6 +319,11 @@ def resume_checkpoint(out: OutputFolder | None, rc: dict[str, Any], rounds: int)
 
 
 def _serve(grid: Grid, rc: dict[str, Any], wanted: int, out: OutputFolder | None) -> RunReport:
+    import torch
+
+    from .experiment import get_experiment
+    from .runner import task_chance_loss
+
     probe = identify_nodes(grid, str(rc.get("node-order", "query") or "query"), wanted)
     cfg = config_from_run_config(rc, num_partitions=probe.num_partitions)
     resume = resume_checkpoint(out, rc, cfg.rounds)
@@ -355,7 +359,12 @@ _CONFIGS: dict[tuple[str, int], ExperimentConfig] = {}
 
 def experiment_for(context: Context) -> Experiment:
     """The experiment a node's client belongs to (from the run config and the node's
-    ``num-partitions``), cached per process."""
+    ``num-partitions``), cached per process. The model's modules (torch) are imported here, so a
+    node answering only the partition query does not load them."""
+    import torch
+
+    from .experiment import get_experiment
+
     n = int(context.node_config.get("num-partitions", 0) or 0) or None
     key = (json.dumps(dict(context.run_config), sort_keys=True, default=str), n or 0)
     cfg = _CONFIGS.get(key)
@@ -373,6 +382,9 @@ def adopt_node_settings(context: Context) -> None:
     (``doadp-epsilon``, ``doadp-rounds``, ``doadp-delta``, ``doadp-clip``) from the SuperNode's node config,
     or, in the project's ``--backend ray`` simulation, from :data:`~.settings.SIMULATED_NODES_ENV`
     (its own node config wins). The consent is always written, so no server setting stands in for it."""
+    from flwr_strategies.clients.doadp import (SEED_KEY, allow_private_eval, client_budget_of, client_seed_of,
+                                               private_eval_allowed, set_client_budget, set_client_seed)
+
     node_config = dict(context.node_config)
     simulated = os.environ.get(SIMULATED_NODES_ENV, "")
     sim_node: dict = {}

@@ -1,4 +1,5 @@
-"""The command line's cheap paths start without torch or SciPy.
+"""The command line's cheap paths, and the project's ClientApp answering a partition query, start
+without torch or SciPy.
 
 Each command runs in a fresh interpreter with ``-X importtime``, which writes one line per module
 imported to stderr; the test fails if ``torch`` or ``scipy`` is among them. Loading the datasets
@@ -36,6 +37,10 @@ def imported_modules(args: list[str]) -> set[str]:
     ["-m", "flwr_strategies.simulations", "list"],
     ["-c", "from flwr_strategies.registry import list_methods; assert len(list_methods()) >= 30"],
     ["-c", "import flwr_strategies.simulations.datasets as d; assert 'mnist' in d.DATASETS"],
+    # the project's ClientApp answering the ServerApp's partition query (a flwr-clientapp process per message)
+    ["-c", "from flwr_strategies.simulations import app; from flwr_strategies.simulations.inprocess_grid import "
+           "InProcessGrid; assert app.identify_nodes(InProcessGrid(app.client_app, 3, run_config={}), 'query', "
+           "3).num_partitions == 3"],
 ])
 def test_no_torch_or_scipy(args: list[str]) -> None:
     names = imported_modules(args)
