@@ -72,6 +72,20 @@ def _decays(rs, rn) -> None:
         raise ValueError(f"need 0 < rs < rn <= 1, got rs={rs!r}, rn={rn!r}")
 
 
+def _check_gaussian(c) -> None:
+    """The Gaussian mechanism's settings DO-ADP and DP-DDA share: clip mode, sampling, calibration,
+    delta0, sigma; Theorem 1's calibration holds for epsilon <= 1 only (Huo et al., Theorem 1)."""
+    check_choice("clip_mode", c.clip_mode, CLIP_MODES)
+    check_choice("sampling", c.sampling, SAMPLINGS)
+    check_choice("calibration", c.calibration, CALIBRATIONS)
+    check_range("delta0", c.delta0, 0, 1, low_open=True, high_open=True)
+    if c.sigma is not None:
+        check_range("sigma", c.sigma, 0, low_open=True)
+    if c.calibration == "theorem1" and c.sigma is None and c.epsilon > 1.0:
+        raise ValueError(f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon="
+                         f"{c.epsilon!r}; use calibration='accountant'")
+
+
 def resolve_k(k_frac: float, d: int) -> int:
     """Number of Top-k coordinates ``round(k_frac * d)``; raises when that is 0 (no silent clamping)."""
     k = int(round(float(k_frac) * int(d)))
@@ -168,7 +182,7 @@ class DOADPConfig:
     step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
 
     def __post_init__(self) -> None:
-        eps = check_range("epsilon", self.epsilon, 0, low_open=True)
+        check_range("epsilon", self.epsilon, 0, low_open=True)
         _step_noise(self.step_noise_norm)
         check_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         p = check_range("p", self.p, 0, 1, low_open=True)
@@ -178,17 +192,7 @@ class DOADPConfig:
         check_range("gamma", self.gamma, 0, low_open=True)
         check_range("beta", self.beta, 0, 1, high_open=True)
         check_range("clip", self.clip, 0, low_open=True)
-        check_choice("clip_mode", self.clip_mode, CLIP_MODES)
-        check_choice("sampling", self.sampling, SAMPLINGS)
-        check_choice("calibration", self.calibration, CALIBRATIONS)
-        check_range("delta0", self.delta0, 0, 1, low_open=True, high_open=True)
-        if self.sigma is not None:
-            check_range("sigma", self.sigma, 0, low_open=True)
-        if self.calibration == "theorem1" and self.sigma is None and eps > 1.0:
-            raise ValueError(
-                f"calibration='theorem1' needs epsilon <= 1 (Theorem 1 of Huo et al.), got epsilon={self.epsilon!r}; "
-                "use calibration='accountant'"
-            )
+        _check_gaussian(self)
         check_choice("public_copy", self.public_copy, PUBLIC_COPIES)
         check_integer("eval_every", self.eval_every, 1)
         check_flag("evaluate_private", self.evaluate_private)
@@ -346,16 +350,7 @@ class DPDDAConfig(_BaselinePrivacy):
             check_range("beta0", self.beta0, 0, low_open=True)
         if self.reg is not None:
             check_range("reg", self.reg, 0)
-        check_choice("clip_mode", self.clip_mode, CLIP_MODES)
-        check_choice("sampling", self.sampling, SAMPLINGS)
-        check_choice("calibration", self.calibration, CALIBRATIONS)
-        check_range("delta0", self.delta0, 0, 1, low_open=True, high_open=True)
-        if self.sigma is not None:
-            check_range("sigma", self.sigma, 0, low_open=True)
-        if self.calibration == "theorem1" and self.sigma is None and self.epsilon > 1.0:
-            raise ValueError(
-                f"calibration='theorem1' needs epsilon <= 1, got epsilon={self.epsilon!r}; use calibration='accountant'"
-            )
+        _check_gaussian(self)
 
 
 @dataclass(frozen=True)
