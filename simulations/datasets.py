@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import math
 import os
 import pickle
@@ -80,17 +81,30 @@ def _seeded_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, 
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
+def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits: the 1,797 8x8 images (values 0 to 16, float64) and their labels, read
+    from the file scikit-learn bundles (``sklearn/datasets/data/digits.csv.gz``, what
+    ``sklearn.datasets.load_digits`` reads) without importing scikit-learn, whose import (SciPy's
+    statistics among it) costs more CPU than a small client's round: each message a SuperNode runs
+    is a new process that loads the data again."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the digits dataset is scikit-learn's: pip install scikit-learn")
+    data = np.loadtxt(Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz",
+                      delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def load_digits_bundle(seed: int = 0, test_fraction: float = 0.2) -> DatasetBundle:
-    """scikit-learn's digits, pixel values scaled to [0, 1], seeded train/test split."""
+    """scikit-learn's digits (:func:`sklearn_digits`), pixel values scaled to [0, 1], seeded
+    train/test split."""
     import torch
 
     from flwr_strategies.clients.training import TensorData
 
-    from sklearn.datasets import load_digits
-
-    raw = load_digits()
-    x = (torch.tensor(raw.images, dtype=torch.float32).unsqueeze(1) / 16.0 - DIGITS_MEAN) / DIGITS_STD
-    y = torch.tensor(raw.target, dtype=torch.long)
+    images, target = sklearn_digits()
+    x = (torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0 - DIGITS_MEAN) / DIGITS_STD
+    y = torch.tensor(target, dtype=torch.long)
     tr, te = _seeded_split(len(y), test_fraction, seed)
     return DatasetBundle(
         "digits",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,3 +82,20 @@ def test_defaults_reads_every_class_without_torch() -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(proc.stdout.split()) == DERIVED_FROM_DATA
+
+
+def test_digits_load_without_scikit_learn_and_equal_its_loader() -> None:
+    """The digits that every deployed client's process loads (a process per message) come from
+    scikit-learn's bundled file, read without importing scikit-learn (SciPy's statistics among its
+    imports), and equal ``sklearn.datasets.load_digits`` exactly."""
+    names = imported_modules(["-c", "from flwr_strategies.simulations.datasets import load_dataset; "
+                                    "assert len(load_dataset('digits').train) == 1438"])
+    assert "sklearn" not in names and "scipy" not in names
+    from sklearn.datasets import load_digits
+
+    from flwr_strategies.simulations.datasets import sklearn_digits
+
+    images, target = sklearn_digits()
+    raw = load_digits()
+    assert images.dtype == raw.images.dtype and np.array_equal(images, raw.images)
+    assert target.dtype == raw.target.dtype and np.array_equal(target, raw.target)
