@@ -151,14 +151,6 @@ class RoundRecorder:
             }
         return self._current
 
-    def restart_clock(self, server_round: int) -> None:
-        """Start ``server_round``'s wall clock now (after waiting for clients to connect); the wait
-        is kept as ``wait_s``."""
-        rec = self.record(server_round)
-        now = time.perf_counter()
-        rec["wait_s"] = round(rec.get("wait_s", 0.0) + now - rec["_start"], 6)
-        rec["_start"] = now
-
     def log_failure(self, server_round: int, phase: str, error: str) -> None:
         """Keep one failure or rejection (``phase``: ``fit``, ``evaluate``, ``rejected``)."""
         self.failure_log.append({"round": int(server_round), "phase": phase, "error": error})

@@ -132,17 +132,6 @@ class DecentralizedCore(ServerCore):
         """The method's :class:`GraphConfig`: its paper graph (:attr:`graph_defaults`) with ``settings``."""
         return GraphConfig(**{**cls.graph_defaults, **settings})
 
-    @classmethod
-    def graph_arguments(cls, settings: dict[str, Any]) -> dict[str, Any]:
-        """Pop the graph settings (:class:`GraphConfig` fields; ``topology`` may also be a
-        :class:`Topology`) from ``settings`` and return the core's ``graph=``/``topology=`` arguments."""
-        found = {k: settings.pop(k) for k in list(settings) if k in GraphConfig.__dataclass_fields__}
-        top = found.get("topology")
-        if isinstance(top, Topology):
-            found["topology"] = top.name
-            return {"graph": cls.default_graph(**found), "topology": top}
-        return {"graph": cls.default_graph(**found)}
-
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_partitions={self.num_partitions}, d={self.layout.size}, "
                 f"topology={self.topology.name!r}, weights={self.graph.weights!r})")

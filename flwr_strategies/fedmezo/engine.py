@@ -162,10 +162,6 @@ class MeZOEngine:
         self.n_skipped = 0
 
     # ------------------------------------------------------------------ primitives
-    def manifest(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(name, shape) of every tuned tensor, in canonical order."""
-        return [(n, tuple(t.shape)) for n, t in zip(self.names, self.tensors)]
-
     @torch.no_grad()
     def perturb(self, seed: int, scale: float) -> None:
         """``theta += scale * z(seed)`` in place, one tensor at a time.
