@@ -368,8 +368,10 @@ def experiment_D(cfg) -> dict:
     from flwr_strategies.simulations.runner import run_experiment
 
     R = cfg["flower_rounds"]
+    # seeded clients (simulation only), so that the activations, hence the bytes, repeat
     ecfg = ExperimentConfig(method="doadp", dataset="digits", num_clients=N_AGENTS, rounds=R, seed=cfg["seed"],
-                            lr=0.05, local_steps=1, batch_size=16, model="logreg", progress=False,
+                            client_seed=cfg["seed"], lr=0.05, local_steps=1, batch_size=16, model="logreg",
+                            progress=False,
                             params={"eval_every": R, "epsilon": 1.0, "p": 0.8, "k_frac": 0.4, "delta0": 1e-5})
     t0 = time.perf_counter()
     res = run_experiment(ecfg)
