@@ -14,6 +14,8 @@ best client lr (found with server lr 0.1). The paper keeps the configuration wit
 accuracy; clients here report training loss, so a configuration is scored by the mean client-reported
 training loss over the last 10 tuning rounds (lower is better; a diverged run scores +inf).
 FedLi-LS and FedLi-LU run with their defaults (FedLi-LU's client lr is the paper's 0.01) and no tuning.
+Every SGD client clips its gradient at max-norm 1.0, as in the paper (App. C) and ``fedli-paper``, whatever a
+baseline's own default (FedAvg and FedAdam clip nothing by default); FedLi-LS's Armijo clients never clip.
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ BASE: dict[str, Any] = {
     "local_epochs": 1,
     "batch_size": 32,
     "lr": 0.01,
+    "grad_clip": 1.0,  # every SGD client, as in the paper (App. C); FedLi-LS's Armijo clients never clip
     "rounds": 100,
     "seed": 0,
 }
 TUNE_ROUNDS = 30
+_NO_CLIP = {"grad_clip": None}
 LR_GRID = (1e-2, 1e-1, 1.0)
 EPS_GRID = (1e-3, 10**-2.5, 1e-2, 10**-1.5, 1e-1)
 SERVER_LR_GRID = (1e-2, 1e-1, 1.0)
@@ -57,8 +61,8 @@ PAPER = {
 
 ENTRIES = [
     RunEntry("FedLi-LU", "fedli-lu"),
-    RunEntry("FedLi-LS", "fedli-ls"),
-    RunEntry("FedLi-LS (max)", "fedli-ls", {"params": {"step_size_sync": "max"}}),
+    RunEntry("FedLi-LS", "fedli-ls", _NO_CLIP),
+    RunEntry("FedLi-LS (max)", "fedli-ls", {**_NO_CLIP, "params": {"step_size_sync": "max"}}),
     RunEntry("FedExP", "fedexp"),
     RunEntry("FedAvg", "fedavg"),
     RunEntry("FedAdam", "fedadam"),
@@ -211,7 +215,6 @@ PAPER_BASE: dict[str, Any] = {
     "rounds": 500,
     "seed": 0,
 }
-_NO_CLIP = {"grad_clip": None}
 PAPER_ENTRIES = [
     RunEntry("FedLi-LU", "fedli-lu"),
     RunEntry("FedLi-LS", "fedli-ls", _NO_CLIP),
