@@ -7,9 +7,10 @@ declared with their sources by the classes' configs (:class:`~.config.FedMeZOCon
 
 - ``lr`` = 2e-4, provenance "project": the named override of the classes' 1e-5. The paper's 1e-5
   (about 1/sqrt(d) for the 3.4B parameters of OpenLLaMA-3B) moves the project's tiny default model (hidden 64, 2 layers, 115,520 base
-  parameters, LoRA r=128: 65,536 adapter values) by 0.6% of its test loss in 5 rounds. On that
-  model 2e-4 is the largest rate that stayed stable for 30 rounds in our sweep (3e-4 surges after
-  round 18, 5e-4 after round 3: the paper's F.4 behaviour). The paper's value is kept for the
+  parameters, LoRA r=128: 65,536 adapter values) by 0.4% of its test loss in 5 rounds. On that
+  model 2e-4 falls fastest for 15 rounds and then hovers, 1e-4 falls steadily for 30 rounds and 5e-4
+  surges after round 2 (the paper's F.4 behaviour; ``compare --preset fedmezo``, measured in
+  docs/results/fedmezo.md). The paper's value is kept for the
   paper's model in the ``fedmezo-paper`` and ``fedmezo-code`` presets and in
   :class:`~.config.FedMeZOConfig`.
 - ``dataset`` = ``instructions`` (generated): the paper's datasets need ``--data-dir``; a dataset
@@ -39,8 +40,9 @@ _WORKLOAD = "flwr_strategies.fedmezo.config:LoRAWorkloadConfig"
 PAPER = "Ling, Chen, Yao, Li, Shen, On the Convergence of Zeroth-Order Federated Tuning for LLMs, KDD 2024"
 
 _YAML = "llm/baseline/frozen/dolly/dolly_mezo_meta.yaml"
-_LR = ("project: the paper's 1e-5 (App. E.3) moves the tiny default model by 0.6% of its test loss in 5 rounds; "
-       "2e-4 is the largest rate stable for 30 rounds there (the fedmezo-paper preset keeps 1e-5)")
+_LR = ("project: the paper's 1e-5 (App. E.3) moves the tiny default model by 0.4% of its test loss in 5 rounds; "
+       "2e-4 falls fastest for 15 rounds there but then hovers (1e-4 falls steadily; docs/results/fedmezo.md, "
+       "compare --preset fedmezo); the fedmezo-paper preset keeps 1e-5")
 _DATASET = ("project: generated instructions in 8 categories, the only LM data here without a download; the "
             "paper's Dolly, Alpaca, GSM8K and CodeAlpaca (App. E.1) run with --dataset NAME --data-dir DIR")
 
