@@ -130,9 +130,9 @@ def test_budget_sources_and_bad_budgets():
         client_budget_of(None, {"doadp-epsilon": 1.0})
     with pytest.raises(ValueError, match="doadp-epsilon.*must be a number"):
         client_budget_of(None, {"doadp-epsilon": "one", "doadp-rounds": 3})
-    with pytest.raises(ValueError, match="epsilon must be positive"):
+    with pytest.raises(ValueError, match="epsilon must be > 0, got 0.0"):
         client_budget_of(None, {"doadp-epsilon": 0.0, "doadp-rounds": 3})
-    with pytest.raises(ValueError, match="rounds must be >= 1"):
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
         ClientBudget(1.0, 0)
 
 
