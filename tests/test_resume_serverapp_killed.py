@@ -1,4 +1,4 @@
-"""Issue 28: a real deployment (SuperLink with its database, three SuperNodes) whose ServerApp
+"""Issue 28: a real deployment (SuperLink with its database, two SuperNodes) whose ServerApp
 process is SIGKILLed after round 1; a new ``flwr run ... resume=true`` ends bit-identical to the
 uninterrupted run, for the families the SuperLink-restart test in ``test_resume_deployment.py`` does
 not cover. In a file of its own so that ``--dist loadfile`` runs it beside that one."""
