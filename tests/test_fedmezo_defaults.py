@@ -25,9 +25,9 @@ def test_train_defaults_are_the_papers_except_the_tiny_models_lr():
         assert td["batch_size"] == (cfg.batch_size, "paper") == (1, "paper")
         assert td["num_clients"] == (3, "paper") and td["fraction_fit"] == (1.0, "official code")
         assert td["weight_decay"] == (0.0, "official code") and td["momentum"] == (0.0, "official code")
-        # the paper's 1e-5 stays the class default (paper scale); the tiny default model gets a labelled 2e-4
-        assert cfg.lr == 1e-5 and td["lr"] == (2e-4, "project")
-        assert "1e-5" in spec.extra["train_default_notes"]["lr"]
+        # the paper's 1e-5 stays the class default (paper scale); the tiny default model gets a labelled 1e-4
+        assert cfg.lr == 1e-5 and td["lr"] == (1e-4, "project")
+        assert "1e-5" in run.provenance["lr"]["source"]
         assert (spec.defaults["lora_r"], spec.defaults["lora_alpha"], spec.defaults["lora_dropout"]) == (128, 256, 0.05)
         assert spec.defaults["eval_every"] == 10
     assert get_method("fedmezo").defaults["mu"] == 1e-3
@@ -41,7 +41,7 @@ def test_run_with_the_methods_defaults_learns_in_five_rounds(method):
     conf = res["config"]
     prov = {k: source_kind(v) for k, v in res["provenance"].items() if k != "params"}
     prov["params"] = {k: source_kind(v) for k, v in res["provenance"]["params"].items()}
-    assert (conf["lr"], prov["lr"]) == (2e-4, "project")
+    assert (conf["lr"], prov["lr"]) == (1e-4, "project")
     assert conf["local_steps"] == 30 and prov["local_steps"] == ("paper" if method == "fedmezo" else "official code")
     assert (conf["num_clients"], prov["num_clients"]) == (3, "paper")
     assert prov["params"]["lora_r"] == "paper" and prov["params"]["mu" if method == "fedmezo" else "lora_alpha"] == "paper"

@@ -3,7 +3,7 @@
 - ``fedmezo`` (reduced scale, CPU): FedMeZO vs its personalised-rate variants, fp16 adapters and
   backprop LoRA FedAvg on the project's tiny pretrained LLaMA-architecture base and generated
   instructions (3 IID clients, the method's defaults: LoRA r=128/alpha=256, H=30, batch 1,
-  mu=1e-3, lr 2e-4), plus FedMeZO's learning-rate sensitivity including the paper's 1e-5
+  mu=1e-3, lr 1e-4), plus FedMeZO's learning-rate sensitivity including the paper's 1e-5
   (paper Fig. 1, Fig. 4, Fig. 5 at reduced scale).
 - ``fedmezo-paper`` (paper scale, GPU): the paper's main setting (Dolly-Meta, Table 7 / Table 8
   3B column) with a local checkpoint and data file: OpenLLaMA-3B-v2 in fp16, LoRA r=128 /
@@ -44,10 +44,10 @@ from . import Preset, PresetContext, RunEntry, register_preset
 
 # ----------------------------------------------------------------------------- reduced scale
 BASE = {"method": "fedmezo", "dataset": "instructions", "num_clients": 3, "rounds": 30, "partition": "iid",
-        "lr": 2e-4, "local_epochs": None, "local_steps": 30, "batch_size": 1, "fraction_fit": 1.0, "seed": 0,
+        "local_epochs": None, "local_steps": 30, "batch_size": 1, "fraction_fit": 1.0, "seed": 0,
         "progress": False, "params": {"eval_every": 1}}
 PERSONAL = ("round-wise", "five-round", "model-diff", "random")
-LR_SWEEP = (1e-5, 1e-4, 5e-4)
+LR_SWEEP = (1e-5, 2e-4, 5e-4)
 
 ENTRIES = [RunEntry("FedMeZO", "fedmezo")] + [
     RunEntry(f"FedMeZO {s}", "fedmezo", {"params": {"lr_strategy": s, "lr_alpha_rel": 0.5}}) for s in PERSONAL
