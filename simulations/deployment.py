@@ -245,7 +245,7 @@ class FlowerProcesses:
         Descendants are collected first (Flower detaches the SuperExec and the
         ``flwr-serverapp``/``flwr-clientapp``/``flwr-simulation`` subprocesses into their own
         sessions, so a signal to the process group does not reach them), then SIGTERM, then
-        SIGKILL after ``grace`` s.
+        SIGKILL after ``grace`` s; returns once they are gone (or after 10 s more).
         """
         children = self.descendants()
         self.stopped_pids = {p.pid for p in self.procs.values()} | children
@@ -267,6 +267,10 @@ class FlowerProcesses:
             if proc.poll() is None:
                 _signal(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+        # a SIGKILLed process that is not our child is reaped by another: return once they are gone
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and any(pid_alive(pid) for pid in children | late):
+            time.sleep(0.05)
 
     def __enter__(self):
         try:
