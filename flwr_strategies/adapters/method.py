@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import secrets
+import textwrap
 import typing
 from collections.abc import Callable, Mapping
 from logging import WARNING
@@ -146,7 +147,7 @@ HYPERPARAMETERS = "Hyperparameters\n---------------"
 
 def hyperparameter_section(cls: type) -> str:
     """The docstring section listing each hyperparameter of ``cls`` as its config declares it:
-    ``name = default (valid range)`` and the default's source
+    ``name = default (valid range)``, its meaning and the default's source
     (:func:`~flwr_strategies.core.declare.setting`); a nested config's fields under its name. Empty
     for a class without hyperparameters."""
     lines: list[str] = []
@@ -159,6 +160,8 @@ def hyperparameter_section(cls: type) -> str:
                 continue
             entry = declared(config, flatten=False)[field.name]
             lines.append(f"{prefix}{field.name} = {default!r} ({entry[1]})")
+            lines.extend(f"    {line}" for line in textwrap.wrap(field.metadata.get("doc", ""), 96,
+                                                                    break_on_hyphens=False))
             lines.append(f"    Source: {entry[2]}")
 
     for config in cls.hyperparameters.values():

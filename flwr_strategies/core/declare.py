@@ -1,13 +1,15 @@
-"""One declaration per hyperparameter: its default, valid range and source, on the config dataclass field.
+"""One declaration per hyperparameter: its default, valid range, source and meaning, on the config dataclass field.
 
 A method's config dataclass declares each field with :func:`setting`::
 
-    beta: float = setting(0.99, "[0, 1)", "paper: App. A-A, Table IV")
+    beta: float = setting(0.99, "[0, 1)", "paper: App. A-A, Table IV", "Extrapolation coefficient.")
 
-so ``dataclasses.fields`` reads the default, the range (``metadata["range"]``) and where the default
+so ``dataclasses.fields`` reads the default, the range (``metadata["range"]``), where the default
 comes from (``metadata["source"]``: ``"paper: <section>"``, ``"official code: <file>"`` or
-``"project: <reason>"``). The strategy classes take these fields as keyword arguments with these
-defaults, and the command line (``python -m simulations defaults METHOD``) prints them from here.
+``"project: <reason>"``) and what the field means (``metadata["doc"]``). The strategy classes take
+these fields as keyword arguments with these defaults and list them in their docstrings (the
+"Hyperparameters" section ``help()`` shows), and the command line (``python -m simulations defaults
+METHOD``) prints them from here.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ __all__ = ["SOURCE_KINDS", "setting", "sourced", "declared"]
 SOURCE_KINDS = ("paper", "official code", "project")
 
 
-def setting(default: Any, range: str, source: str) -> Any:  # noqa: A002 - the field's valid range
-    """A dataclass field with ``default``, its valid ``range`` (text, e.g. ``"[0, 1)"``) and ``source``."""
+def setting(default: Any, range: str, source: str, doc: str = "") -> Any:  # noqa: A002 - the field's valid range
+    """A dataclass field with ``default``, its valid ``range`` (text, e.g. ``"[0, 1)"``), ``source``
+    and ``doc``, what the field means (the docstrings' "Hyperparameters" section prints it)."""
     kind = source.split(":", 1)[0]
     if kind not in SOURCE_KINDS or ":" not in source:
         raise ValueError(f"source must be 'KIND: where' with KIND in {SOURCE_KINDS}, got {source!r}")
-    return dataclasses.field(default=default, metadata={"range": range, "source": source})
+    return dataclasses.field(default=default, metadata={"range": range, "source": source, "doc": doc})
 
 
 def sourced(config: Any, **sources: str) -> Any:

@@ -35,77 +35,69 @@ def _is_int(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class GraphConfig:
-    """Peer graph, mixing weights and failure handling of a decentralized run.
-
-    Parameters
-    ----------
-    topology : str (default: "random")
-        ``random`` (DFedCata paper, Sec. V-A: every round each peer picks ``neighbours - 1`` others,
-        redrawn each round), ``random_code`` (the same recipe drawn with the official code's legacy
-        NumPy seeding, so the graphs are the official code's), ``circulant`` (DO-ADP paper, Sec. V:
-        ``i`` linked to ``i +- 1..(neighbours - 1)/2``), ``ring``, ``grid``, ``exponential``,
-        ``exponential_sym``, ``full``, ``erdos_renyi`` (``er``), ``watts_strogatz`` (``ws``);
-        ``fixed`` for a :meth:`~flwr_strategies.decentralized.topology.Topology.from_adjacency`
-        graph passed to the core.
-    neighbours : int (default: 10)
-        Size of a peer's neighbourhood, the peer itself included, for ``random``/``random_code``
-        (picks per peer and round: the DFedCata paper's "10% of 100 clients") and ``circulant``
-        (odd: the DO-ADP paper's ``+-1, 2, 3`` is 7), >= 2 (fewer forms no link). More than the
-        number of peers links every peer to every other (the complete graph, on which a
-        decentralized method averages like its centralized counterpart): logged as a warning and
-        reported in every round's metrics (``graph_adjusted = 1``), never silently.
-    topology_p : float (default: -1.0)
-        Edge probability of ``erdos_renyi`` (in (0, 1]; 0 would never link) or rewiring probability
-        of ``watts_strogatz`` (in [0, 1]). Negative means the generator's default (0.1 and 0.02,
-        the paper's values).
-    ws_k : int (default: 8)
-        Nearest neighbours of the ``watts_strogatz`` lattice: even, 0 < k < number of peers.
-    weights : str (default: "auto")
-        ``auto`` (uniform on regular graphs, Metropolis-Hastings otherwise), ``uniform`` (the
-        official code's ``1/(deg+1)``; row-stochastic on irregular graphs) or
-        ``metropolis_hastings`` (``mh``).
-    allow_row_stochastic : bool (default: False)
-        Accept mixing matrices that are only row-stochastic (uniform weights on irregular graphs).
-    allow_disconnected : bool | None (default: None)
-        Accept a round whose graph is disconnected. None: yes for graphs redrawn every round (only
-        the union over rounds must connect; rounds report ``connected``), no for static graphs.
-    failure_policy : str (default: "renormalize")
-        What a failed peer (one that errs, whose reply is rejected, or whose node is no longer
-        connected) does to a round. It is counted in the round's ``failures`` in every policy and
-        keeps its state; ``renormalize``: the live peers mix over the live peers, their rows
-        renormalised; ``self``: they give the lost weight to themselves (keeps a doubly stochastic
-        matrix doubly stochastic); ``stop``: the run stops with
-        :class:`~flwr_strategies.decentralized.server.PeerFailure`, the state unchanged.
-    client_eval_every : int (default: 1)
-        Score the peers' own models on the central test set every this many (algorithm) rounds,
-        >= 0 (0: never). Costs one test-set pass per peer.
-    client_eval_max : int (default: 0)
-        Score at most this many peers (lowest ids first), >= 0 (0: all).
-    """
+    """Peer graph, mixing weights and failure handling of a decentralized run."""
 
     topology: str = setting("random", "a name of TOPOLOGIES, or 'fixed'",
-                            "paper: DFedCata App. A-B (a random bidirectional graph redrawn every round)")
+                            "paper: DFedCata App. A-B (a random bidirectional graph redrawn every round)",
+                            "``random`` (DFedCata paper, Sec. V-A: every round each peer picks ``neighbours - 1`` "
+                            "others, redrawn each round), ``random_code`` (the same recipe drawn with the official "
+                            "code's legacy NumPy seeding, so the graphs are the official code's), ``circulant`` "
+                            "(DO-ADP paper, Sec. V: ``i`` linked to ``i +- 1..(neighbours - 1)/2``), ``ring``, "
+                            "``grid``, ``exponential``, ``exponential_sym``, ``full``, ``erdos_renyi`` (``er``), "
+                            "``watts_strogatz`` (``ws``); ``fixed`` for a "
+                            ":meth:`~flwr_strategies.decentralized.topology.Topology.from_adjacency` graph passed "
+                            "to the core.")
     neighbours: int = setting(10, ">= 2 (odd for circulant)",
-                              "paper: DFedCata App. A-B (each client picks 10 neighbours per round)")
+                              "paper: DFedCata App. A-B (each client picks 10 neighbours per round)",
+                              "Size of a peer's neighbourhood, the peer itself included, for ``random``/"
+                              "``random_code`` (picks per peer and round: the DFedCata paper's \"10% of 100 "
+                              "clients\") and ``circulant`` (odd: the DO-ADP paper's ``+-1, 2, 3`` is 7); fewer than "
+                              "2 forms no link. More than the number of peers links every peer to every other (the "
+                              "complete graph, on which a decentralized method averages like its centralized "
+                              "counterpart): logged as a warning and reported in every round's metrics "
+                              "(``graph_adjusted = 1``), never silently.")
     topology_p: float = setting(-1.0, "<= 1 (negative: the generator's default)",
-                                "paper: DFedCata Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)")
-    ws_k: int = setting(8, "even, >= 2", "paper: DFedCata Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)")
+                                "paper: DFedCata Sec. V-D (-1 = Erdos-Renyi p 0.1, Watts-Strogatz rewiring 0.02)",
+                                "Edge probability of ``erdos_renyi`` (in (0, 1]; 0 would never link) or rewiring "
+                                "probability of ``watts_strogatz`` (in [0, 1]). Negative means the generator's "
+                                "default (0.1 and 0.02, the paper's values).")
+    ws_k: int = setting(8, "even, >= 2", "paper: DFedCata Sec. V-D (Watts-Strogatz: 8 adjacent neighbours)",
+                        "Nearest neighbours of the ``watts_strogatz`` lattice: even, 0 < k < number of peers.")
     weights: str = setting("auto", "auto, uniform, metropolis_hastings (mh)",
                            "project: Metropolis-Hastings on irregular graphs (uniform on regular ones) keeps the "
                            "average; the official code averages uniformly over {i} + N_i (DFedCata's "
-                           "server/DFedCata.py), only row-stochastic there (weights=uniform, dfedcata-code preset)")
+                           "server/DFedCata.py), only row-stochastic there (weights=uniform, dfedcata-code preset)",
+                           "``auto`` (uniform on regular graphs, Metropolis-Hastings otherwise), ``uniform`` (the "
+                           "official code's ``1/(deg+1)``; row-stochastic on irregular graphs) or "
+                           "``metropolis_hastings`` (``mh``).")
     allow_row_stochastic: bool = setting(False, "bool",
-                                         "project: refuse mixing that does not preserve the average unless asked")
+                                         "project: refuse mixing that does not preserve the average unless asked",
+                                         "Accept mixing matrices that are only row-stochastic (uniform weights on "
+                                         "irregular graphs).")
     allow_disconnected: bool | None = setting(None, "None (auto), True, False",
                                               "project: None (auto) = accept a disconnected round only on graphs "
-                                              "redrawn every round")
+                                              "redrawn every round",
+                                              "Accept a round whose graph is disconnected. None: yes for graphs "
+                                              "redrawn every round (only the union over rounds must connect; rounds "
+                                              "report ``connected``), no for static graphs.")
     failure_policy: str = setting("renormalize", "renormalize, self, stop",
                                   "project: live peers renormalise their rows when a neighbour fails (the papers "
-                                  "have no failures)")
+                                  "have no failures)",
+                                  "What a failed peer (one that errs, whose reply is rejected, or whose node is no "
+                                  "longer connected) does to a round. It is counted in the round's ``failures`` in "
+                                  "every policy and keeps its state; ``renormalize``: the live peers mix over the "
+                                  "live peers, their rows renormalised; ``self``: they give the lost weight to "
+                                  "themselves (keeps a doubly stochastic matrix doubly stochastic); ``stop``: the "
+                                  "run stops with :class:`~flwr_strategies.decentralized.server.PeerFailure`, the "
+                                  "state unchanged.")
     client_eval_every: int = setting(1, ">= 0 (0: never)",
                                      "project: score the peers' own models every round (the papers score their "
-                                     "average)")
-    client_eval_max: int = setting(0, ">= 0 (0: all)", "project: 0 = score every peer")
+                                     "average)",
+                                     "Score the peers' own models on the central test set every this many "
+                                     "(algorithm) rounds. Costs one test-set pass per peer; with k > 0, "
+                                     "``evaluate_fn`` also scores every peer's own model every k rounds.")
+    client_eval_max: int = setting(0, ">= 0 (0: all)", "project: 0 = score every peer",
+                                   "Score at most this many peers (lowest ids first).")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", canonical_topology(self.topology))

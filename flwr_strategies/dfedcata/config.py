@@ -39,41 +39,33 @@ CODE_OPTIONS = {
 
 @dataclass(frozen=True)
 class DFedCataConfig:
-    """DFedCata's server-side hyperparameters (Algorithm 1).
+    """DFedCata's server-side hyperparameters (Algorithm 1)."""
 
-    Parameters
-    ----------
-    beta : float (default: 0.99)
-        Nesterov (Catalyst) extrapolation coefficient between rounds, in [0, 1) (paper: 0.99; the
-        official code's default is 0.9; 0 disables the extrapolation).
-    lam : float (default: 0.05)
-        Moreau-envelope penalty lambda of the local objective ``f_i(x) + lam/2 ||x - x_{i,0}||^2``,
-        >= 0 and ``lr * lam < 1`` (paper's ablation optimum and the official default; 0 disables
-        the proximal term). Sent to every peer as ``config["lam"]``.
-    extrapolation_anchor : str (default: "prev_mixed")
-        ``"prev_mixed"``: the paper's ``x_i^t + beta (x_i^t - x_i^{t-1})`` on consecutive mixed
-        models; ``"prev_local"``: the official code's ``x_i^t + beta (x_i^t - x_{i,K}^{t-1})``
-        (the peer's own previous local model).
-    sequential_inplace : bool (default: False)
-        The official code's client order: peers train one after another in index order
-        and each overwrites its row at once, so later peers mix this round's models of earlier
-        neighbours. Runs one Flower round per peer (``m x T`` Flower rounds for T algorithm rounds).
-        Order-dependent by design; for reproduction only.
-    lr : float | None (default: None)
-        The largest local learning rate of the run (round 1), to check ``lr * lam < 1`` up front;
-        every round's ``lr`` is checked again when the round is configured.
-    """
-
-    beta: float = setting(0.99, "[0, 1)", "paper: App. A-A, Table IV (beta = 0.99)")
-    lam: float = setting(0.05, ">= 0, lr * lam < 1", "paper: Sec. V-E, Fig. 5(d) (lambda = 0.05 is best)")
+    beta: float = setting(0.99, "[0, 1)", "paper: App. A-A, Table IV (beta = 0.99)",
+                          "Nesterov (Catalyst) extrapolation coefficient between rounds (the official code's "
+                          "default is 0.9; 0 disables the extrapolation).")
+    lam: float = setting(0.05, ">= 0, lr * lam < 1", "paper: Sec. V-E, Fig. 5(d) (lambda = 0.05 is best)",
+                         "Moreau-envelope penalty lambda of the local objective ``f_i(x) + lam/2 ||x - x_{i,0}||^2`` "
+                         "(also the official default; 0 disables the proximal term). Sent to every peer as "
+                         "``config[\"lam\"]``.")
     extrapolation_anchor: str = setting("prev_mixed", "prev_mixed, prev_local",
                                         "paper: Algorithm 1 (extrapolate between consecutive mixed models); the "
-                                        "official code's prev_local is in the dfedcata-code preset")
+                                        "official code's prev_local is in the dfedcata-code preset",
+                                        "``prev_mixed``: the paper's ``x_i^t + beta (x_i^t - x_i^{t-1})`` on "
+                                        "consecutive mixed models; ``prev_local``: the official code's ``x_i^t + "
+                                        "beta (x_i^t - x_{i,K}^{t-1})`` (the peer's own previous local model).")
     sequential_inplace: bool = setting(False, "bool",
                                        "paper: Algorithm 1 (clients in parallel); the official code's in-place "
-                                       "order is in the dfedcata-code preset")
+                                       "order is in the dfedcata-code preset",
+                                       "The official code's client order: peers train one after another in index "
+                                       "order and each overwrites its row at once, so later peers mix this round's "
+                                       "models of earlier neighbours. Runs one Flower round per peer (``m x T`` "
+                                       "Flower rounds for T algorithm rounds). Order-dependent by design; for "
+                                       "reproduction only.")
     lr: float | None = setting(None, "> 0 with lr * lam < 1, or None",
-                               "project: None = checked each round when the round's lr is known")
+                               "project: None = checked each round when the round's lr is known",
+                               "The largest local learning rate of the run (round 1), to check ``lr * lam < 1`` up "
+                               "front; every round's ``lr`` is checked again when the round is configured.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.sequential_inplace, bool):
@@ -94,37 +86,29 @@ class DFedCataConfig:
 
 @dataclass(frozen=True)
 class LocalRuleConfig:
-    """The local rule a decentralized peer runs (DFedCata and every baseline share one client).
-
-    Parameters
-    ----------
-    lam : float (default: 0.0)
-        Moreau-envelope penalty used when the server sends none (DFedCata sends ``config["lam"]``),
-        >= 0.
-    local_momentum : float (default: 0.0)
-        Heavy-ball coefficient of DFedAvgM's local SGD, in [0, 1), reset every round (DFedAvgM:
-        0.9, the official code's client momentum). The experiment's ``momentum`` setting is used when
-        this is 0; setting both to different non-zero values is an error.
-    rho : float (default: 0.0)
-        SAM perturbation radius (DFedSAM, FedSAM: 0.1), >= 0.
-    steps_per_round : int (default: 0)
-        If > 0, exactly this many minibatch steps per round (D-PSGD: 1), replacing the
-        experiment's local epochs/steps; 0 uses them.
-    clip_scope : str (default: "data")
-        What the gradient-norm clip bounds: ``"data"`` (this project's) or ``"official"`` (see
-        :data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.
-    """
+    """The local rule a decentralized peer runs (DFedCata and every baseline share one client)."""
 
     lam: float = setting(0.0, ">= 0", "project: no Moreau-envelope term unless the server sends one (DFedCata "
-                                      "sends config['lam'])")
+                                      "sends config['lam'])",
+                         "Moreau-envelope penalty used when the server sends none (DFedCata sends "
+                         "``config[\"lam\"]``).")
     local_momentum: float = setting(0.0, "[0, 1)", "project: plain local SGD unless a method asks for heavy-ball "
-                                                   "momentum")
-    rho: float = setting(0.0, ">= 0", "project: no SAM perturbation unless a method asks for one")
+                                                   "momentum",
+                                    "Heavy-ball coefficient of DFedAvgM's local SGD, reset every round (DFedAvgM: "
+                                    "0.9, the official code's client momentum). The experiment's ``momentum`` "
+                                    "setting is used when this is 0; setting both to different non-zero values is "
+                                    "an error.")
+    rho: float = setting(0.0, ">= 0", "project: no SAM perturbation unless a method asks for one",
+                         "SAM perturbation radius (DFedSAM, FedSAM: 0.1).")
     steps_per_round: int = setting(0, ">= 0 (0: the run's local epochs or steps)",
-                                   "project: 0 = the run's local epochs or steps budget")
+                                   "project: 0 = the run's local epochs or steps budget",
+                                   "If > 0, exactly this many minibatch steps per round (D-PSGD: 1), replacing the "
+                                   "experiment's local epochs/steps.")
     clip_scope: str = setting("data", "data, official",
                               "project: clip the data gradient only; the official code clips g - lam*anchor "
-                              "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)")
+                              "(client/dfedcata.py; clip_scope=official in the dfedcata-code preset)",
+                              "What the gradient-norm clip bounds: ``data`` (this project's) or ``official`` (see "
+                              ":data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.")
 
     def __post_init__(self) -> None:
         lam = check_number("lam", self.lam, "a finite number")

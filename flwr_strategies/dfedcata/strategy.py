@@ -35,25 +35,12 @@ class DFedCata(LegacyStrategy):
     """DFedCata: decentralized FL with Catalyst acceleration (arXiv:2410.07272, Algorithm 1).
 
     Every peer starts its round from the Nesterov-extrapolated point of its model and minimises the
-    Moreau envelope ``f_i(x) + lam/2 ||x - x_0||^2`` around it; the peers then gossip.
+    Moreau envelope ``f_i(x) + lam/2 ||x - x_0||^2`` around it; the peers then gossip. The
+    hyperparameters are the fields of :class:`~flwr_strategies.dfedcata.config.DFedCataConfig` and
+    of the peer graph's :class:`~flwr_strategies.decentralized.config.GraphConfig`.
 
     Parameters
     ----------
-    beta : float (default: 0.99)
-        Extrapolation coefficient, in [0, 1) (paper 0.99; 0 disables it).
-    lam : float (default: 0.05)
-        Moreau-envelope penalty, >= 0 with ``lr * lam < 1`` (paper 0.05); sent as ``config["lam"]``.
-    lr : float | None (default: None)
-        Round-1 learning rate, to check ``lr * lam < 1`` now (each round's lr is checked too).
-    extrapolation_anchor : str (default: "prev_mixed")
-        ``"prev_mixed"`` (paper) or ``"prev_local"`` (official code).
-    sequential_inplace : bool (default: False)
-        The official code's one-peer-at-a-time order: one Flower round per peer.
-    topology, neighbours, topology_p, ws_k, weights, allow_row_stochastic, allow_disconnected, \
-failure_policy, client_eval_every, client_eval_max
-        The peer graph, as :class:`~flwr_strategies.decentralized.config.GraphConfig` (defaults
-        "random", 10, -1.0, 8, "auto", False, None, "renormalize", 0, 0). With
-        ``client_eval_every`` k > 0, ``evaluate_fn`` also scores every peer's own model every k rounds.
     dtype : numpy dtype (default: float32)
         dtype of the server's model tables.
     """
