@@ -148,14 +148,16 @@ HYPERPARAMETERS = "Hyperparameters\n---------------"
 def hyperparameter_section(cls: type) -> str:
     """The docstring section listing each hyperparameter of ``cls`` as its config declares it:
     ``name = default (valid range)``, its meaning and the default's source
-    (:func:`~flwr_strategies.core.declare.setting`); a nested config's fields under its name. Empty
-    for a class without hyperparameters."""
+    (:func:`~flwr_strategies.core.declare.setting`); a nested config's summary, then its fields under
+    its name. Empty for a class without hyperparameters."""
     lines: list[str] = []
 
     def add(config: Any, prefix: str) -> None:
         for field in dataclasses.fields(config):
             default = _default(config, field.name)
             if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                lines.append(f"{prefix}{field.name} : {type(default).__name__} (or a dict of its fields)")
+                lines.append(f"    {inspect.getdoc(default).splitlines()[0]}")
                 add(default, f"{prefix}{field.name}.")
                 continue
             entry = declared(config, flatten=False)[field.name]

@@ -41,57 +41,47 @@ class ArmijoConfig:
 
     The paper names these constants but gives no values; the defaults are the ``sls`` reference
     defaults that the authors' code uses (Vaswani et al. 2019, "Painless Stochastic Gradient").
-
-    Parameters
-    ----------
-    eta_max : float (default: 1.0)
-        ``eta_lmax``: the step size at the first local step of every round and the upper bound on the
-        step size after a reset (when ``cap_at_eta_max``). Must be finite and > 0.
-    armijo_c : float (default: 0.1)
-        Sufficient-decrease constant ``c`` of the Armijo condition. Must lie in (0, 1).
-    backtrack_factor : float (default: 0.9)
-        ``beta``: multiplier applied to the step size after each failed trial. Must lie in (0, 1).
-    growth_factor : float (default: 2.0)
-        ``delta``: growth used by reset option 2, ``eta * delta ** (b / n)``. Must be finite and >= 1.
-    reset_option : int (default: 2)
-        Paper numbering (``sls`` numbering in brackets): 0 = keep the previous step size (sls 0),
-        1 = reset to ``eta_max`` every step (sls 2), 2 = grow by ``delta ** (b / n)`` (sls 1).
-    max_backtracks : int (default: 100)
-        Maximum number of trials per step. Must be >= 1.
-    fallback_step : float (default: 1e-6)
-        Step used when no trial is accepted (``w - fallback_step * g``). Must be finite and >= 0.
-    grad_tol : float (default: 1e-8)
-        The parameters are left unchanged when ``||g|| < grad_tol``. Must be finite and >= 0.
-    cap_at_eta_max : bool (default: True)
-        Clamp the step size after a reset to ``eta_max`` (the theory's assumption). ``False`` reproduces ``sls``.
-    growth_rule : str (default: "paper")
-        How reset option 2 grows the step size between local steps. ``"paper"`` (paper Alg. 4): ``eta * delta ** (b / n_i)`` from step 2 on, step 1 exactly ``eta_max``.
-        ``"sls"`` (the ``sls`` package that the official code runs): ``eta * delta ** (1 /
-        sls_batches_per_epoch)`` at every step, step 1 included (step 1 starts at
-        ``eta_max * delta ** (1 / sls_batches_per_epoch)``). Combine with ``cap_at_eta_max=False``
-        to reproduce the code exactly (:meth:`code`).
-    sls_batches_per_epoch : int (default: 500)
-        The ``n_batches_per_epoch`` of ``growth_rule="sls"``: ``sls``'s default 500, which the official
-        FedSLS code keeps (the FedLi v1 FedML trainer passes 32). Must be >= 1.
     """
 
     eta_max: float = setting(1.0, "> 0, finite", f"official code: init_step_size = 1 ({_SLS}); Alg. 3 names "
-                                                 "eta_lmax without a value")
+                                                 "eta_lmax without a value",
+                             "``eta_lmax``: the step size at the first local step of every round and the upper bound "
+                             "on the step size after a reset (when ``cap_at_eta_max``).")
     armijo_c: float = setting(0.1, "(0, 1)", "official code: Sls(c=0.1) in "
                                              "fedml/ml/trainer/my_model_trainer_classification.py; Alg. 3 names c "
-                                             "without a value")
-    backtrack_factor: float = setting(0.9, "(0, 1)", f"official code: beta_b = 0.9 ({_SLS}); Alg. 3's beta")
-    growth_factor: float = setting(2.0, ">= 1", f"official code: gamma = 2.0 ({_SLS}); Alg. 4's delta")
-    reset_option: int = setting(2, "0, 1, 2", f"official code: reset_option = 1 ({_SLS}), the paper's opt 2 of Alg. 4")
-    max_backtracks: int = setting(100, ">= 1", f"official code: at most 100 trial steps ({_SLS})")
-    fallback_step: float = setting(1e-6, "> 0", f"official code: a step of 1e-6 when no trial is accepted ({_SLS})")
-    grad_tol: float = setting(1e-8, ">= 0", f"official code: no step when ||g|| < 1e-8 ({_SLS})")
+                                             "without a value",
+                              "Sufficient-decrease constant ``c`` of the Armijo condition.")
+    backtrack_factor: float = setting(0.9, "(0, 1)", f"official code: beta_b = 0.9 ({_SLS}); Alg. 3's beta",
+                                      "``beta``: multiplier applied to the step size after each failed trial.")
+    growth_factor: float = setting(2.0, ">= 1", f"official code: gamma = 2.0 ({_SLS}); Alg. 4's delta",
+                                   "``delta``: growth used by reset option 2, ``eta * delta ** (b / n)``; finite.")
+    reset_option: int = setting(2, "0, 1, 2", f"official code: reset_option = 1 ({_SLS}), the paper's opt 2 of Alg. 4",
+                                "Paper numbering (``sls`` numbering in brackets): 0 = keep the previous step size "
+                                "(sls 0), 1 = reset to ``eta_max`` every step (sls 2), 2 = grow by ``delta ** (b / n)`` "
+                                "(sls 1).")
+    max_backtracks: int = setting(100, ">= 1", f"official code: at most 100 trial steps ({_SLS})",
+                                  "Maximum number of trials per step.")
+    fallback_step: float = setting(1e-6, "> 0", f"official code: a step of 1e-6 when no trial is accepted ({_SLS})",
+                                   "Step used when no trial is accepted (``w - fallback_step * g``); finite.")
+    grad_tol: float = setting(1e-8, ">= 0", f"official code: no step when ||g|| < 1e-8 ({_SLS})",
+                              "The parameters are left unchanged when ``||g|| < grad_tol``; finite.")
     cap_at_eta_max: bool = setting(True, "bool", "paper: Sec. 5 assumes step sizes <= eta_lmax; sls does not cap "
-                                                 "(variant=code)")
+                                                 "(variant=code)",
+                                   "Clamp the step size after a reset to ``eta_max`` (the theory's assumption). "
+                                   "``False`` reproduces ``sls``.")
     growth_rule: str = setting("paper", "paper, sls", "paper: Alg. 4 (grow by delta^(b/n_i) from the second step); "
-                                                      "sls's per-step rule is variant=code")
+                                                      "sls's per-step rule is variant=code",
+                               "How reset option 2 grows the step size between local steps. ``paper`` (paper Alg. "
+                               "4): ``eta * delta ** (b / n_i)`` from step 2 on, step 1 exactly ``eta_max``. ``sls`` "
+                               "(the ``sls`` package that the official code runs): ``eta * delta ** (1 / "
+                               "sls_batches_per_epoch)`` at every step, step 1 included (step 1 starts at ``eta_max * "
+                               "delta ** (1 / sls_batches_per_epoch)``). Combine with ``cap_at_eta_max=False`` to "
+                               "reproduce the code exactly (:meth:`code`).")
     sls_batches_per_epoch: int = setting(500, ">= 1", f"official code: n_batches_per_epoch = 500 ({_SLS}; "
-                                                      "growth_rule=sls only)")
+                                                      "growth_rule=sls only)",
+                                         "The ``n_batches_per_epoch`` of ``growth_rule=\"sls\"``: ``sls``'s default "
+                                         "500, which the official FedSLS code keeps (the FedLi v1 FedML trainer passes "
+                                         "32).")
 
     def __post_init__(self) -> None:
         check_number("eta_max", self.eta_max, "a finite number > 0 (the maximum step size)", lambda v: v > 0)

@@ -40,27 +40,20 @@ VARIANTS = ("paper", "code")
 @dataclass(frozen=True)
 class FedLiLSConfig:
     """FedLi-LS (Geetika, Uniyal, Chatterjee, "Towards Hyper-parameter-free Federated Learning",
-    Alg. 1 with Armijo-SGD clients and the GD server step).
-
-    Parameters
-    ----------
-    step_size_sync : str | float (default: "unit")
-        ``eta_g`` of ``w_{t+1} = w_t - eta_g Delta_t``: ``"unit"`` (1.0; the convergence theory, the
-        appendix and the code; the update is then FedAvg's weighted average), ``"max"`` (largest
-        reported client step size, the paper's non-convex heuristic) or a constant float > 0.
-    weighting : str (default: "num_examples")
-        ``p_i``: ``"num_examples"`` (``n_i / sum n_j``, code and prose) or ``"uniform"`` (Alg. 1).
-    armijo : ArmijoConfig (default: ``ArmijoConfig()``)
-        The clients' line-search constants (sent in every round's config); see
-        :class:`~flwr_strategies.fedli.armijo.ArmijoConfig`. Provenance: ``sls`` defaults (the paper
-        names the constants without values), capped at ``eta_max`` as the theory assumes.
-    """
+    Alg. 1 with Armijo-SGD clients and the GD server step). ``armijo``, the clients' line-search
+    constants, is sent in every round's config; its defaults are ``sls``'s (the paper names the
+    constants without values), capped at ``eta_max`` as the theory assumes."""
 
     step_size_sync: str | float = setting("unit", "'unit', 'max' or a float > 0",
                                           "paper: Sec. 3 (a unit server step guarantees descent; the official "
                                           "fedlils_api.py averages); Sec. 3's non-convex heuristic is "
-                                          "step_size_sync='max'")
-    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED)
+                                          "step_size_sync='max'",
+                                          "``eta_g`` of ``w_{t+1} = w_t - eta_g Delta_t``: ``unit`` (1.0; the "
+                                          "convergence theory, the appendix and the code; the update is then "
+                                          "FedAvg's weighted average), ``max`` (largest reported client step size, "
+                                          "the paper's non-convex heuristic) or a constant float > 0.")
+    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED,
+                             "``p_i``: ``num_examples`` (``n_i / sum n_j``, code and prose) or ``uniform`` (Alg. 1).")
     armijo: ArmijoConfig = field(default_factory=ArmijoConfig)
 
     def __post_init__(self) -> None:
@@ -79,25 +72,19 @@ class FedLiLSConfig:
 @dataclass(frozen=True)
 class FedLiLUConfig:
     """FedLi-LU (same paper, Alg. 1 with SGD clients and Alg. 2, the Deep Frank-Wolfe server step).
-
-    Parameters
-    ----------
-    dfw : DFWConfig (default: ``DFWConfig()``: eta 1.0, lambda 1e-3, mu 0, eps 1e-5)
-        Server constants (eta 1 and lambda 1e-3 from App. C, no momentum as Alg. 2); ``DFWConfig.preset("code")`` gives
-        the authors' code (eta 0.01, lambda 1e-5, mu 0.9).
-    loss_report : str (default: "epoch_mean")
-        The loss the clients report for FunctionSync: mean minibatch loss of the local epoch (the
-        code, the logged train loss), ``"initial"`` (loss of ``w_t`` on the local data) or
-        ``"final"`` (loss of the local model; Alg. 1 writes the value at the end of the local work).
-    weighting : str (default: "num_examples")
-        ``p_i`` for the model average and FunctionSync: ``"num_examples"`` or ``"uniform"``.
-    """
+    ``dfw``, the server constants, defaults to App. C's (eta 1, lambda 1e-3) with no momentum as
+    Alg. 2; ``DFWConfig.preset("code")`` gives the authors' code (eta 0.01, lambda 1e-5, mu 0.9)."""
 
     dfw: DFWConfig = field(default_factory=DFWConfig)
     loss_report: str = setting("epoch_mean", "epoch_mean, initial, final", "official code: the epoch's mean minibatch loss "
                                                                  "(fedml/ml/trainer/my_model_trainer_classification.py), "
-                                                                 "Sec. 7's logged train loss")
-    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED)
+                                                                 "Sec. 7's logged train loss",
+                               "The loss the clients report for FunctionSync: mean minibatch loss of the local epoch "
+                               "(the code, the logged train loss), ``initial`` (loss of ``w_t`` on the local data) or "
+                               "``final`` (loss of the local model; Alg. 1 writes the value at the end of the local "
+                               "work).")
+    weighting: str = setting("num_examples", "num_examples, uniform", _WEIGHTED,
+                             "``p_i`` for the model average and FunctionSync.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.dfw, DFWConfig):
@@ -114,37 +101,29 @@ class FedLiLUConfig:
 @dataclass(frozen=True)
 class FedExPConfig:
     """FedExP (Jhunjhunwala, Wang, Joshi, "FedExP: Speeding Up Federated Averaging via
-    Extrapolation", ICLR 2023): ``eta_g = max(1, 0.5 sum_i p_i ||Delta_i||^2 / (||Dbar||^2 + eps_t))``.
-
-    Parameters
-    ----------
-    eps : float (default: 1e-3)
-        Stabiliser ``eps`` (the FedLi paper's best of {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1}), >= 0.
-    eps_scaling : str (default: "none")
-        ``"none"``: the paper's ``||Dbar||^2 + eps``; ``"clients"``: the official code's
-        ``||Dbar||^2 + S * eps`` (S = number of replies aggregated this round).
-    eps_decay : float (default: 1.0)
-        ``eps_t = eps * eps_decay ** t`` in round t (1-based). The official code decays eps by
-        ``0.998 ** 2`` per round (with its client lr decayed by 0.998). In (0, 1].
-    weighting : str (default: "uniform")
-        ``p_i``: ``"uniform"`` (the paper, ``1/S``) or ``"num_examples"`` (the code, ``n_i / sum n_j``).
-    eval_last2_avg : bool (default: False)
-        Evaluate the average of the last two global models (the code's reported model, from round 2
-        on; the training continues from the last one). The FedLi paper does not mention it.
-    """
+    Extrapolation", ICLR 2023): ``eta_g = max(1, 0.5 sum_i p_i ||Delta_i||^2 / (||Dbar||^2 + eps_t))``."""
 
     eps: float = setting(1e-3, "> 0, finite", "paper: host paper (FedLi) App. C: eps = 1e-3, the best of the grid "
-                                              "{1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1}")
+                                              "{1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1}",
+                         "Stabiliser ``eps`` of the denominator.")
     eps_scaling: str = setting("none", "none, clients", "paper: host paper (FedLi) App. C runs FedExP's step "
                                                          "max(1, sum ||D_i||^2 / (2S(||Dbar||^2 + eps))); the "
-                                                         "official FedExP code's S * eps is variant=code")
+                                                         "official FedExP code's S * eps is variant=code",
+                               "``none``: the paper's ``||Dbar||^2 + eps``; ``clients``: the official code's "
+                               "``||Dbar||^2 + S * eps`` (S = number of replies aggregated this round).")
     eps_decay: float = setting(1.0, "(0, 1]", "paper: host paper (FedLi) App. C gives a constant eps; the official "
-                                              "code's 0.998^2 decay per round is variant=code")
+                                              "code's 0.998^2 decay per round is variant=code",
+                               "``eps_t = eps * eps_decay ** t`` in round t (1-based). The official code decays eps "
+                               "by ``0.998 ** 2`` per round (with its client lr decayed by 0.998).")
     weighting: str = setting("uniform", "uniform, num_examples", "paper: FedExP (Jhunjhunwala et al., ICLR 2023) "
                                                                  "Alg. 1: the uniform mean over the S clients; n_i "
-                                                                 "weights are variant=code")
+                                                                 "weights are variant=code",
+                             "``p_i``: ``uniform`` (the paper, ``1/S``) or ``num_examples`` (the code, "
+                             "``n_i / sum n_j``).")
     eval_last2_avg: bool = setting(False, "bool", "paper: host paper (FedLi) Sec. 7 evaluates the global model; the "
-                                                  "official code's average of the last two models is variant=code")
+                                                  "official code's average of the last two models is variant=code",
+                                   "Evaluate the average of the last two global models (the code's reported model, "
+                                   "from round 2 on; the training continues from the last one).")
 
     def __post_init__(self) -> None:
         check_range("eps", self.eps, 0.0)
@@ -168,37 +147,31 @@ class FedExPConfig:
 @dataclass(frozen=True)
 class ScaffoldConfig:
     """SCAFFOLD, option II (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
-    Federated Learning", ICML 2020), as the FedLi paper's baseline.
+    Federated Learning", ICML 2020), as the FedLi paper's baseline."""
 
-    Parameters
-    ----------
-    server_lr : float (default: 1.0)
-        ``eta_g`` of ``w_{t+1} = w_t + eta_g mean_i(w_i - w_t)`` (the FedLi paper and the code use 1), > 0.
-    control_state : str (default: "client")
-        Where the client controls ``c_i`` live: ``"client"`` (each client's ``context.state``; the
-        server keeps no per-client table, so 10,000 clients cost the server nothing extra) or
-        ``"server"`` (a table keyed by partition id on the server, sent down with the model: one
-        extra model copy per client and message; for runtimes without persistent client state).
-    weighting : str (default: "uniform")
-        ``"uniform"``: the paper's means; ``"num_examples"``: the FedExP code's, models weighted by
-        ``n_i / sum_S n_j`` and ``c <- c + sum_i (n_i / total_examples) dc_i`` (needs ``total_examples``).
-    total_examples : int | None (default: None)
-        Training examples over all N clients (``"num_examples"`` weighting only), >= 1.
-    correction_in_clip : bool (default: False)
-        Clients clip ``g - c_i + c`` (the code: the correction is part of the loss) instead of ``g``
-        alone before adding the correction.
-    """
-
-    server_lr: float = setting(1.0, "> 0, finite", "paper: host paper (FedLi) App. C (eta_g = 1)")
+    server_lr: float = setting(1.0, "> 0, finite", "paper: host paper (FedLi) App. C (eta_g = 1)",
+                               "``eta_g`` of ``w_{t+1} = w_t + eta_g mean_i(w_i - w_t)`` (the FedLi paper and the code "
+                               "use 1).")
     control_state: str = setting("client", "client, server", "project: each client keeps c_i in its context.state, "
-                                                             "so the server holds no per-client table")
+                                                             "so the server holds no per-client table",
+                                 "Where the client controls ``c_i`` live: ``client`` (each client's "
+                                 "``context.state``; the server keeps no per-client table, so 10,000 clients cost the "
+                                 "server nothing extra) or ``server`` (a table keyed by partition id on the server, "
+                                 "sent down with the model: one extra model copy per client and message; for runtimes "
+                                 "without persistent client state).")
     weighting: str = setting("uniform", "uniform, num_examples", "paper: SCAFFOLD (Karimireddy et al., ICML 2020) "
                                                                  "Alg. 1 (uniform means); the FedExP code's n_i "
-                                                                 "weights are variant=code")
+                                                                 "weights are variant=code",
+                             "``uniform``: the paper's means; ``num_examples``: the FedExP code's, models weighted by "
+                             "``n_i / sum_S n_j`` and ``c <- c + sum_i (n_i / total_examples) dc_i`` (needs "
+                             "``total_examples``).")
     total_examples: int | None = setting(None, ">= 1 or None", "project: None = unknown; needed only with "
-                                                               "weighting='num_examples'")
+                                                               "weighting='num_examples'",
+                                         "Training examples over all N clients (``num_examples`` weighting only).")
     correction_in_clip: bool = setting(False, "bool", "project: clip the data gradient, then add the correction; the "
-                                                      "official code clips the corrected gradient (variant=code)")
+                                                      "official code clips the corrected gradient (variant=code)",
+                                       "Clients clip ``g - c_i + c`` (the code: the correction is part of the loss) "
+                                       "instead of ``g`` alone before adding the correction.")
 
     def __post_init__(self) -> None:
         check_range("server_lr", self.server_lr, 0.0, low_open=True)
@@ -220,18 +193,13 @@ class ScaffoldConfig:
 
 @dataclass(frozen=True)
 class FedLiVariantConfig:
-    """Which constants a FedLi-family method runs from the command line (``--set variant=``).
-
-    Parameters
-    ----------
-    variant : str (default: "paper")
-        ``"paper"``: the paper's method constants (each config's defaults); ``"code"``: the official
-        code's (:meth:`FedLiLSConfig.code` and the others). A setting given explicitly with a value
-        other than its paper default overrides the variant's.
-    """
+    """Which constants a FedLi-family method runs from the command line (``--set variant=``)."""
 
     variant: str = setting("paper", "paper, code", "project: 'paper' = the paper's method constants; 'code' = the "
-                                                   "official code's (the fedli-code preset)")
+                                                   "official code's (the fedli-code preset)",
+                           "``paper``: the paper's method constants (each config's defaults); ``code``: the official "
+                           "code's (:meth:`FedLiLSConfig.code` and the others). A setting given explicitly with a "
+                           "value other than its paper default overrides the variant's.")
 
     def __post_init__(self) -> None:
         check_choice("variant", self.variant, VARIANTS)

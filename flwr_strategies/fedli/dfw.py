@@ -29,28 +29,20 @@ __all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma", "dfw_step"]
 
 @dataclass(frozen=True)
 class DFWConfig:
-    """Hyper-parameters of the FedLi-LU server step.
+    """Hyper-parameters of the FedLi-LU server step."""
 
-    Parameters
-    ----------
-    server_eta : float (default: 1.0)
-        ``eta``, DFW's proximal coefficient (the server learning rate); the effective scaling of
-        ``Delta_t`` is ``eta * gamma`` in ``[0, eta]``. Must be finite and > 0. Authors' code: 0.01.
-    server_weight_decay : float (default: 1e-3)
-        ``lambda`` of the regulariser ``(lambda/2)||w||^2``. Must be finite and >= 0. Authors' code: 1e-5.
-    server_momentum : float (default: 0.0)
-        ``mu``, DFW momentum (not in paper Alg. 2). Must lie in [0, 1). Authors' code: 0.9.
-    dfw_eps : float (default: 1e-5)
-        Stabiliser added to the denominator. Must be finite and > 0 (it keeps ``Delta_t = 0`` safe).
-    """
-
-    server_eta: float = setting(1.0, "> 0, finite", "paper: App. C (eta_g = 1 for all our algorithms)")
+    server_eta: float = setting(1.0, "> 0, finite", "paper: App. C (eta_g = 1 for all our algorithms)",
+                                "``eta``, DFW's proximal coefficient (the server learning rate); the effective "
+                                "scaling of ``Delta_t`` is ``eta * gamma`` in ``[0, eta]``. Authors' code: 0.01.")
     server_weight_decay: float = setting(1e-3, ">= 0, finite", "paper: App. C (weight decay 1e-3), the lambda of "
-                                                               "Alg. 2")
+                                                               "Alg. 2",
+                                         "``lambda`` of the regulariser ``(lambda/2)||w||^2``. Authors' code: 1e-5.")
     server_momentum: float = setting(0.0, "[0, 1)", "paper: Alg. 2 has no momentum (the official "
-                                                    "fedml/fedopt/FEDDFW.py uses 0.9: variant=code)")
+                                                    "fedml/fedopt/FEDDFW.py uses 0.9: variant=code)",
+                                     "``mu``, DFW momentum (not in paper Alg. 2). Authors' code: 0.9.")
     dfw_eps: float = setting(1e-5, "> 0, finite", "official code: eps = 1e-5 in fedml/fedopt/FEDDFW.py (Alg. 2 "
-                                                  "names none)")
+                                                  "names none)",
+                             "Stabiliser added to the denominator (> 0 keeps ``Delta_t = 0`` safe).")
 
     def __post_init__(self) -> None:
         for name in ("server_eta", "server_weight_decay", "server_momentum", "dfw_eps"):
