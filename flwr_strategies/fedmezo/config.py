@@ -54,92 +54,71 @@ _VARIANT = ("project: 'paper' = the paper's method in fp32; 'code' = the officia
 
 @dataclass(frozen=True)
 class FedMeZOConfig:
-    """FedMeZO: FedAvg of LoRA adapters that each client tunes with MeZO zeroth-order steps.
+    """FedMeZO: FedAvg of LoRA adapters that each client tunes with MeZO zeroth-order steps."""
 
-    Parameters
-    ----------
-    lr : float (default: 1e-5)
-        Base client learning rate eta0, > 0 [paper: 1e-5 Dolly/Alpaca, 2e-5 CodeAlpaca, 2.5e-5
-        GSM8K]. With a personalised ``lr_strategy`` client i gets ``eta0 + alpha * Phi_i``.
-    local_steps : int | None (default: 30)
-        H, MeZO steps per round, >= 1 [paper]. Exactly one of ``local_steps``/``local_epochs``.
-    local_epochs : int | None (default: None)
-        Alternatively, passes over the local data per round (``ceil(n_i / batch_size)`` steps
-        each), >= 1. Not with ``comm_mode="seeds"``.
-    batch_size : int (default: 1)
-        Examples per MeZO step; both forward passes use the same batch, >= 1 [paper].
-    mu : float (default: 1e-3)
-        Perturbation scale (MeZO's epsilon, the code's ``zo_eps``), > 0 [paper].
-    weight_decay : float (default: 0.0)
-        Decoupled weight decay of the MeZO update, >= 0; skipped for bias/LayerNorm tensors
-        [official code; the name match follows ``variant``].
-    lr_decay : float (default: 1.0)
-        Per-round factor of eta0 and alpha (round t uses ``lr * lr_decay**(t-1)``), in (0, 1]
-        [paper: no decay].
-    num_perturbations : int (default: 1)
-        n, directions averaged per step (n-SPSA, 2n forward passes), >= 1 [paper, following MeZO].
-    lr_strategy : str (default: "frozen")
-        Personalised rates (paper Proposition 3.7, Fig. 4): ``frozen`` (eta0 for all), ``random``,
-        ``round-wise``, ``five-round`` or ``model-diff`` [official code].
-    lr_alpha : float (default: 5e-6)
-        Absolute spread alpha of the personalised rates, ``0 <= alpha < lr`` [official code]. Unused
-        with ``frozen``.
-    lr_alpha_rel : float | None (default: None)
-        The paper's relative form instead: ``alpha = lr_alpha_rel * lr``, in [0, 1) (0.5 equals the
-        code's 5e-6 at lr 1e-5). Overrides ``lr_alpha`` when set.
-    lr_window : int (default: 5)
-        Rounds averaged by ``five-round``, >= 1 [official code].
-    weighting : str (default: "uniform")
-        ``uniform`` (the paper's 1/N) or ``num_examples`` (the reference's sample-weighted mean,
-        equal when every client runs H steps of batch B) [paper].
-    comm_mode : str (default: "params")
-        ``params``: clients upload their LoRA tensors [paper]. ``seeds``: an extension NOT in the
-        paper: clients upload their (seed, coefficient) pairs, 16 bytes per step, and the server
-        replays them (bit-identical with ``restore_mode="snapshot"``). Needs ``weight_decay=0``,
-        ``z_device="cpu"`` and ``local_steps``.
-    z_device : str (default: "cpu")
-        Where the directions are drawn: ``cpu`` (portable, replayable anywhere) or ``param`` (the
-        parameter's device, in its dtype; faster on GPU, and the official code's draw) [project].
-    restore_mode : str (default: "snapshot")
-        ``snapshot`` (copy back, bit-exact) or ``regenerate`` (MeZO's ``+mu z``, 1-ulp drift; the
-        official code's) [project].
-    eval_every : int (default: 10)
-        Central evaluation period in rounds (round 0 and the last round are always evaluated),
-        >= 1 [official code].
-    variant : str (default: "paper")
-        The clients' update rule: ``paper`` (Eq. 3 applied in place in one fused step; weight decay
-        skipped for bias/LayerNorm tensors in any letter case) or ``code`` (the official
-        ``mezo_trainer.py`` arithmetic: ``g`` from the loss tensors in the model's dtype,
-        ``theta - lr (g z + wd theta)`` as written, and the case-sensitive name match). Sent to
-        the clients; see :mod:`.engine`.
-    """
-
-    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (lr 1e-5 for OpenLLaMA-3B)")
-    local_steps: int | None = setting(30, ">= 1 or None", "paper: Sec. 5.3.2 (the standard H = 30 local steps)")
-    local_epochs: int | None = setting(None, ">= 1 or None", "paper: Sec. 5.3.2 (the local budget is H steps)")
-    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)")
-    mu: float = setting(1e-3, "> 0", "paper: App. E.3 (mu = 1e-3, following MeZO)")
-    weight_decay: float = setting(0.0, ">= 0", f"official code: {_YAML} (weight_decay: 0.0)")
-    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_YAML} (train_strategy 'frozen': a constant rate)")
-    num_perturbations: int = setting(1, ">= 1", "official code: llm/trainer/mezo_trainer.py (one direction per step)")
+    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (lr 1e-5 for OpenLLaMA-3B)",
+                        "Base client learning rate eta0 (the paper: 1e-5 Dolly/Alpaca, 2e-5 CodeAlpaca, 2.5e-5 "
+                        "GSM8K). With a personalised ``lr_strategy`` client i gets ``eta0 + alpha * Phi_i``.")
+    local_steps: int | None = setting(30, ">= 1 or None", "paper: Sec. 5.3.2 (the standard H = 30 local steps)",
+                                      "H, MeZO steps per round. Exactly one of ``local_steps``/``local_epochs``.")
+    local_epochs: int | None = setting(None, ">= 1 or None", "paper: Sec. 5.3.2 (the local budget is H steps)",
+                                       "Alternatively, passes over the local data per round (``ceil(n_i / "
+                                       "batch_size)`` steps each). Not with ``comm_mode=\"seeds\"``.")
+    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)",
+                              "Examples per MeZO step; both forward passes use the same batch.")
+    mu: float = setting(1e-3, "> 0", "paper: App. E.3 (mu = 1e-3, following MeZO)",
+                        "Perturbation scale (MeZO's epsilon, the code's ``zo_eps``).")
+    weight_decay: float = setting(0.0, ">= 0", f"official code: {_YAML} (weight_decay: 0.0)",
+                                  "Decoupled weight decay of the MeZO update; skipped for bias/LayerNorm tensors "
+                                  "(the name match follows ``variant``).")
+    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_YAML} (train_strategy 'frozen': a constant rate)",
+                              "Per-round factor of eta0 and alpha (round t uses ``lr * lr_decay**(t-1)``).")
+    num_perturbations: int = setting(1, ">= 1", "official code: llm/trainer/mezo_trainer.py (one direction per step)",
+                                     "n, directions averaged per step (n-SPSA, 2n forward passes; the paper follows "
+                                     "MeZO's one).")
     lr_strategy: str = setting("frozen", "frozen, five-round, ...", "official code: train_strategy 'frozen' "
-                                                                    f"({_YAML}), the static rate of the main results")
+                                                                    f"({_YAML}), the static rate of the main results",
+                               "Personalised rates (paper Proposition 3.7, Fig. 4): ``frozen`` (eta0 for all), "
+                               "``random``, ``round-wise``, ``five-round`` or ``model-diff``.")
     lr_alpha: float = setting(5e-6, ">= 0", "official code: federatedscope/core/trainers/trainer.py "
-                                            "(lr + 0.000005 * Phi)")
+                                            "(lr + 0.000005 * Phi)",
+                              "Absolute spread alpha of the personalised rates, ``0 <= alpha < lr``. Unused with "
+                              "``frozen``.")
     lr_alpha_rel: float | None = setting(None, ">= 0 or None", "project: None = the official absolute lr_alpha; the "
                                                                "paper's relative eta0 (1 + alpha Phi) (Prop. 3.7) is "
-                                                               "lr_alpha_rel")
+                                                               "lr_alpha_rel",
+                                         "The paper's relative form instead: ``alpha = lr_alpha_rel * lr``, in [0, "
+                                         "1) (0.5 equals the code's 5e-6 at lr 1e-5). Overrides ``lr_alpha`` when "
+                                         "set.")
     lr_window: int = setting(5, ">= 1", "official code: federatedscope/core/trainers/trainer.py (five-round: the "
-                                        "last 5 rounds)")
+                                        "last 5 rounds)",
+                             "Rounds averaged by ``five-round``.")
     weighting: str = setting("uniform", "uniform, num_examples", "paper: Sec. 2.2 (FedAvg over the N clients of "
-                                                                 "f = (1/N) sum_i f_i)")
-    comm_mode: str = setting("params", "params, seeds", "paper: App. F.1 (clients upload their LoRA weights)")
+                                                                 "f = (1/N) sum_i f_i)",
+                             "``uniform`` (the paper's 1/N) or ``num_examples`` (the reference's sample-weighted "
+                             "mean, equal when every client runs H steps of batch B).")
+    comm_mode: str = setting("params", "params, seeds", "paper: App. F.1 (clients upload their LoRA weights)",
+                             "``params``: clients upload their LoRA tensors (the paper). ``seeds``: an extension NOT"
+                             " in the paper: clients upload their (seed, coefficient) pairs, 16 bytes per step, and "
+                             "the server replays them (bit-identical with ``restore_mode=\"snapshot\"``). Needs "
+                             "``weight_decay=0``, ``z_device=\"cpu\"`` and ``local_steps``.")
     z_device: str = setting("cpu", "cpu, param", "project: directions drawn on the CPU are identical on every "
-                                                 "machine (seed replay)")
+                                                 "machine (seed replay)",
+                            "Where the directions are drawn: ``cpu`` (portable, replayable anywhere) or ``param`` "
+                            "(the parameter's device, in its dtype; faster on GPU, and the official code's draw).")
     restore_mode: str = setting("snapshot", "snapshot, regenerate", "project: a bit-exact restore from a copy of the "
-                                                                    "tuned tensors")
-    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
-    variant: str = setting("paper", "paper, code", _VARIANT)
+                                                                    "tuned tensors",
+                                "``snapshot`` (copy back, bit-exact) or ``regenerate`` (MeZO's ``+mu z``, 1-ulp "
+                                "drift; the official code's).")
+    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)",
+                              "Central evaluation period in rounds (round 0 and the last round are always "
+                              "evaluated).")
+    variant: str = setting("paper", "paper, code", _VARIANT,
+                           "The clients' update rule: ``paper`` (Eq. 3 applied in place in one fused step; weight "
+                           "decay skipped for bias/LayerNorm tensors in any letter case) or ``code`` (the official "
+                           "``mezo_trainer.py`` arithmetic: ``g`` from the loss tensors in the model's dtype, "
+                           "``theta - lr (g z + wd theta)`` as written, and the case-sensitive name match). Sent to "
+                           "the clients; see :mod:`.engine`.")
 
     def __post_init__(self) -> None:
         check_range("lr", self.lr, low=0.0, low_open=True)
@@ -195,44 +174,30 @@ class FedMeZOConfig:
 
 @dataclass(frozen=True)
 class LoRAFedAvgConfig:
-    """LoRA FedAvg: the paper's backprop baseline ("BP-based FedAvg"), plain SGD on the LoRA adapters.
+    """LoRA FedAvg: the paper's backprop baseline ("BP-based FedAvg"), plain SGD on the LoRA adapters."""
 
-    Parameters
-    ----------
-    lr : float (default: 1e-5)
-        Client SGD learning rate, > 0 [paper: the same rate as FedMeZO].
-    local_steps : int | None (default: 30)
-        SGD steps per round, >= 1 [official code: 30 batches; the paper's text says one epoch].
-    local_epochs : int | None (default: None)
-        Alternatively, local epochs per round, >= 1.
-    batch_size : int (default: 1)
-        Minibatch size, >= 1 [paper].
-    weight_decay : float (default: 0.0)
-        SGD weight decay, >= 0 [official code].
-    momentum : float (default: 0.0)
-        SGD momentum (reset every round), in [0, 1) [official code: SGD without momentum].
-    lr_decay : float (default: 1.0)
-        Per-round learning-rate factor, in (0, 1].
-    grad_clip : float | None (default: None)
-        Gradient-norm bound, > 0, or None for no clipping.
-    weighting : str (default: "uniform")
-        ``uniform`` or ``num_examples``.
-    eval_every : int (default: 10)
-        Central evaluation period in rounds, >= 1.
-    """
-
-    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (the same rate as FedMeZO)")
+    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (the same rate as FedMeZO)",
+                        "Client SGD learning rate.")
     local_steps: int | None = setting(30, ">= 1 or None", f"official code: {_BP_YAML} (local_update_steps 30, as FedMeZO; "
-                                                          "the paper's text says one epoch)")
-    local_epochs: int | None = setting(None, ">= 1 or None", f"official code: {_BP_YAML} (30 batches)")
-    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)")
-    weight_decay: float = setting(0.0, ">= 0", f"official code: {_BP_YAML} (weight_decay: 0.0)")
-    momentum: float = setting(0.0, "[0, 1)", f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)")
-    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_BP_YAML} (a constant rate)")
-    grad_clip: float | None = setting(None, "> 0 or None", f"official code: {_BP_YAML} (no gradient clipping)")
+                                                          "the paper's text says one epoch)",
+                                      "SGD steps per round. Exactly one of ``local_steps``/``local_epochs``.")
+    local_epochs: int | None = setting(None, ">= 1 or None", f"official code: {_BP_YAML} (30 batches)",
+                                       "Alternatively, local epochs per round.")
+    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)",
+                              "Minibatch size.")
+    weight_decay: float = setting(0.0, ">= 0", f"official code: {_BP_YAML} (weight_decay: 0.0)",
+                                  "SGD weight decay.")
+    momentum: float = setting(0.0, "[0, 1)", f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)",
+                              "SGD momentum (reset every round).")
+    lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_BP_YAML} (a constant rate)",
+                              "Per-round learning-rate factor.")
+    grad_clip: float | None = setting(None, "> 0 or None", f"official code: {_BP_YAML} (no gradient clipping)",
+                                      "Gradient-norm bound, or None for no clipping.")
     weighting: str = setting("uniform", "uniform, num_examples", "paper: Sec. 2.2 (FedAvg over the N clients of "
-                                                                 "f = (1/N) sum_i f_i)")
-    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)")
+                                                                 "f = (1/N) sum_i f_i)",
+                             "``uniform`` or ``num_examples``.")
+    eval_every: int = setting(10, ">= 1", f"official code: {_YAML} (eval freq: 10)",
+                              "Central evaluation period in rounds.")
 
     def __post_init__(self) -> None:
         check_range("lr", self.lr, low=0.0, low_open=True)
@@ -263,46 +228,33 @@ class LoRAFedAvgConfig:
 class LoRAWorkloadConfig:
     """The language-model workload of ``fedmezo`` and ``lora-fedavg`` on the command line: the
     base model, its LoRA adapters and the generated data (``--set key=value``; checked when the
-    workload is built, ``simulations.lm.task.LMSettings``).
+    workload is built, ``simulations.lm.task.LMSettings``)."""
 
-    Parameters
-    ----------
-    variant : str (default: "paper")
-        ``"paper"`` or ``"code"`` (the official code's half precision).
-    model_dir : str (default: "")
-        Local checkpoint folder; "" = the cached tiny LLaMA-architecture base.
-    lora_r : int (default: 128)
-        LoRA rank, >= 1.
-    lora_alpha : float (default: 256)
-        LoRA scaling numerator, > 0.
-    lora_dropout : float (default: 0.05)
-        LoRA dropout, in [0, 1).
-    lora_targets : str (default: "q_proj,v_proj")
-        Comma-separated module-name suffixes that get adapters.
-    max_len : int (default: 320)
-        Token length limit of an example, >= 8.
-    base_dtype, adapter_dtype : str (default: "fp32")
-        ``fp32``, ``fp16`` or ``bf16``.
-    n_examples : int (default: 1200)
-        Generated examples (``--dataset instructions`` only), >= 2.
-    test_fraction : float (default: 1/12)
-        Fraction held out as the central test split, in (0, 1).
-    """
-
-    variant: str = setting("paper", "paper, code", _VARIANT)
+    variant: str = setting("paper", "paper, code", _VARIANT,
+                           "``paper`` or ``code`` (the official code's half precision).")
     model_dir: str = setting("", "a folder, or ''", "project: '' = the cached tiny LLaMA-architecture base (no hub "
-                                                    "download); the paper's OpenLLaMA-3B via --model DIR")
-    lora_r: int = setting(128, ">= 1", "paper: App. E.3 (LoRA rank 128)")
-    lora_alpha: int = setting(256, "> 0", "paper: App. E.3 (LoRA alpha 256)")
-    lora_dropout: float = setting(0.05, "[0, 1)", f"official code: {_YAML} (lora_dropout: 0.05)")
+                                                    "download); the paper's OpenLLaMA-3B via --model DIR",
+                             "Local checkpoint folder; \"\" = the cached tiny LLaMA-architecture base.")
+    lora_r: int = setting(128, ">= 1", "paper: App. E.3 (LoRA rank 128)",
+                          "LoRA rank.")
+    lora_alpha: int = setting(256, "> 0", "paper: App. E.3 (LoRA alpha 256)",
+                              "LoRA scaling numerator.")
+    lora_dropout: float = setting(0.05, "[0, 1)", f"official code: {_YAML} (lora_dropout: 0.05)",
+                                  "LoRA dropout.")
     lora_targets: str = setting("q_proj,v_proj", "comma-separated module names",
                                 "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's "
-                                "LLaMA default (q_proj, v_proj) applies")
-    max_len: int = setting(320, ">= 8", f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})")
+                                "LLaMA default (q_proj, v_proj) applies",
+                                "Comma-separated module-name suffixes that get adapters.")
+    max_len: int = setting(320, ">= 8", f"project: the tiny base's byte tokenizer; the official tok_len is 1000 ({_YAML})",
+                           "Token length limit of an example.")
     base_dtype: str = setting("fp32", "fp32, fp16, bf16", "project: fp32 on CPU; the paper loads the model in 16 bits "
-                                                          "(App. E.2): variant=code")
+                                                          "(App. E.2): variant=code",
+                              "Data type of the base model: ``fp32``, ``fp16`` or ``bf16``.")
     adapter_dtype: str = setting("fp32", "fp32, fp16, bf16", "project: fp32 adapters keep updates of 1e-5 that fp16 "
-                                                             "rounds away; fp16 with the whole model is variant=code")
-    n_examples: int = setting(1200, ">= 2", "project: generated examples (--dataset instructions only)")
+                                                             "rounds away; fp16 with the whole model is variant=code",
+                                 "Data type of the LoRA adapters: ``fp32``, ``fp16`` or ``bf16``.")
+    n_examples: int = setting(1200, ">= 2", "project: generated examples (--dataset instructions only)",
+                              "Generated examples (``--dataset instructions`` only).")
     test_fraction: float = setting(1 / 12, "(0, 1)", "project: 100 of the 1,200 generated examples; the paper holds "
-                                                     "out 1% (App. E.1)")
+                                                     "out 1% (App. E.1)",
+                                   "Fraction held out as the central test split.")

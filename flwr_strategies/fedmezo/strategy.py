@@ -60,7 +60,8 @@ class _LoRA:
 class FedMeZO(_LoRA, LegacyStrategy):
     """FedMeZO (Ling et al., "On the Convergence of Zeroth-Order Federated Tuning for Large
     Language Models", KDD 2024): FedAvg of LoRA adapters that clients tune with MeZO
-    zeroth-order steps, with optional personalised learning rates (Proposition 3.7).
+    zeroth-order steps, with optional personalised learning rates (Proposition 3.7). Its
+    hyperparameters are the fields of :class:`~flwr_strategies.fedmezo.config.FedMeZOConfig`.
 
     Parameters
     ----------
@@ -68,10 +69,6 @@ class FedMeZO(_LoRA, LegacyStrategy):
         Positions or names of the tuned arrays; None = names containing ``"lora_"``.
     num_rounds : int | None (default: None)
         Total rounds, so that the last one is always evaluated.
-    lr, local_steps, local_epochs, batch_size, mu, weight_decay, lr_decay, num_perturbations, \
-lr_strategy, lr_alpha, lr_alpha_rel, lr_window, weighting, comm_mode, z_device, restore_mode, eval_every
-        Hyperparameters, see :class:`~flwr_strategies.fedmezo.config.FedMeZOConfig` (paper
-        defaults: lr 1e-5, 30 steps of batch 1, mu 1e-3, frozen rates, uniform mean).
     """
 
     core_cls = LazyCore("flwr_strategies.fedmezo.server:FedMeZOServer")  # the server imports torch
@@ -80,14 +77,13 @@ lr_strategy, lr_alpha, lr_alpha_rel, lr_window, weighting, comm_mode, z_device, 
 
 class LoRAFedAvg(_LoRA, LegacyStrategy):
     """LoRA FedAvg: FedMeZO's backprop baseline (Ling et al., KDD 2024, "BP-based FedAvg"):
-    clients run SGD on the LoRA adapters, the server averages them.
+    clients run SGD on the LoRA adapters, the server averages them. Its hyperparameters are the
+    fields of :class:`~flwr_strategies.fedmezo.config.LoRAFedAvgConfig`.
 
     Parameters
     ----------
     trainable, num_rounds
         As :class:`FedMeZO`.
-    lr, local_steps, local_epochs, batch_size, weight_decay, momentum, lr_decay, grad_clip, weighting, eval_every
-        Hyperparameters, see :class:`~flwr_strategies.fedmezo.config.LoRAFedAvgConfig`.
     """
 
     core_cls = LazyCore("flwr_strategies.fedmezo.server:LoRAFedAvgServer")
