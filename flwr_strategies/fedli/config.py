@@ -120,8 +120,9 @@ class FedExPConfig:
                                                                  "weights are variant=code",
                              "``p_i``: ``uniform`` (the paper, ``1/S``) or ``num_examples`` (the code, "
                              "``n_i / sum n_j``).")
-    eval_last2_avg: bool = setting(False, "bool", "paper: host paper (FedLi) Sec. 7 evaluates the global model; the "
-                                                  "official code's average of the last two models is variant=code",
+    eval_last2_avg: bool = setting(False, "bool",
+                                   "paper: host paper (FedLi) Sec. 7 evaluates the global model; the official code's "
+                                   "average of the last two models is variant=code",
                                    "Evaluate the average of the last two global models (the code's reported model, "
                                    "from round 2 on; the training continues from the last one).")
 

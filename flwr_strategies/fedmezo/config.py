@@ -176,17 +176,14 @@ class FedMeZOConfig:
 class LoRAFedAvgConfig:
     """LoRA FedAvg: the paper's backprop baseline ("BP-based FedAvg"), plain SGD on the LoRA adapters."""
 
-    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (the same rate as FedMeZO)",
-                        "Client SGD learning rate.")
+    lr: float = setting(1e-5, "> 0", "paper: App. E.3 (the same rate as FedMeZO)", "Client SGD learning rate.")
     local_steps: int | None = setting(30, ">= 1 or None", f"official code: {_BP_YAML} (local_update_steps 30, as FedMeZO; "
                                                           "the paper's text says one epoch)",
                                       "SGD steps per round. Exactly one of ``local_steps``/``local_epochs``.")
     local_epochs: int | None = setting(None, ">= 1 or None", f"official code: {_BP_YAML} (30 batches)",
                                        "Alternatively, local epochs per round.")
-    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)",
-                              "Minibatch size.")
-    weight_decay: float = setting(0.0, ">= 0", f"official code: {_BP_YAML} (weight_decay: 0.0)",
-                                  "SGD weight decay.")
+    batch_size: int = setting(1, ">= 1", "paper: App. E.3 (batch size 1)", "Minibatch size.")
+    weight_decay: float = setting(0.0, ">= 0", f"official code: {_BP_YAML} (weight_decay: 0.0)", "SGD weight decay.")
     momentum: float = setting(0.0, "[0, 1)", f"official code: {_BP_YAML} (FederatedScope's SGD without momentum)",
                               "SGD momentum (reset every round).")
     lr_decay: float = setting(1.0, "(0, 1]", f"official code: {_BP_YAML} (a constant rate)",
@@ -235,12 +232,9 @@ class LoRAWorkloadConfig:
     model_dir: str = setting("", "a folder, or ''", "project: '' = the cached tiny LLaMA-architecture base (no hub "
                                                     "download); the paper's OpenLLaMA-3B via --model DIR",
                              "Local checkpoint folder; \"\" = the cached tiny LLaMA-architecture base.")
-    lora_r: int = setting(128, ">= 1", "paper: App. E.3 (LoRA rank 128)",
-                          "LoRA rank.")
-    lora_alpha: int = setting(256, "> 0", "paper: App. E.3 (LoRA alpha 256)",
-                              "LoRA scaling numerator.")
-    lora_dropout: float = setting(0.05, "[0, 1)", f"official code: {_YAML} (lora_dropout: 0.05)",
-                                  "LoRA dropout.")
+    lora_r: int = setting(128, ">= 1", "paper: App. E.3 (LoRA rank 128)", "LoRA rank.")
+    lora_alpha: int = setting(256, "> 0", "paper: App. E.3 (LoRA alpha 256)", "LoRA scaling numerator.")
+    lora_dropout: float = setting(0.05, "[0, 1)", f"official code: {_YAML} (lora_dropout: 0.05)", "LoRA dropout.")
     lora_targets: str = setting("q_proj,v_proj", "comma-separated module names",
                                 "official code: llm/model/adapter_builder.py passes no target_modules, so PEFT's "
                                 "LLaMA default (q_proj, v_proj) applies",
