@@ -66,95 +66,87 @@ class FedMUDConfig:
     Defaults are FedMUD+BKD+AAD as in the paper's main tables and the released script: Kronecker
     blocks, aggregation-aware decoupling, whole-model ratio 1/32, reset every round, init
     ``Uniform(-5, 5)``.
-
-    Parameters
-    ----------
-    decomp : {"kron", "mat", "hadamard"} (default "kron")
-        Block-wise Kronecker factors (BKD, paper Section 4.2), matrix low-rank factors (plain MUD), or
-        FedPara's Hadamard form (baseline only).
-    pattern : {"aad", "ab", "freeze"} (default "aad")
-        Update structure: aggregation-aware decoupling ``U~V1 + U2V~`` (Section 4.3), the plain product
-        ``UV`` (Eq. 3), or a frozen left factor ``U~V`` (the "+F" ablation, Table 2).
-    target_ratio : float in (0, 1] (default 1/32, the paper's main setting)
-        Whole-model communication ratio ``P_payload / P_dense`` met by the reference code's search
-        over the per-layer ratio (within +0.001).
-    fallback_ratio : float in (0, 1] or None (default None)
-        Whole-model ratio used instead when ``target_ratio`` is below the smallest ratio the model can
-        reach (its uncompressed first/last layers, normalisation parameters and biases alone exceed
-        it). The run then logs a warning and reports the ratio it used in every round's ``ratio``
-        metric. None: no fallback (see ``strict_ratio``). The registry's methods set 0.35 for the
-        default ``digits`` MLP (floor 0.275); the paper's CNNs reach 1/32 and never use it.
-    init_scale : float > 0, "auto" or None (default None)
-        ``a`` of the random factors' ``Uniform(-a, a)`` (std of ``Normal(0, a)``); None takes
-        :data:`DEFAULT_INIT_SCALE` for ``decomp`` (5.0 for BKD: official code; 1.0 otherwise).
-        The paper tunes it over {0.01, 0.05, 0.1, 0.5, 1, 5, 10} together with the learning rate.
-        ``"auto"`` sizes each layer's factors from its shape so that the learning rate of a plain
-        model keeps its meaning (:func:`~flwr_strategies.fedmud.delta.auto_variances`): the update's
-        SGD step equals a plain SGD step in expectation, and FedLMT / FedPara products start at
-        PyTorch's default weight scale. For a user's own training loop and optimizer.
-    init_dist : {"uniform", "normal"} (default "uniform", the paper's)
-    reset_interval : int >= 1 or None (default 1, the paper's main setting)
-        ``s``: merge the update into ``W_base`` and re-initialise the factors every ``s`` rounds (round
-        ``t`` does it iff ``t >= 2`` and ``(t-1) % s == 0``). None never resets (FedLMT, FedPara,
-        FedHM).
-    skip_first, skip_last : int >= 0 (default 1, 1)
-        Linear/conv layers (registration order) kept dense at the front / back (paper: first and last).
-    weighting : {"num_examples", "uniform"} (default "num_examples")
-        Aggregation weights; the paper's Eq. 4 is uniform, the code weights by local data size.
-    zero_base : bool (default False)
-        ``W_base = 0``: the factors parametrise the weight itself (FedLMT, FedPara, FedHM). Needs
-        ``reset_interval=None``.
-    random_right : bool (default False)
-        Pattern "ab" only: draw the right factor at random too (FedLMT / FedHM init). Needs
-        ``reset_interval=None`` (a reset would no longer keep the model unchanged).
-    base_init : {"normal", "kaiming", "given"} (default "normal")
-        Initial ``W_base`` of the compressed layers: "normal" = ``Normal(0, base_std)`` (the reference
-        code's init, ``decompose/models.py``) and "kaiming" = PyTorch's default ``Uniform(+-1/sqrt(fan_in))`` are
-        regenerated from a shared seed by every party, so they are never sent; "given" keeps the
-        initial weights you pass (each client then receives the full base once, counted as traffic).
-    base_std : float > 0, finite (default 0.01, official code)
-    strict_ratio : bool (default True)
-        When ``target_ratio`` (and ``fallback_ratio``) cannot be reached: True raises an error that
-        states the smallest reachable ratio; False accepts that floor, as the reference code does
-        (SVHN's CNN-4 at 1/32 -> 0.0353).
-    fedhm : bool (default False)
-        FedHM: the server keeps full weights, factorises them by truncated SVD every round and
-        averages the recovered products ``U_i V_i``. Needs ``decomp="mat"``, ``pattern="ab"``,
-        ``zero_base=True``, ``reset_interval=None``.
     """
 
-    decomp: str = setting("kron", "kron, mat, hadamard", "paper: FedMUD Sec. 3.2 (block-wise Kronecker decomposition, "
-                                                         "BKD)")
-    pattern: str = setting("aad", "aad, ab, freeze", "paper: FedMUD Sec. 3.3 (aggregation-aware decomposition, AAD)")
+    decomp: str = setting("kron", "kron, mat, hadamard",
+                          "paper: FedMUD Sec. 3.2 (block-wise Kronecker decomposition, BKD)",
+                          "Block-wise Kronecker factors (``kron``, BKD, paper Section 4.2), matrix low-rank factors "
+                          "(``mat``, plain MUD), or FedPara's Hadamard form (``hadamard``, baseline only).")
+    pattern: str = setting("aad", "aad, ab, freeze", "paper: FedMUD Sec. 3.3 (aggregation-aware decomposition, AAD)",
+                           "Update structure: aggregation-aware decoupling ``U~V1 + U2V~`` (``aad``, Section 4.3), "
+                           "the plain product ``UV`` (``ab``, Eq. 3), or a frozen left factor ``U~V`` (``freeze``, "
+                           "the \"+F\" ablation, Table 2).")
     target_ratio: float = setting(1 / 32, "(0, 1]", "paper: FedMUD Sec. 5.1 (Hyperparameters): ratio 1/32 for all "
-                                                    "methods")
+                                                    "methods",
+                                  "Whole-model communication ratio ``P_payload / P_dense`` met by the reference "
+                                  "code's search over the per-layer ratio (within +0.001).")
     fallback_ratio: float | None = setting(None, "(0, 1] or None",
                                            "project: None = no fallback; an unreachable ratio is an error (see "
-                                           "strict_ratio)")
+                                           "strict_ratio)",
+                                           "Whole-model ratio used instead when ``target_ratio`` is below the "
+                                           "smallest ratio the model can reach (its uncompressed first/last layers, "
+                                           "normalisation parameters and biases alone exceed it). The run then logs "
+                                           "a warning and reports the ratio it used in every round's ``ratio`` "
+                                           "metric. None: no fallback (see ``strict_ratio``). The registry's methods"
+                                           " set 0.35 for the default ``digits`` MLP (floor 0.275); the paper's CNNs"
+                                           " reach 1/32 and never use it.")
     init_scale: float | str | None = setting(None, "> 0, 'auto' or None",
                                              "project: None = follows decomp (DEFAULT_INIT_SCALE: 5.0 for BKD, the "
-                                             "released script's uni_5.0; 1.0 otherwise)")
+                                             "released script's uni_5.0; 1.0 otherwise)",
+                                             "``a`` of the random factors' ``Uniform(-a, a)`` (std of ``Normal(0, "
+                                             "a)``); None takes :data:`DEFAULT_INIT_SCALE` for ``decomp``. The paper"
+                                             " tunes it over {0.01, 0.05, 0.1, 0.5, 1, 5, 10} together with the "
+                                             "learning rate. ``auto`` sizes each layer's factors from its shape so "
+                                             "that the learning rate of a plain model keeps its meaning "
+                                             "(:func:`~flwr_strategies.fedmud.delta.auto_variances`): the update's "
+                                             "SGD step equals a plain SGD step in expectation, and FedLMT / FedPara "
+                                             "products start at PyTorch's default weight scale. For a user's own "
+                                             "training loop and optimizer.")
     init_dist: str = setting("uniform", "uniform, normal", "paper: FedMUD Sec. 5.1 (Hyperparameters): factors drawn "
-                                                           "from U(-a, a)")
+                                                           "from U(-a, a)",
+                             "Distribution of the random factors: ``Uniform(-a, a)`` or ``Normal(0, a)``.")
     reset_interval: int | None = setting(1, ">= 1, or None (never)",
                                          "paper: FedMUD Sec. 5.4, Fig. 3 (reset every round, s = 1; dmu_interval=1 "
-                                         "in run/*.sh)")
+                                         "in run/*.sh)",
+                                         "``s``: merge the update into ``W_base`` and re-initialise the factors "
+                                         "every ``s`` rounds (round ``t`` does it iff ``t >= 2`` and ``(t-1) % s == "
+                                         "0``). None never resets (FedLMT, FedPara, FedHM).")
     skip_first: int = setting(1, ">= 0", "paper: FedMUD Sec. 5.1 (the first and last layers are not compressed; "
-                                         "skip_front_back=1-1 in run/*.sh)")
+                                         "skip_front_back=1-1 in run/*.sh)",
+                              "Linear/conv layers (registration order) kept dense at the front.")
     skip_last: int = setting(1, ">= 0", "paper: FedMUD Sec. 5.1 (the first and last layers are not compressed; "
-                                        "skip_front_back=1-1 in run/*.sh)")
+                                        "skip_front_back=1-1 in run/*.sh)",
+                             "Linear/conv layers (registration order) kept dense at the back.")
     weighting: str = setting("num_examples", "num_examples, uniform",
                              "project: weights by example count, as Flower's FedAvg; the official train/client.py "
-                             "weights by its number of batches and the paper's Eq. 4 is uniform (weighting=uniform)")
+                             "weights by its number of batches and the paper's Eq. 4 is uniform (weighting=uniform)",
+                             "Aggregation weights; the paper's Eq. 4 is uniform, the code weights by local data "
+                             "size.")
     zero_base: bool = setting(False, "bool", "paper: FedMUD Sec. 3.1, Eq. 3 (the factors parametrise the update of "
-                                             "W_base)")
-    random_right: bool = setting(False, "bool", "paper: FedMUD Sec. 3.1, Eq. 3 (the update starts at zero)")
+                                             "W_base)",
+                              "``W_base = 0``: the factors parametrise the weight itself (FedLMT, FedPara, FedHM). "
+                              "Needs ``reset_interval=None``.")
+    random_right: bool = setting(False, "bool", "paper: FedMUD Sec. 3.1, Eq. 3 (the update starts at zero)",
+                                 "Pattern ``ab`` only: draw the right factor at random too (FedLMT / FedHM init). "
+                                 "Needs ``reset_interval=None`` (a reset would no longer keep the model unchanged).")
     base_init: str = setting("normal", "normal, kaiming, given",
-                             "official code: decompose/models.py initialises weights from Normal(0, 0.01)")
-    base_std: float = setting(0.01, "> 0, finite", "official code: decompose/models.py nn.init.normal_(std=0.01)")
+                             "official code: decompose/models.py initialises weights from Normal(0, 0.01)",
+                             "Initial ``W_base`` of the compressed layers: ``normal`` = ``Normal(0, base_std)`` (the"
+                             " reference code's init, ``decompose/models.py``) and ``kaiming`` = PyTorch's default "
+                             "``Uniform(+-1/sqrt(fan_in))`` are regenerated from a shared seed by every party, so "
+                             "they are never sent; ``given`` keeps the initial weights you pass (each client then "
+                             "receives the full base once, counted as traffic).")
+    base_std: float = setting(0.01, "> 0, finite", "official code: decompose/models.py nn.init.normal_(std=0.01)",
+                              "Standard deviation of ``base_init=\"normal\"``.")
     strict_ratio: bool = setting(True, "bool", "project: a ratio the model cannot reach is an error, never silently "
-                                               "raised (the official code accepts its floor: strict_ratio=False)")
-    fedhm: bool = setting(False, "bool", "project: the server-side SVD is FedHM's alone (the FedHM baseline)")
+                                               "raised (the official code accepts its floor: strict_ratio=False)",
+                                 "When ``target_ratio`` (and ``fallback_ratio``) cannot be reached: True raises an "
+                                 "error that states the smallest reachable ratio; False accepts that floor, as the "
+                                 "reference code does (SVHN's CNN-4 at 1/32 -> 0.0353).")
+    fedhm: bool = setting(False, "bool", "project: the server-side SVD is FedHM's alone (the FedHM baseline)",
+                          "FedHM: the server keeps full weights, factorises them by truncated SVD every round and "
+                          "averages the recovered products ``U_i V_i``. Needs ``decomp=\"mat\"``, "
+                          "``pattern=\"ab\"``, ``zero_base=True``, ``reset_interval=None``.")
 
     def __post_init__(self) -> None:
         if self.decomp not in DECOMPS:

@@ -29,6 +29,7 @@ class _LowRank(LegacyStrategy):
 class FedMUD(_LowRank):
     """FedMUD (Li et al., ICML 2025): clients learn a low-rank *update* of frozen base weights;
     only its factors travel. Default: FedMUD+BKD+AAD at whole-model ratio 1/32, reset every round.
+    Its hyperparameters are the fields of :class:`~flwr_strategies.fedmud.config.FedMUDConfig`.
 
     Parameters
     ----------
@@ -36,9 +37,6 @@ class FedMUD(_LowRank):
         The plain model (structure; copied). Every ``nn.Linear``/``nn.Conv2d`` except the first and
         the last is decomposed. ``initial_parameters`` (or, without it, a client's parameters) are
         its ``state_dict()`` entries in order.
-    decomp, pattern, target_ratio, fallback_ratio, init_scale, reset_interval, ...
-        Any :class:`~flwr_strategies.fedmud.config.FedMUDConfig` field (its docstring gives each
-        one's meaning, default and range).
     """
 
     hyperparameters = {"config": METHOD_CONFIGS["fedmud"]}
