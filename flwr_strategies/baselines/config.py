@@ -18,17 +18,12 @@ class FedAvgConfig:
 
 @dataclass(frozen=True)
 class FedProxConfig:
-    """FedProx (Li et al., MLSys 2020).
+    """FedProx (Li et al., MLSys 2020)."""
 
-    Parameters
-    ----------
-    proximal_mu : float (default: 0.01)
-        Weight of the proximal term ``mu/2 ||w - w_t||^2`` added by the clients, >= 0
-        (0 is FedAvg). The paper tunes mu in {0.001, 0.01, 0.1, 1}.
-    """
-
-    proximal_mu: float = setting(0.01, ">= 0", "project: from FedProx's own grid {0.001, 0.01, 0.1, 1} (Li et al., "
-                                 "MLSys 2020), which reports no single best value")
+    proximal_mu: float = setting(0.01, ">= 0",
+                                 "project: from FedProx's own grid {0.001, 0.01, 0.1, 1} (Li et al., MLSys 2020), "
+                                 "which reports no single best value",
+                                 "Weight of the proximal term ``mu/2 ||w - w_t||^2`` added by the clients (0 is FedAvg).")
 
     def __post_init__(self) -> None:
         check_range("proximal_mu", self.proximal_mu, 0.0)
@@ -36,26 +31,17 @@ class FedProxConfig:
 
 @dataclass(frozen=True)
 class FedAdamConfig:
-    """FedAdam (Reddi et al., ICLR 2021), with Flower's defaults.
-
-    Parameters
-    ----------
-    eta : float (default: 0.01)
-        Server learning rate, > 0.
-    beta_1 : float (default: 0.9)
-        First-moment decay, in [0, 1).
-    beta_2 : float (default: 0.99)
-        Second-moment decay, in [0, 1).
-    tau : float (default: 1e-3)
-        Adaptivity (denominator offset), > 0.
-    """
+    """FedAdam (Reddi et al., ICLR 2021), with Flower's defaults."""
 
     eta: float = setting(0.01, "> 0", "project: host paper (FedLi) App. C's server-lr grid {0.01, 0.1, 1}, which "
-                                      "reports no FedAdam winner; Flower's FedAdam uses 0.1")
-    beta_1: float = setting(0.9, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_1 = 0.9)")
-    beta_2: float = setting(0.99, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_2 = 0.99)")
+                                      "reports no FedAdam winner; Flower's FedAdam uses 0.1", "Server learning rate.")
+    beta_1: float = setting(0.9, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_1 = 0.9)",
+                            "First-moment decay.")
+    beta_2: float = setting(0.99, "[0, 1)", "paper: Reddi et al., ICLR 2021, Sec. 5 (beta_2 = 0.99)",
+                            "Second-moment decay.")
     tau: float = setting(1e-3, "> 0", "project: Flower's Message-API FedAdam default (tau = 1e-3); Reddi et al. "
-                                      "tune tau per task")
+                                      "tune tau per task",
+                         "Adaptivity (denominator offset).")
 
     def __post_init__(self) -> None:
         check_range("eta", self.eta, 0.0, low_open=True)

@@ -26,11 +26,7 @@ class FedAvg(LegacyStrategy):
 class FedProx(LegacyStrategy):
     """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
     FedAvg's server; the clients add ``mu/2 ||w - w_t||^2`` (sent as ``config["proximal-mu"]``).
-
-    Parameters
-    ----------
-    proximal_mu : float (default: 0.01)
-        See :class:`~flwr_strategies.baselines.config.FedProxConfig`.
+    Its hyperparameter is the field of :class:`~flwr_strategies.baselines.config.FedProxConfig`.
     """
 
     core_cls = FedProxServer
@@ -39,12 +35,8 @@ class FedProx(LegacyStrategy):
 
 class FedAdam(LegacyStrategy):
     """FedAdam (Reddi et al., "Adaptive Federated Optimization", ICLR 2021): Adam on the server
-    over the averaged update, with the arithmetic of Flower's ``FedAdam``.
-
-    Parameters
-    ----------
-    eta, beta_1, beta_2, tau : float (defaults: 0.01, 0.9, 0.99, 1e-3)
-        See :class:`~flwr_strategies.baselines.config.FedAdamConfig`.
+    over the averaged update, with the arithmetic of Flower's ``FedAdam``. Its hyperparameters are
+    the fields of :class:`~flwr_strategies.baselines.config.FedAdamConfig`.
     """
 
     core_cls = FedAdamServer
