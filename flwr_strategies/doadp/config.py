@@ -98,88 +98,66 @@ def resolve_k(k_frac: float, d: int) -> int:
 
 @dataclass(frozen=True)
 class DOADPConfig:
-    """DO-ADP hyperparameters.
+    """DO-ADP hyperparameters."""
 
-    Parameters
-    ----------
-    epsilon : float (default: 1.0, the paper's Fig. 4 / Table II first row)
-        Target privacy budget of every agent over the whole run, > 0 and finite. With
-        ``calibration="theorem1"`` also <= 1 (Theorem 1 assumes it).
-    delta : float (default: 1e-5, [project])
-        Target delta of the certified guarantee, in (0, 1). The paper never states its delta.
-    p : float (default: 0.8, paper)
-        Activation probability of an agent per iteration, in [1/2, 1] (the convergence proof needs
-        p >= 1/2; ``allow_low_p=True`` accepts (0, 1/2)). Drawn by each client from its private
-        randomness.
-    k_frac : float (default: 0.4, paper's CNN setting)
-        Fraction k/d of coordinates in a Top-k message, in (0, 1]; k = round(k_frac * d) must be >= 1.
-    gamma : float (default: 0.05, paper)
-        Consensus step size, > 0 and finite.
-    beta : float (default: 0.15, paper)
-        Momentum factor, in [0, 1).
-    clip : float (default: 1.0, [project])
-        G: per-sample gradients are clipped to ``|g_j| <= G/sqrt(d)`` per coordinate
-        (``clip_mode="coordinate"``, Assumption 2) or to L2 norm G (``"l2"``). > 0, finite.
-    clip_mode : str (default: "coordinate")
-        ``"coordinate"`` or ``"l2"``.
-    sampling : str (default: "uniform", the paper's)
-        How an active agent draws its batch from its q records: ``"uniform"`` (b distinct records;
-        the RDP accountant certifies it) or ``"poisson"`` (each record with probability b/q; the
-        PLD accountant certifies it).
-    calibration : str (default: "theorem1", the paper's)
-        Where sigma comes from. ``"theorem1"``: the paper's Theorem 1 (``max(sigma_thm,
-        sigma_floor)``, which credits the factors p^2 and k/d). The run is refused when a standard
-        accountant certifies less than (epsilon, delta) for that sigma. ``"accountant"``: the
-        smallest sigma a standard accountant certifies at (epsilon, delta) over the planned rounds.
-    delta0 : float (default: 1e-5, [project] for the CNN)
-        Per-step delta of Theorem 1's chain (only used by ``calibration="theorem1"`` and the
-        Theorem 1 bound reported beside the certified one), in (0, 1).
-    sigma : float | None (default: None)
-        Noise std per coordinate given directly (> 0), instead of calibrating. The certified
-        epsilon at ``delta`` is then reported (and must not exceed ``epsilon``).
-    public_copy : str (default: "zero", paper)
-        Initial public copies: ``"zero"`` (paper) or ``"x0"`` (x0 is public anyway).
-    eval_every : int (default: 1, as Flower's strategies)
-        Central evaluation every this many rounds (round 0, the initial model, and the last round
-        are always evaluated), >= 1. Long runs such as the paper's 2,000 iterations may set 10.
-    evaluate_private : bool (default: False)
-        Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the server asks the
-        clients for their private models x_i (config ``report_model = 1``) and evaluates the
-        average of those it receives (the paper's xbar). A client sends its model only when its
-        own node config consents; the server's request alone releases nothing. By default the
-        server evaluates the average of the public copies, a post-processing of the private
-        messages (inside the guarantee).
-    msg_dtype : str (default: "float32")
-        dtype of the transmitted values; both ends apply the same rounded values.
-    allow_low_p : bool (default: False)
-        Accept 0 < p < 1/2.
-    step_noise_norm : float (default: 1.5, [project])
-        With the step size ``"auto"`` (``lr="auto"``), alpha is ``step_noise_norm / (sigma sqrt(d))``
-        once sigma is calibrated: the norm of the noise one step adds to a model. In (0,
-        :data:`STEP_NOISE_BOUND`). Unused when a step size is given.
-    """
-
-    epsilon: float = setting(1.0, "> 0", "paper: Sec. VI-B (eps = 1, Fig. 4, Table II)")
-    delta: float = setting(1e-5, "(0, 1)", "project: the paper states no delta for the certified guarantee; 1e-5")
-    p: float = setting(0.8, "(0, 1], >= 1/2 unless allow_low_p", f"{_PAPER_VI} (p = 0.8)")
-    k_frac: float = setting(0.4, "(0, 1]", "paper: Sec. VI-B (k/d = 0.4, Table II)")
-    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)")
-    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)")
-    clip: float = setting(1.0, "> 0", _CLIP)
+    epsilon: float = setting(1.0, "> 0", "paper: Sec. VI-B (eps = 1, Fig. 4, Table II)",
+                             "Target privacy budget of every agent over the whole run; finite. With "
+                             "``calibration=\"theorem1\"`` also <= 1 (Theorem 1 assumes it).")
+    delta: float = setting(1e-5, "(0, 1)", "project: the paper states no delta for the certified guarantee; 1e-5",
+                           "Target delta of the certified guarantee.")
+    p: float = setting(0.8, "(0, 1], >= 1/2 unless allow_low_p", f"{_PAPER_VI} (p = 0.8)", "Activation probability "
+                       "of an agent per iteration (the convergence proof needs p >= 1/2; ``allow_low_p=True`` accepts "
+                       "(0, 1/2)). Drawn by each client from its private randomness.")
+    k_frac: float = setting(0.4, "(0, 1]", "paper: Sec. VI-B (k/d = 0.4, Table II)",
+                            "Fraction k/d of coordinates in a Top-k message; k = round(k_frac * d) must be >= 1.")
+    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)", "Consensus step size; finite.")
+    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)", "Momentum factor.")
+    clip: float = setting(1.0, "> 0", _CLIP,
+                          "G: per-sample gradients are clipped to ``|g_j| <= G/sqrt(d)`` per coordinate "
+                          "(``clip_mode=\"coordinate\"``, Assumption 2) or to L2 norm G (``l2``); finite.")
     clip_mode: str = setting("coordinate", "coordinate, l2", "paper: Assumption 2 (|g_j| <= G/sqrt(d) per "
-                                                             "coordinate), which Sec. IV's sqrt(k/d) sensitivity needs")
-    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING)
-    calibration: str = setting("theorem1", "theorem1, accountant", "paper: Theorem 1 (Sec. IV)")
+                                                             "coordinate), which Sec. IV's sqrt(k/d) sensitivity needs",
+                             "``coordinate`` or ``l2`` (see ``clip``).")
+    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING,
+                            "How an active agent draws its batch from its q records: ``uniform`` (b distinct "
+                            "records; the RDP accountant certifies it) or ``poisson`` (each record with probability "
+                            "b/q; the PLD accountant certifies it).")
+    calibration: str = setting("theorem1", "theorem1, accountant", "paper: Theorem 1 (Sec. IV)",
+                               "Where sigma comes from. ``theorem1``: the paper's Theorem 1 (``max(sigma_thm, "
+                               "sigma_floor)``, which credits the factors p^2 and k/d). The run is refused when a "
+                               "standard accountant certifies less than (epsilon, delta) for that sigma. "
+                               "``accountant``: the smallest sigma a standard accountant certifies at (epsilon, "
+                               "delta) over the planned rounds.")
     delta0: float = setting(1e-5, "(0, 1)", "project: the paper gives none (Sec. VI-B); 1e-5 keeps Theorem 1's delta "
-                                            "small over a few thousand iterations")
-    sigma: float | None = setting(None, "> 0 or None", _SIGMA)
-    public_copy: str = setting("zero", "zero, x0", "paper: Alg. 1 (the public copies start at 0)")
-    eval_every: int = setting(1, ">= 1", _EVAL)
-    evaluate_private: bool = setting(False, "bool", _PRIVATE)
+                                            "small over a few thousand iterations",
+                            "Per-step delta of Theorem 1's chain (only used by ``calibration=\"theorem1\"`` and the "
+                            "Theorem 1 bound reported beside the certified one).")
+    sigma: float | None = setting(None, "> 0 or None", _SIGMA,
+                                  "Noise std per coordinate given directly, instead of calibrating. The certified "
+                                  "epsilon at ``delta`` is then reported (and must not exceed ``epsilon``).")
+    public_copy: str = setting("zero", "zero, x0", "paper: Alg. 1 (the public copies start at 0)",
+                               "Initial public copies: ``zero`` (paper) or ``x0`` (x0 is public anyway).")
+    eval_every: int = setting(1, ">= 1", _EVAL,
+                              "Central evaluation every this many rounds (round 0, the initial model, and the last "
+                              "round are always evaluated). Long runs such as the paper's 2,000 iterations may set "
+                              "10.")
+    evaluate_private: bool = setting(False, "bool", _PRIVATE,
+                                     "Simulation only, OUTSIDE the privacy guarantee: in evaluation rounds the "
+                                     "server asks the clients for their private models x_i (config ``report_model = "
+                                     "1``) and evaluates the average of those it receives (the paper's xbar). A "
+                                     "client sends its model only when its own node config consents; the server's "
+                                     "request alone releases nothing. By default the server evaluates the average of"
+                                     " the public copies, a post-processing of the private messages (inside the "
+                                     "guarantee).")
     msg_dtype: str = setting("float32", "float32, float64", "project: float32 messages; both ends apply the same "
-                                                            "rounded values")
-    allow_low_p: bool = setting(False, "bool", "paper: Theorem 2 needs p >= 1/2 (Sec. V)")
-    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
+                                                            "rounded values",
+                             "dtype of the transmitted values; both ends apply the same rounded values.")
+    allow_low_p: bool = setting(False, "bool", "paper: Theorem 2 needs p >= 1/2 (Sec. V)", "Accept 0 < p < 1/2.")
+    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP,
+                                     "With the step size ``\"auto\"`` (``lr=\"auto\"``), alpha is ``step_noise_norm "
+                                     "/ (sigma sqrt(d))`` once sigma is calibrated: the norm of the noise one step "
+                                     "adds to a model (below :data:`STEP_NOISE_BOUND`). Unused when a step size is "
+                                     "given.")
 
     def __post_init__(self) -> None:
         check_range("epsilon", self.epsilon, 0, low_open=True)
@@ -204,24 +182,14 @@ class DOADPConfig:
 @dataclass(frozen=True)
 class DMSGDConfig:
     """Non-private decentralized momentum SGD (eq. (2) of Huo et al.; DO-ADP with p = 1, k = d,
-    no noise and no clipping). The only way to run DO-ADP's network without privacy.
+    no noise and no clipping). The only way to run DO-ADP's network without privacy."""
 
-    Parameters
-    ----------
-    gamma : float (default: 0.05)
-        Consensus step size, > 0.
-    beta : float (default: 0.15)
-        Momentum factor, in [0, 1).
-    eval_every : int (default: 1)
-        Central evaluation period (and always after round 0 and the last round), >= 1.
-    msg_dtype : str (default: "float64")
-        dtype of the transmitted model.
-    """
-
-    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)")
-    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)")
-    eval_every: int = setting(1, ">= 1", _EVAL)
-    msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)")
+    gamma: float = setting(0.05, "> 0", f"{_PAPER_VI} (gamma = 0.05)", "Consensus step size.")
+    beta: float = setting(0.15, "[0, 1)", f"{_PAPER_VI} (beta = 0.15)", "Momentum factor.")
+    eval_every: int = setting(1, ">= 1", _EVAL,
+                              "Central evaluation period (and always after round 0 and the last round).")
+    msg_dtype: str = setting("float64", "float32, float64", "project: float64 messages (no privacy, no compression)",
+                             "dtype of the transmitted model.")
 
     def __post_init__(self) -> None:
         check_range("gamma", self.gamma, 0, low_open=True)
@@ -233,11 +201,19 @@ class DMSGDConfig:
 @dataclass(frozen=True)
 class _BaselinePrivacy:
     epsilon: float = setting(1.0, "> 0", "project: the host paper (DO-ADP) runs its baselines only on the logistic "
-                                         "regression (Fig. 3); eps 1 as DO-ADP's CNN row (Table II)")
-    clip: float = setting(1.0, "> 0", _CLIP)
-    eval_every: int = setting(1, ">= 1", _EVAL)
-    evaluate_private: bool = setting(False, "bool", _PRIVATE)
-    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP)
+                                         "regression (Fig. 3); eps 1 as DO-ADP's CNN row (Table II)",
+                             "Privacy budget of the run.")
+    clip: float = setting(1.0, "> 0", _CLIP, "G, the bound on each per-sample gradient: ``|g_j| <= G/sqrt(d)`` per "
+                                             "coordinate (DP-DDA: as its ``clip_mode`` says).")
+    eval_every: int = setting(1, ">= 1", _EVAL,
+                              "Central evaluation every this many rounds (round 0 and the last round are always "
+                              "evaluated).")
+    evaluate_private: bool = setting(False, "bool", _PRIVATE,
+                                     "Simulation only, OUTSIDE the privacy guarantee: evaluate the average of the "
+                                     "agents' private models, as :class:`DOADPConfig`.")
+    step_noise_norm: float = setting(1.5, "(0, STEP_NOISE_BOUND)", _STEP,
+                                     "With the step size ``\"auto\"``, the norm of the noise the first step adds "
+                                     "(below :data:`STEP_NOISE_BOUND`).")
 
     def _check_common(self) -> None:
         check_range("epsilon", self.epsilon, 0, low_open=True)
@@ -251,29 +227,15 @@ class _BaselinePrivacy:
 class DPDOConfig(_BaselinePrivacy):
     """DPDO (Huang, Mitra, Vaidya, ICDCN 2015), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     broadcast ``y = x + Laplace(b0 rn^t)``, mix ``z = W y``, step ``x = z - c rs^t g(z)`` on a
-    per-sample-clipped minibatch gradient. Pure epsilon-DP.
+    per-sample-clipped minibatch gradient. Pure epsilon-DP: ``epsilon`` is the pure-DP budget over
+    an unbounded horizon. With the step size ``"auto"``, c is chosen so that the first broadcast's
+    Laplace noise has norm ``sqrt(2) b0 sqrt(d) = step_noise_norm`` (b0 is proportional to c)."""
 
-    Parameters
-    ----------
-    epsilon : float (default: 1.0)
-        Pure-DP budget over an unbounded horizon, > 0.
-    clip : float (default: 1.0)
-        Coordinate clip G (|g_j| <= G/sqrt(d)), > 0.
-    rs : float (default: 0.99, [project])
-        Step-size decay, ``0 < rs < rn``.
-    rn : float (default: 0.995, [project])
-        Noise decay, ``rs < rn <= 1``.
-    eval_every, evaluate_private
-        As :class:`DOADPConfig`.
-    step_noise_norm : float (default: 1.5, [project])
-        With the step size ``"auto"``, c is chosen so that the first broadcast's Laplace noise has
-        norm ``sqrt(2) b0 sqrt(d) = step_noise_norm`` (b0 is proportional to c). In (0,
-        :data:`STEP_NOISE_BOUND`).
-    """
-
-    rs: float = setting(0.99, "0 < rs < rn", "project: Huang et al. (ICDCN 2015) leave the step decay free; 0.99 < rn")
+    rs: float = setting(0.99, "0 < rs < rn", "project: Huang et al. (ICDCN 2015) leave the step decay free; 0.99 < rn",
+                        "Step-size decay.")
     rn: float = setting(0.995, "rs < rn <= 1", "project: Huang et al. (ICDCN 2015) leave the noise decay free; "
-                                               "rs < 0.995 <= 1")
+                                               "rs < 0.995 <= 1",
+                        "Noise decay.")
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -285,62 +247,49 @@ class DPDDAConfig(_BaselinePrivacy):
     """DP-DDA (Liu, Johansson, Shi, Automatica 2024), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     node sampling with probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual
     averaging ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
+    (epsilon, delta) is the target a standard accountant certifies (no credit for p_s: a non-sampled
+    node adds exactly 0, which an observer of consecutive z's sees). ``clip`` bounds each per-sample
+    gradient's L2 norm with ``clip_mode="l2"``, ``|g_j| <= G/sqrt(d)`` per coordinate with
+    ``"coordinate"``: either way a clipped gradient has L2 norm at most G, so sigma and the reported
+    epsilon do not depend on the mode. ``step_noise_norm`` sets beta0 when it is None."""
 
-    Parameters
-    ----------
-    epsilon, delta : float (default: 1.0, 1e-5)
-        Target (epsilon, delta), certified by a standard accountant (no credit for p_s: a
-        non-sampled node adds exactly 0, which an observer of consecutive z's sees).
-    p_s : float (default: 0.24, the paper's Fig. 3)
-        Node sampling probability, in (0, 1].
-    beta0 : float | None (default: None = from ``step_noise_norm``)
-        Proximal coefficient scale beta_t = beta0 sqrt(t+1), > 0 (1/beta0 is the step size). None:
-        ``beta0 = sigma sqrt(d) / step_noise_norm``, so the noise that reaches x (``z`` carries
-        ``sqrt(t)`` steps of noise, divided by ``beta0 sqrt(t+1)``) has norm below ``step_noise_norm``.
-    reg : float | None (default: None = 1/q)
-        Coefficient of the shared regulariser h(x) = reg ||x||^2/2 (>= 0).
-    clip : float (default: 1.0)
-        G, the bound on each per-sample gradient (> 0): its L2 norm with ``clip_mode="l2"``,
-        ``|g_j| <= G/sqrt(d)`` per coordinate with ``"coordinate"``. Either way a clipped gradient has
-        L2 norm at most G, so sigma and the reported epsilon do not depend on the mode.
-    clip_mode : str (default: "l2", [project])
-        ``"l2"`` or ``"coordinate"``. Liu, Johansson and Shi bound the subgradients in the Euclidean
-        norm (Lipschitz losses), and DP-DDA transmits every coordinate (k = d), so DO-ADP's per-coordinate
-        bound (its Assumption 2, which its Top-k sensitivity needs) buys no noise here. It also costs
-        signal: clamping a softmax per-sample gradient coordinate by coordinate breaks its zero sum over
-        the classes, and the class-independent part that remains swamps the part that separates them.
-    sampling : str (default: "uniform")
-        As :class:`DOADPConfig`.
-    calibration : str (default: "accountant")
-        ``"accountant"``: the smallest sigma a standard accountant certifies (node sampling is not
-        credited, as in the reported epsilon); ``"theorem1"``: DO-ADP's Theorem 1 chain (Huo et al.)
-        with p = p_s and k = d, which credits p_s^2 and is refused when a standard accountant
-        certifies less than (epsilon, delta) (at p_s = 0.24 it always is at epsilon <= 1).
-    delta0 : float (default: 1e-5)
-        Per-step delta of the Theorem 1 chain, in (0, 1).
-    sigma : float | None (default: None)
-        Noise std given directly (> 0) instead of calibrating at (epsilon, delta).
-    step_noise_norm : float (default: 1.5, [project])
-        Sets beta0 when it is None (above). In (0, :data:`STEP_NOISE_BOUND`).
-    """
-
-    delta: float = setting(1e-5, "(0, 1)", "project: the papers state no delta; 1e-5")
+    delta: float = setting(1e-5, "(0, 1)", "project: the papers state no delta; 1e-5",
+                           "Target delta of the certified guarantee.")
     p_s: float = setting(0.24, "(0, 1]", "paper: host paper (DO-ADP) Sec. VI-A: DP-DDA's node sampling ratio 24%, "
-                                         "matching DO-ADP's resource use (Fig. 3)")
+                                         "matching DO-ADP's resource use (Fig. 3)",
+                         "Node sampling probability.")
     beta0: float | None = setting(None, "> 0 or None", "project: None = sigma sqrt(d) / step_noise_norm (1/beta0 is "
-                                                       "the step: the noise norm rule); beta_t = beta0 sqrt(t+1)")
+                                                       "the step: the noise norm rule); beta_t = beta0 sqrt(t+1)",
+                                  "Proximal coefficient scale beta_t = beta0 sqrt(t+1) (1/beta0 is the step size). "
+                                  "None: ``beta0 = sigma sqrt(d) / step_noise_norm``, so the noise that reaches x "
+                                  "(``z`` carries ``sqrt(t)`` steps of noise, divided by ``beta0 sqrt(t+1)``) has "
+                                  "norm below ``step_noise_norm``.")
     reg: float | None = setting(None, "> 0 or None", "paper: host paper (DO-ADP) Sec. VI-A (the shared regulariser "
-                                                     "||x||^2/(2q)); None = 1/q")
+                                                     "||x||^2/(2q)); None = 1/q",
+                                "Coefficient of the shared regulariser h(x) = reg ||x||^2/2; None = 1/q.")
     clip_mode: str = setting("l2", "l2, coordinate", "project: Liu, Johansson, Shi assume Lipschitz losses (a "
                                                      "Euclidean bound on the subgradients); DO-ADP's per-coordinate "
-                                                     "bound (host paper Assumption 2) buys no noise at k = d")
-    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING)
+                                                     "bound (host paper Assumption 2) buys no noise at k = d",
+                             "``l2`` or ``coordinate``. Liu, Johansson and Shi bound the subgradients in the "
+                             "Euclidean norm (Lipschitz losses), and DP-DDA transmits every coordinate (k = d), so "
+                             "DO-ADP's per-coordinate bound (its Assumption 2, which its Top-k sensitivity needs) "
+                             "buys no noise here. It also costs signal: clamping a softmax per-sample gradient "
+                             "coordinate by coordinate breaks its zero sum over the classes, and the "
+                             "class-independent part that remains swamps the part that separates them.")
+    sampling: str = setting("uniform", "a name of SAMPLINGS", _SAMPLING, "As :class:`DOADPConfig`.")
     calibration: str = setting("accountant", "accountant, theorem1",
                                "project: a standard accountant (node sampling not credited, as in the reported "
                                "epsilon); DO-ADP's Theorem 1 chain with p = p_s credits p_s^2 and is refused at these "
-                               "settings")
-    delta0: float = setting(1e-5, "(0, 1)", "project: the papers give none; 1e-5")
-    sigma: float | None = setting(None, "> 0 or None", _SIGMA)
+                               "settings",
+                               "``accountant``: the smallest sigma a standard accountant certifies (node sampling is"
+                               " not credited, as in the reported epsilon); ``theorem1``: DO-ADP's Theorem 1 chain "
+                               "(Huo et al.) with p = p_s and k = d, which credits p_s^2 and is refused when a "
+                               "standard accountant certifies less than (epsilon, delta) (at p_s = 0.24 it always is"
+                               " at epsilon <= 1).")
+    delta0: float = setting(1e-5, "(0, 1)", "project: the papers give none; 1e-5",
+                            "Per-step delta of the Theorem 1 chain.")
+    sigma: float | None = setting(None, "> 0 or None", _SIGMA,
+                                  "Noise std given directly instead of calibrating at (epsilon, delta).")
 
     def __post_init__(self) -> None:
         self._check_common()
@@ -357,33 +306,21 @@ class DPDDAConfig(_BaselinePrivacy):
 class CPGTConfig(_BaselinePrivacy):
     """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023), DO-ADP's baseline (Huo et al., Sec. V-A, Table I):
     compressed gradient tracking with Laplace noise on both transmitted variables before Top-k.
-
-    Parameters
-    ----------
-    epsilon : float (default: 1.0)
-        Nominal pure-DP budget of a heuristic calibration (NOT certified, see
-        :class:`~flwr_strategies.doadp.baseline_server.CPGTServer`), > 0.
-    k_frac : float (default: 0.12, the paper's Fig. 3)
-        Top-k fraction per variable, in (0, 1].
-    a : float (default: 0.5, [project])
-        Reference update rate a_x = a_y, in (0, 1].
-    g_cons : float (default: 0.05, [project])
-        Consensus step g_x = g_y, > 0.
-    rs : float (default: 0.999, [project])
-        Step-size decay, ``0 < rs < rn``.
-    rn : float (default: 0.9995, [project])
-        Noise decay, ``rs < rn <= 1``.
-    step_noise_norm : float (default: 1.5, [project])
-        As :class:`DPDOConfig` (b0 is proportional to lr).
-    """
+    ``epsilon`` is the nominal pure-DP budget of a heuristic calibration (NOT certified, see
+    :class:`~flwr_strategies.doadp.baseline_server.CPGTServer`); ``step_noise_norm`` as
+    :class:`DPDOConfig` (b0 is proportional to lr)."""
 
     k_frac: float = setting(0.12, "(0, 1]", "paper: host paper (DO-ADP) Sec. VI-A: CPGT's k/d = 0.12 per variable, "
-                                            "matching DO-ADP's 24% (Fig. 3)")
-    a: float = setting(0.5, "(0, 1]", "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5")
-    g_cons: float = setting(0.05, "> 0", "project: the consensus step of DO-ADP (gamma = 0.05, host paper Sec. VI)")
-    rs: float = setting(0.999, "0 < rs < rn", "project: Xie et al. (IFAC 2023) leave the step decay free; 0.999 < rn")
-    rn: float = setting(0.9995, "rs < rn <= 1", "project: Xie et al. (IFAC 2023) leave the noise decay free; "
-                                                "rs < 0.9995 <= 1")
+                                            "matching DO-ADP's 24% (Fig. 3)",
+                            "Top-k fraction per variable.")
+    a: float = setting(0.5, "(0, 1]", "project: Xie et al. (IFAC 2023) leave the reference step free; 0.5",
+                       "Reference update rate a_x = a_y.")
+    g_cons: float = setting(0.05, "> 0", "project: the consensus step of DO-ADP (gamma = 0.05, host paper Sec. VI)",
+                            "Consensus step g_x = g_y.")
+    rs: float = setting(0.999, "0 < rs < rn",
+                        "project: Xie et al. (IFAC 2023) leave the step decay free; 0.999 < rn", "Step-size decay.")
+    rn: float = setting(0.9995, "rs < rn <= 1",
+                        "project: Xie et al. (IFAC 2023) leave the noise decay free; rs < 0.9995 <= 1", "Noise decay.")
 
     def __post_init__(self) -> None:
         self._check_common()

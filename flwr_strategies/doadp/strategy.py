@@ -79,6 +79,9 @@ class DOADP(Accounted, _Private):
 
     ``fraction_evaluate`` defaults to 0.0, not Flower's 1.0, and any other value is refused: the
     clients would score the public model on their training data, outside the accounted mechanism.
+    Its hyperparameters are the fields of :class:`~flwr_strategies.doadp.config.DOADPConfig` and of
+    the peer graph's :class:`~flwr_strategies.decentralized.config.GraphConfig` (the paper's
+    circulant graph by default).
 
     Parameters
     ----------
@@ -92,18 +95,6 @@ class DOADP(Accounted, _Private):
         Records per private step, in [1, q].
     lr_decay : float (default: 1.0)
         Per-round step-size decay, in (0, 1].
-    topology : str (default: "circulant", paper)
-        Fixed undirected peer graph (see :class:`~flwr_strategies.decentralized.config.GraphConfig`).
-    neighbours : int (default: 7, paper: ``i +- 1, 2, 3``)
-        Neighbourhood size, the agent itself included; at most the number of agents.
-    weights : str (default: "auto")
-        Mixing weights: ``"auto"`` (the paper's ``I - L/(d_max+1)`` on regular graphs),
-        ``"uniform"``, ``"metropolis_hastings"``.
-    failure_policy : str (default: "renormalize")
-        An agent whose node is gone is left out of the mixing (``"renormalize"``, ``"self"``) or
-        stops the run (``"stop"``).
-    topology_p, ws_k, allow_row_stochastic, allow_disconnected, client_eval_every, client_eval_max
-        The other :class:`~flwr_strategies.decentralized.config.GraphConfig` fields.
     accountant : flwr.serverapp.PrivacyAccountant or None (default: None)
         As Flower's DP wrappers: every round that ran is composed into it (one subsampled Gaussian
         release of b of the q records per agent and round; activation and Top-k are recorded, not
@@ -114,9 +105,6 @@ class DOADP(Accounted, _Private):
         an :class:`~flwr_strategies.privacy.AmplifiedAccountant` without ``max_epsilon`` (the target
         epsilon is already checked over ``num_rounds`` at construction), read after a run as
         ``strategy.accountant.get_privacy_spent()``.
-    epsilon, delta, p, k_frac, gamma, beta, clip, clip_mode, sampling, calibration, delta0, sigma, \
-public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
-        The method's hyperparameters, see :class:`~flwr_strategies.doadp.config.DOADPConfig`.
     """
 
     core_cls = DOADPServer
@@ -127,8 +115,7 @@ public_copy, eval_every, evaluate_private, msg_dtype, allow_low_p
 class DMSGD(_Agents):
     """Decentralized momentum SGD (eq. (2) of Huo et al.), NOT private: DO-ADP's network with p = 1,
     k = d, no clipping and no noise. Arguments and graph as :class:`DOADP`, hyperparameters the fields of
-    :class:`~flwr_strategies.doadp.config.DMSGDConfig` (``gamma``, ``beta``, ``eval_every``,
-    ``msg_dtype``)."""
+    :class:`~flwr_strategies.doadp.config.DMSGDConfig`."""
 
     core_cls = DMSGDServer
     hyperparameters = {"config": DMSGDConfig, "graph": GRAPH}
