@@ -39,7 +39,7 @@ def _rejecting_client(setup, params):
 
 @dataclasses.dataclass(frozen=True)
 class _StepSize:
-    step_size: float = setting(-1.0, "> 0", "project: a default the fake method's client rejects")
+    step_size: float = setting(-1.0, "> 0", "project: a default the fake method's client rejects", "Step size.")
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ PAPER = {
 
 @dataclasses.dataclass(frozen=True)
 class _FakeConfig:
-    server_lr: float = setting(1.0, "> 0", "paper: Eq. 2")
+    server_lr: float = setting(1.0, "> 0", "paper: Eq. 2", "Server learning rate.")
 
 
 def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:

@@ -23,12 +23,17 @@ __all__ = ["SOURCE_KINDS", "setting", "sourced", "declared"]
 SOURCE_KINDS = ("paper", "official code", "project")
 
 
-def setting(default: Any, range: str, source: str, doc: str = "") -> Any:  # noqa: A002 - the field's valid range
+def _check_source(source: str) -> None:
+    if source.split(":", 1)[0] not in SOURCE_KINDS or ":" not in source:
+        raise ValueError(f"source must be 'KIND: where' with KIND in {SOURCE_KINDS}, got {source!r}")
+
+
+def setting(default: Any, range: str, source: str, doc: str) -> Any:  # noqa: A002 - the field's valid range
     """A dataclass field with ``default``, its valid ``range`` (text, e.g. ``"[0, 1)"``), ``source``
     and ``doc``, what the field means (the docstrings' "Hyperparameters" section prints it)."""
-    kind = source.split(":", 1)[0]
-    if kind not in SOURCE_KINDS or ":" not in source:
-        raise ValueError(f"source must be 'KIND: where' with KIND in {SOURCE_KINDS}, got {source!r}")
+    _check_source(source)
+    if not doc:
+        raise ValueError(f"doc must say what the field means (source {source!r})")
     return dataclasses.field(default=default, metadata={"range": range, "source": source, "doc": doc})
 
 
@@ -43,7 +48,7 @@ def sourced(config: Any, **sources: str) -> Any:
         raise ValueError(f"{type(config).__name__}: give the source of every changed default {sorted(changed)} "
                          f"(and only of its fields), got {sorted(sources)}")
     for text in sources.values():
-        setting(None, "", text)  # checks the form
+        _check_source(text)
     object.__setattr__(config, "__sources__", dict(sources))
     return config
 
