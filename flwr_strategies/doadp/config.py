@@ -2,7 +2,7 @@
 
 Paper: W. Huo, C. Liu, K. Ding, K. H. Johansson, L. Shi, "Decentralized Optimization with Amplified
 Privacy via Efficient Communication" (arXiv 2506.07102). Defaults are the paper's CNN setting
-(Sec. V-B, Table II) where it gives one; ``[project]`` marks the project's choice where it does not.
+(Sec. V-B, Table II) where it gives one; each field's source says so, or names the project's choice.
 
 Every config is a frozen dataclass that validates itself on construction: an impossible value raises
 ``ValueError`` naming the setting and the value. Nothing is clamped.

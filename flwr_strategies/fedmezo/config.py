@@ -3,7 +3,7 @@
 Paper: Ling, Chen, Yao, Li, Shen, "On the Convergence of Zeroth-Order Federated Tuning for Large
 Language Models", KDD 2024 (arXiv:2402.05926). Reference code: alibaba/FederatedScope, branch
 ``FedMeZO`` (``llm/baseline/{frozen,dynamic}/*.yaml``). Every default is the paper's setting for
-OpenLLaMA-3B (tag in brackets: [paper], [official code], [project] = this library's choice); the
+OpenLLaMA-3B, the official code's or this library's choice (each field's source says which); the
 project's runner may replace the learning rate for its tiny default model (see
 :mod:`.registration`).
 
