@@ -204,15 +204,6 @@ def client_budget_of(state=None, node_config=None) -> ClientBudget | None:
     return None
 
 
-def _no_budget_error(method: str) -> ValueError:
-    return ValueError(
-        f"{method} client has no privacy budget of its own, so it cannot check the noise the server asks for: give "
-        f"it budget=ClientBudget(epsilon=..., rounds=...) in Python, the node config keys {BUDGET_KEYS['epsilon']} "
-        f"and {BUDGET_KEYS['rounds']} (optional {BUDGET_KEYS['delta']}, {BUDGET_KEYS['clip']}) of its SuperNode, or "
-        "set_client_budget(context.state, ...)"
-    )
-
-
 @lru_cache(maxsize=256)
 def _certified(sigma: float, clip: float, batch_size: int, q: int, sampling: str, rounds: int, delta: float) -> float:
     return GaussianSteps(sigma, clip, batch_size, q, sampling).epsilon(rounds, delta)
@@ -245,18 +236,6 @@ def check_gaussian_noise(budget: ClientBudget, sigma: float, clip: float, batch_
             f"client's {budget.rounds} rounds on its {int(q)} records, above its own epsilon={budget.epsilon:g}; "
             f"its own budget needs sigma >= {own:.6g}"
         )
-
-
-def _ledger(state) -> dict[str, int]:
-    if state is not None and LEDGER_KEY in state:
-        rec = state[LEDGER_KEY]
-        return {"rounds": int(rec["rounds"]), "warned": int(rec["warned"])}
-    return {"rounds": 0, "warned": 0}
-
-
-def _save_ledger(state, ledger: dict[str, int]) -> None:
-    if state is not None:
-        state[LEDGER_KEY] = ConfigRecord({k: int(v) for k, v in ledger.items()})
 
 
 def check_rounds_left(budget: ClientBudget, t: int, taken: int, method: str = "DO-ADP") -> None:
@@ -317,20 +296,6 @@ def allow_private_eval(state, allowed: bool = True) -> None:
     if not isinstance(allowed, bool):
         raise TypeError(f"allowed must be a bool, got {allowed!r}")
     state[CONSENT_KEY] = ConfigRecord({PRIVATE_EVAL_KEY: int(allowed)})
-
-
-def node_privacy(setup, client_seed: int | None, budget: ClientBudget | None,
-                 allow_private_eval: bool | None) -> tuple[int | None, ClientBudget | None, bool]:
-    """A client's own privacy settings: each given value, else the node's (``setup.node_config``, then
-    ``setup.state``): its checked seed, its budget and its consent to private-model evaluation."""
-    node_config = getattr(setup, "node_config", None)
-    if client_seed is None:
-        client_seed = client_seed_of(setup.state, node_config)
-    if budget is None:
-        budget = client_budget_of(setup.state, node_config)
-    if allow_private_eval is None:
-        allow_private_eval = private_eval_allowed(setup.state, node_config)
-    return check_client_seed(client_seed), budget, bool(allow_private_eval)
 
 
 def private_eval_allowed(state=None, node_config=None) -> bool:
@@ -496,17 +461,74 @@ class IndexedData:
         return item
 
 
-def _params_from_config(config: dict[str, Scalar]) -> DOADPParams:
-    clip = float(config["doadp_clip"])
-    return DOADPParams(
-        alpha=float(config["doadp_alpha"]), beta=float(config["doadp_beta"]), p=float(config["doadp_p"]),
-        k=int(config["doadp_k"]), sigma=float(config["doadp_sigma"]), clip=None if clip < 0 else clip,
-        clip_mode=str(config["doadp_clip_mode"]), batch_size=int(config["doadp_batch_size"]),
-        sampling=str(config["doadp_sampling"]), msg_dtype=str(config["doadp_msg_dtype"]),
-    )
+class _NodeAgent:
+    """What :class:`DOADPAgent` and the baselines' agents (:mod:`flwr_strategies.clients.doadp_baselines`)
+    share: the node's own settings for the round, the batch gradients on the user's model, and the commit
+    into ``context.state`` once the reply exists."""
+
+    #: where the agent's variables persist in ``context.state``
+    key = STATE_KEY
+    #: the method's name in refusals
+    label = "DO-ADP"
+
+    def _node_settings(self, config: dict[str, Scalar], state, node_config: Mapping[str, Any] | None,
+                       client_seed: int | None, budget: ClientBudget | None, allow_private_eval: bool | None,
+                       private: bool = True) -> None:
+        """Each given value, else the node's (``node_config``, then ``state``): its consent (whether this
+        round's reply carries the private model, :func:`check_round_config`), its budget (a private agent
+        without one, or past its rounds, refuses the round) and its checked seed."""
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(state, node_config)
+        self.report = check_round_config(config, bool(allow_private_eval))
+        self.t = int(config["t"])
+        rec = state[LEDGER_KEY] if state is not None and LEDGER_KEY in state else {"rounds": 0, "warned": 0}
+        self.ledger = {"rounds": int(rec["rounds"]), "warned": int(rec["warned"])}
+        self.budget = None
+        if private:
+            self.budget = budget if budget is not None else client_budget_of(state, node_config)
+            if self.budget is None:
+                raise ValueError(
+                    f"{self.label} client has no privacy budget of its own, so it cannot check the noise the server "
+                    f"asks for: give it budget=ClientBudget(epsilon=..., rounds=...) in Python, the node config keys "
+                    f"{BUDGET_KEYS['epsilon']} and {BUDGET_KEYS['rounds']} (optional {BUDGET_KEYS['delta']}, "
+                    f"{BUDGET_KEYS['clip']}) of its SuperNode, or set_client_budget(context.state, ...)"
+                )
+            check_rounds_left(self.budget, self.t, self.ledger["rounds"], self.label)
+        if client_seed is None:
+            client_seed = client_seed_of(state, node_config)
+        self.client_seed = check_client_seed(client_seed)
+        self.next_state = None
+
+    def _grad_fn(self, model: torch.nn.Module, data: IndexedData, loss_fn: Callable,
+                 losses: list[float] | None = None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """``grad_fn(x, idx)``: the ``(b, d)`` per-sample gradients at ``x`` of the records ``idx`` (each
+        batch's loss at ``x`` appended to ``losses`` when given)."""
+
+        def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            xb, yb = data.batch(idx)
+            dev = next(model.parameters()).device
+            xb, yb = xb.to(dev), yb.to(dev)
+            with torch.no_grad():
+                load_flat_parameters(model, x)
+                if losses is not None:
+                    losses.append(float(loss_fn(model(xb), yb)))
+            return per_sample_gradients(model, loss_fn, xb, yb)
+
+        return grad_fn
+
+    def save(self, state) -> None:
+        """Commit the agent's next state into ``context.state`` (call once the reply exists), with the
+        count of rounds this client took part in (checked against its budget's rounds)."""
+        if self.next_state is None:
+            raise RuntimeError("call train() before save()")
+        if state is not None:
+            nxt = self.next_state
+            state[self.key] = ArrayRecord(nxt.to_arrays() if isinstance(nxt, AgentState) else
+                                          [np.asarray(a) for a in nxt])
+            state[LEDGER_KEY] = ConfigRecord({**self.ledger, "rounds": self.ledger["rounds"] + 1})
 
 
-class DOADPAgent:
+class DOADPAgent(_NodeAgent):
     """One DO-ADP agent's round on your own model and data.
 
     Build it from what the server sent (``arrays``: the consensus term, and x0 while the agent has no
@@ -550,7 +572,13 @@ class DOADPAgent:
                  node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
                  budget: ClientBudget | None = None, require_private: bool = True,
                  allow_private_eval: bool | None = None) -> None:
-        self.params = _params_from_config(config)
+        clip = float(config["doadp_clip"])
+        self.params = DOADPParams(
+            alpha=float(config["doadp_alpha"]), beta=float(config["doadp_beta"]), p=float(config["doadp_p"]),
+            k=int(config["doadp_k"]), sigma=float(config["doadp_sigma"]), clip=None if clip < 0 else clip,
+            clip_mode=str(config["doadp_clip_mode"]), batch_size=int(config["doadp_batch_size"]),
+            sampling=str(config["doadp_sampling"]), msg_dtype=str(config["doadp_msg_dtype"]),
+        )
         private = bool(int(config.get("doadp_private", 1)))
         if require_private and not (private and self.params.private):
             raise ValueError(
@@ -559,21 +587,8 @@ class DOADPAgent:
             )
         if not require_private and private:
             raise ValueError("this is a D-mSGD (non-private) client; the server runs a private method")
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(state, node_config)
-        self.report = check_round_config(config, allow_private_eval)
-        self.budget = None
-        self.ledger = _ledger(state)
-        if require_private:
-            self.budget = budget if budget is not None else client_budget_of(state, node_config)
-            if self.budget is None:
-                raise _no_budget_error("DO-ADP")
-            check_rounds_left(self.budget, int(config["t"]), self.ledger["rounds"])
+        self._node_settings(config, state, node_config, client_seed, budget, allow_private_eval, require_private)
         self.cons = np.asarray(arrays[0], dtype=np.float64).reshape(-1)
-        self.t = int(config["t"])
-        if client_seed is None:
-            client_seed = client_seed_of(state, node_config)
-        self.client_seed = check_client_seed(client_seed)
         if state is not None and STATE_KEY in state:
             current = AgentState.from_arrays(state[STATE_KEY].to_numpy_ndarrays())
         elif len(arrays) >= 2:
@@ -583,7 +598,6 @@ class DOADPAgent:
         if current.x.shape != self.cons.shape:
             raise ValueError(f"consensus term has length {self.cons.size}, the agent's model has {current.x.size}")
         self.state = reconcile(current, int(config.get("doadp_accepted", current.sent)))
-        self.next_state: AgentState | None = None
         self.result = None
 
     def train(self, model: torch.nn.Module, data: Any, loss_fn: Callable = torch.nn.functional.cross_entropy
@@ -601,18 +615,9 @@ class DOADPAgent:
                                  self.params.sampling)
             self._check_step_size(d)
         losses: list[float] = []
-
-        def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            xb, yb = data.batch(idx)
-            dev = next(model.parameters()).device
-            xb, yb = xb.to(dev), yb.to(dev)
-            with torch.no_grad():
-                load_flat_parameters(model, x)
-                losses.append(float(loss_fn(model(xb), yb)))
-            return per_sample_gradients(model, loss_fn, xb, yb)
-
         rng = private_generator(self.client_seed, self.t)
-        self.next_state, self.result = agent_round(self.state, self.cons, self.params, rng, grad_fn, len(data))
+        self.next_state, self.result = agent_round(self.state, self.cons, self.params, rng,
+                                                   self._grad_fn(model, data, loss_fn, losses), len(data))
         index_dtype = index_dtype_for(self.state.x.size)
         if self.result.active:
             arrays = [self.result.indices.astype(index_dtype), self.result.values.astype(self.params.msg_dtype)]
@@ -637,15 +642,6 @@ class DOADPAgent:
                 StepSizeWarning, stacklevel=3)
             self.ledger["warned"] = 1
 
-    def save(self, state) -> None:
-        """Commit the agent's next state into ``context.state`` (call after the reply is built),
-        with the count of rounds this client took part in (checked against its budget's rounds)."""
-        if self.next_state is None:
-            raise RuntimeError("call train() before save()")
-        if state is not None:
-            state[STATE_KEY] = ArrayRecord(self.next_state.to_arrays())
-            _save_ledger(state, {**self.ledger, "rounds": self.ledger["rounds"] + 1})
-
 
 class DOADPClient(TorchClient):
     """The ready-made DO-ADP agent (legacy ``NumPyClient``; the Message API runs it through
@@ -658,18 +654,10 @@ class DOADPClient(TorchClient):
         ``state`` (= ``context.state``, where the agent's x, m, xhat persist).
     params : dict | None
         Method hyperparameters (unused: everything comes from the server's config each round).
-    client_seed : int | None (default: None)
-        Client-side seed; None reads ``node_config``/``context.state`` (:func:`client_seed_of`),
-        and falls back to OS entropy.
-    budget : ClientBudget | None (default: None)
-        The client's own privacy budget (see :class:`DOADPAgent`); None reads it from
-        ``node_config``/``context.state`` (:func:`client_budget_of`).
-    require_private : bool (default: True)
-        False only for the non-private D-mSGD client.
+    client_seed, budget, require_private, allow_private_eval
+        As :class:`DOADPAgent` (defaults None, None, True, None); a None is read once, when the client
+        is built, from ``setup.node_config`` and ``setup.state``.
     loss_fn : callable (default: cross entropy)
-    allow_private_eval : bool | None (default: None)
-        Consent to send the private model when the server asks; None reads the node's consent from
-        ``node_config``/``context.state`` (:func:`private_eval_allowed`).
     """
 
     #: the agent this client runs each round (the baselines' clients run theirs)
@@ -682,8 +670,14 @@ class DOADPClient(TorchClient):
         super().__init__(setup, params)
         self.require_private = require_private
         self.loss_fn = loss_fn
-        self.client_seed, self.budget, self.allow_private_eval = node_privacy(setup, client_seed, budget,
-                                                                             allow_private_eval)
+        node_config = getattr(setup, "node_config", None)  # the node's own settings: node config, then state
+        if client_seed is None:
+            client_seed = client_seed_of(setup.state, node_config)
+        self.client_seed = check_client_seed(client_seed)
+        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
+        if allow_private_eval is None:
+            allow_private_eval = private_eval_allowed(setup.state, node_config)
+        self.allow_private_eval = bool(allow_private_eval)
         self._data: IndexedData | None = None
 
     def num_train(self) -> int:

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord
 from flwr.common import Scalar
 
 from flwr_strategies.clients.doadp import (
@@ -45,21 +44,11 @@ from flwr_strategies.clients.doadp import (
     DOADPAgent,
     DOADPClient,
     IndexedData,
-    _ledger,
-    _no_budget_error,
-    _save_ledger,
+    _NodeAgent,
     check_gaussian_noise,
-    check_rounds_left,
-    check_round_config,
-    client_budget_of,
-    client_seed_of,
-    load_flat_parameters,
-    per_sample_gradients,
-    private_eval_allowed,
     private_generator,
 )
 from flwr_strategies.doadp.baselines import BatchGrad, cpgt_round, dpdda_round, dpdo_round, laplace_schedule
-from flwr_strategies.doadp.rng import check_client_seed
 from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
 
 __all__ = [
@@ -68,7 +57,7 @@ __all__ = [
 ]
 
 
-class BaselineAgent:
+class BaselineAgent(_NodeAgent):
     """One baseline agent's round on your own model and data (the shape of
     :class:`~flwr_strategies.clients.doadp.DOADPAgent`); the base of :class:`DPDOAgent`,
     :class:`DPDDAAgent` and :class:`CPGTAgent`, which your ``ClientApp`` uses as the module's example
@@ -95,34 +84,20 @@ class BaselineAgent:
         Consent to send the private model when the server asks; None: the node's consent.
     """
 
-    #: where the agent's variables persist in ``context.state``
     key = "baseline"
-    #: the method's name in refusals
     label = "baseline"
 
     def __init__(self, arrays: list[np.ndarray], config: dict[str, Scalar], state=None, *,
                  node_config: Mapping[str, Any] | None = None, client_seed: int | None = None,
                  budget: ClientBudget | None = None, allow_private_eval: bool | None = None) -> None:
-        if client_seed is None:
-            client_seed = client_seed_of(state, node_config)
-        self.client_seed = check_client_seed(client_seed)
-        self.budget = budget if budget is not None else client_budget_of(state, node_config)
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(state, node_config)
+        self._node_settings(config, state, node_config, client_seed, budget, allow_private_eval)
         self.arrays = [np.asarray(a, np.float64) for a in arrays]
         self.config = dict(config)
-        self.t = int(config["t"])
         self.stored = state[self.key].to_numpy_ndarrays() if state is not None and self.key in state else None
-        self.ledger = _ledger(state)
-        self.report = check_round_config(config, bool(allow_private_eval))
-        if self.budget is None:
-            raise _no_budget_error(self.label)
-        check_rounds_left(self.budget, self.t, self.ledger["rounds"], self.label)
         clip = float(config["bl_clip"])
         if clip > self.budget.clip:
             raise ValueError(f"{self.label} client refuses the round: the server's clip={clip:g} is larger than the "
                              f"client's own clip={self.budget.clip:g}")
-        self.next_state: list[np.ndarray] | None = None
 
     def train(self, model: torch.nn.Module, data: Any, loss_fn: Callable = torch.nn.functional.cross_entropy
               ) -> tuple[list[np.ndarray], dict[str, Scalar]]:
@@ -133,14 +108,8 @@ class BaselineAgent:
             raise ValueError(f"{self.key} needs a model without buffers")
         data = data if isinstance(data, IndexedData) else IndexedData(data)
         self.check_noise(sum(p.numel() for p in model.parameters()), len(data))
-
-        def grad_fn(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-            xb, yb = data.batch(idx)
-            dev = next(model.parameters()).device
-            load_flat_parameters(model, x)
-            return per_sample_gradients(model, loss_fn, xb.to(dev), yb.to(dev))
-
-        arrays, x, self.next_state, metrics = self.round(grad_fn, len(data), private_generator(self.client_seed, self.t))
+        arrays, x, self.next_state, metrics = self.round(self._grad_fn(model, data, loss_fn), len(data),
+                                                         private_generator(self.client_seed, self.t))
         if self.report:
             arrays = arrays + [x.copy()]
         return arrays, metrics
@@ -175,15 +144,6 @@ class BaselineAgent:
                 f"over the client's {self.budget.rounds} rounds on its {q} records, above its own "
                 f"epsilon={self.budget.epsilon:g}; its own budget needs b0 >= {own:.6g}"
             )
-
-    def save(self, state) -> None:
-        """Commit the agent's variables into ``context.state`` and count the round (call once the
-        reply exists)."""
-        if self.next_state is None:
-            raise RuntimeError("call train() before save()")
-        if state is not None:
-            state[self.key] = ArrayRecord([np.asarray(a) for a in self.next_state])
-            _save_ledger(state, {**self.ledger, "rounds": self.ledger["rounds"] + 1})
 
 
 class DPDOAgent(BaselineAgent):
