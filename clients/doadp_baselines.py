@@ -71,17 +71,9 @@ class BaselineAgent(_NodeAgent):
         The round's config (``t``, ``bl_*`` and the method's keys).
     state : RecordDict | None (default: None)
         ``context.state``: the agent's private variables persist there between rounds.
-    node_config : Mapping | None (default: None)
-        ``context.node_config``: the node's own client seed, budget and private-evaluation consent
-        (``doadp-*`` keys, as DO-ADP's).
-    client_seed : int | None (default: None)
-        Client-side seed (any integer >= 0); None: the node's (``node_config``/``state``), else OS
-        entropy (:func:`~flwr_strategies.clients.doadp.client_seed_of`).
-    budget : ClientBudget | None (default: None)
-        The client's own privacy budget; None: ``node_config``'s or ``state``'s. Without one the
-        agent refuses to train.
-    allow_private_eval : bool | None (default: None)
-        Consent to send the private model when the server asks; None: the node's consent.
+    node_config, client_seed, budget, allow_private_eval
+        As :class:`~flwr_strategies.clients.doadp.DOADPAgent` (defaults None: the node's own, from the
+        ``doadp-*`` keys of ``node_config``, then ``state``); without a budget the agent refuses to train.
     """
 
     key = "baseline"

@@ -68,9 +68,7 @@ def _arrays(arrays: Any) -> list[np.ndarray]:
 def _load(state: Any) -> tuple[list[np.ndarray], int] | None:
     if state is None or STATE_BASE not in state:
         return None
-    base, meta = state[STATE_BASE], state[STATE_META]
-    arrays = base.to_numpy_ndarrays() if isinstance(base, ArrayRecord) else [np.asarray(a) for a in base]
-    return arrays, int(meta["merges"])
+    return _arrays(state[STATE_BASE]), int(state[STATE_META]["merges"])
 
 
 def _save(state: Any, stored: tuple[list[np.ndarray], int] | None) -> None:
@@ -82,13 +80,6 @@ def _save(state: Any, stored: tuple[list[np.ndarray], int] | None) -> None:
         return
     state[STATE_BASE] = ArrayRecord([np.ascontiguousarray(a) for a in base])
     state[STATE_META] = ConfigRecord({"merges": int(merges)})
-
-
-def _unwrap_stale(model: nn.Module) -> None:
-    """Undo a wrapping left by a previous round that was not finished (e.g. training raised)."""
-    stale = getattr(model, "_fedmud_round", None)
-    if stale is not None:
-        stale._close()
 
 
 def _settings(optimizer: torch.optim.Optimizer) -> str:
@@ -202,7 +193,9 @@ class FedMUDRound:
     def __init__(self, model: nn.Module, arrays: Any, config: Mapping[str, Any], state: Any = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        _unwrap_stale(model)
+        stale = getattr(model, "_fedmud_round", None)
+        if stale is not None:  # a previous round that was not finished (e.g. training raised)
+            stale._close()
         config = dict(config)
         self.model = model
         self.core = MUDClientCore.from_message_config(model, config, copy_model=False)
