@@ -50,9 +50,7 @@ def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, int | float], dic
     numeric: dict[str, int | float] = {}
     other: dict[str, Any] = {}
     for k, v in (metrics or {}).items():
-        if isinstance(v, (bool, np.bool_)):
-            numeric[k] = int(v)
-        elif isinstance(v, (int, np.integer)):
+        if isinstance(v, (bool, np.bool_, int, np.integer)):
             numeric[k] = int(v)
         elif isinstance(v, (float, np.floating)):
             numeric[k] = float(v)

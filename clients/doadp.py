@@ -23,28 +23,15 @@ model and data (in-memory ``TensorData`` or any iterable of ``(x, y)`` batches s
 
 Privacy against a curious or malicious server (Huo et al., Sec. II: the server, like any observer of
 the network, must learn nothing of an agent's noise; docs/trust.md, "Privacy (DO-ADP)", tells it whole):
-
-- *Noise level from the client's own budget*, :class:`ClientBudget` (``budget=``, the node config or
-  ``context.state``, :func:`client_budget_of`; never the server): the agent refuses a clip above its
-  own, a sigma below what its budget needs on its own record count (:func:`check_gaussian_noise`, the
-  accountant the server calibrates with) and a round past the ones it agreed to
-  (:func:`check_rounds_left`, counted in ``context.state``), naming both values. A private client
-  without a budget refuses to train.
-- *Randomness*: the coin, the batch and the noise come from :func:`private_generator`: OS entropy, or
-  a client-side seed the server never sees (:func:`client_seed_of`). In a deployment that is the
-  node config key ``doadp-client-seed``, a secret of at least 128 bits written as 32 or more hex digits
-  (``python -c "import secrets; print(secrets.token_hex(16))"``; a smaller seed is refused, since it
-  is found by trying every value); in a simulation whose nodes the experimenter runs, any integer
-  >= 0 (``client_seed=``, :func:`set_client_seed`). A round whose config carries a seed is refused,
-  and replies say nothing about how the noise was seeded.
-- A DO-ADP client refuses a round without noise or clipping (a server cannot switch its privacy
-  off); only the ``dmsgd`` client trains without privacy.
-- *Step size*: one :class:`StepSizeWarning` when a step's noise norm ``alpha * sigma * sqrt(d)``
-  exceeds :data:`NOISE_NORM_BOUND` = 2, the norm above which the README's runs diverged.
-- *Private-model evaluation* (``evaluate_private``, ``report_model = 1``) releases x_i outside the
-  guarantee: the agent sends it only with its node's own consent (``doadp-allow-private-eval = true``
-  or :func:`allow_private_eval`, read by :func:`private_eval_allowed`); without it, it replies with its
-  message alone and the server evaluates the models it received.
+the noise the server asks for is checked against the client's own :class:`ClientBudget` (never the
+server's: :func:`client_budget_of`, :func:`check_gaussian_noise`, :func:`check_rounds_left`; a private
+client without one refuses to train); the coin, the batch and the noise come from
+:func:`private_generator`, on OS entropy or a client-side seed the server never sees
+(:func:`client_seed_of`, :func:`set_client_seed`), and a round whose config carries a seed is refused;
+a round without noise or clipping is refused (only the ``dmsgd`` client trains without privacy); one
+:class:`StepSizeWarning` flags a step whose noise norm ``alpha * sigma * sqrt(d)`` exceeds
+:data:`NOISE_NORM_BOUND`; private-model evaluation (``evaluate_private``, outside the guarantee) sends
+x_i only with the node's own consent (:func:`private_eval_allowed`, :func:`allow_private_eval`).
 """
 
 from __future__ import annotations
@@ -281,8 +268,11 @@ def _node_seed(value: Any) -> int:
 
 
 def client_seed_of(state=None, node_config=None) -> int | None:
-    """The client-side seed from ``node_config[SEED_KEY]`` (at least 128 bits, see the module doc) or
-    the secret in ``state`` (:func:`set_client_seed`); None if neither."""
+    """The client-side seed from ``node_config[SEED_KEY]`` (in a deployment: a secret of at least 128
+    bits written as 32 or more hex digits, ``python -c "import secrets; print(secrets.token_hex(16))"``;
+    a smaller seed is refused, since it is found by trying every value) or the secret in ``state``
+    (:func:`set_client_seed`; in a simulation whose nodes the experimenter runs, any integer >= 0);
+    None if neither."""
     if node_config is not None and SEED_KEY in node_config:
         return _node_seed(node_config[SEED_KEY])
     if state is not None and SECRET_KEY in state:
