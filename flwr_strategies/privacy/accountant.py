@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 from .validation import check_clip, check_delta, check_epsilon, check_positive_int
@@ -168,9 +168,6 @@ class GaussianSteps:
     def epsilon(self, steps: int, delta: float) -> float:
         """Certified epsilon after ``steps`` private steps at ``delta``."""
         return certified_epsilon(self, steps, delta)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "accountant": self.accountant, "noise_multiplier": self.noise_multiplier}
 
 
 def _rdp_at(event, delta: float, orders, relation=None) -> tuple[float, float]:

@@ -183,7 +183,7 @@ def doadp_sigma(epsilon: float, delta0: float, T: int, p: float, k: int, d: int,
 
 @dataclass
 class PrivacyReport:
-    """Result of :func:`doadp_privacy` (also usable as a mapping through :meth:`as_dict`)."""
+    """Result of :func:`doadp_privacy`."""
 
     eps_t: float
     eps_prime_t: float
@@ -194,12 +194,6 @@ class PrivacyReport:
     reasons: list = field(default_factory=list)
     mode: str = "paper"
     T: int = 0
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-    def __getitem__(self, key):
-        return getattr(self, key)
 
 
 def doadp_privacy(sigma: float, delta0: float, T: int, p: float, k: int, d: int, q: int, G: float, *,
