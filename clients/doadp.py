@@ -41,7 +41,6 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -191,11 +190,6 @@ def client_budget_of(state=None, node_config=None) -> ClientBudget | None:
     return None
 
 
-@lru_cache(maxsize=256)
-def _certified(sigma: float, clip: float, batch_size: int, q: int, sampling: str, rounds: int, delta: float) -> float:
-    return GaussianSteps(sigma, clip, batch_size, q, sampling).epsilon(rounds, delta)
-
-
 def check_gaussian_noise(budget: ClientBudget, sigma: float, clip: float, batch_size: int, q: int,
                          sampling: str = "uniform", method: str = "DO-ADP") -> None:
     """Refuse (``ValueError`` naming both values) a Gaussian mechanism that gives the client less
@@ -214,7 +208,7 @@ def check_gaussian_noise(budget: ClientBudget, sigma: float, clip: float, batch_
         )
     if not (sigma > 0 and math.isfinite(sigma)):
         raise ValueError(f"{method} client refuses the round: the server's sigma={sigma!r} is no noise")
-    eps = _certified(sigma, clip, int(batch_size), int(q), str(sampling), budget.rounds, budget.delta)
+    eps = GaussianSteps(sigma, clip, int(batch_size), int(q), str(sampling)).epsilon(budget.rounds, budget.delta)
     if eps > budget.epsilon * (1 + 1e-9):
         own = calibrate_sigma(budget.epsilon, budget.delta, budget.rounds, clip, int(batch_size), int(q), str(sampling))
         raise ValueError(
