@@ -378,9 +378,7 @@ def calibrate_sigma(
     float
         sigma with ``certified_epsilon(GaussianSteps(sigma, ...), steps, delta) <= epsilon``.
     """
-    eps = check_epsilon(epsilon, upper=None)
-    if not math.isfinite(eps):
-        raise ValueError(f"epsilon must be finite, got epsilon={epsilon!r}")
+    eps = check_epsilon(epsilon, upper=None)  # finite
     delta = check_delta(delta, name="delta")
     steps = check_positive_int(steps, "steps")
 

@@ -27,13 +27,13 @@ with Flower's :class:`~flwr.serverapp.exception.PrivacyBudgetExhausted` before a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from flwr.serverapp import GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig, PrivacySpent, SamplingMethod
 from flwr.serverapp.exception import PrivacyBudgetExhausted
 
+from ..core.validation import check_range
 from .accountant import (
     PLD_DISCRETIZATION,
     PLD_MIN_DISCRETIZATION,
@@ -146,9 +146,7 @@ class AmplifiedAccountant:
     def get_delta(self, epsilon: float) -> float:
         """Cumulative delta at ``epsilon`` (dp_accounting's, on the orders of :data:`RDP_ORDERS` or a PLD
         grid of at most :data:`PLD_RELATIVE_GRID` times ``epsilon``)."""
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
-                or epsilon < 0:
-            raise ValueError(f"epsilon must be finite and >= 0, got epsilon={epsilon!r}")
+        check_range("epsilon", epsilon, 0)
         pairs = self._pairs()
         if not pairs:
             return 0.0
@@ -181,8 +179,7 @@ class AmplifiedAccountant:
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be supplied either in PrivacyConfig or to would_exceed().")
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
-            raise ValueError(f"max_epsilon must be positive and finite, got max_epsilon={limit!r}")
+        check_range("max_epsilon", limit, 0, low_open=True)
         pairs = self._pairs() + [(event, int(count))]
         if self._upper_bound(pairs, self._config.target_delta) <= float(limit):  # cheap, and never below
             return False

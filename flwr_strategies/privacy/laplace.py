@@ -90,9 +90,7 @@ def calibrate_laplace_b0(epsilon: float, sensitivities: Sequence[float], decays:
     rate : float
         Sampling rate b/q of the records in each release (uniform without replacement), in (0, 1].
     """
-    eps = check_epsilon(epsilon, upper=None)
-    if not math.isfinite(eps):
-        raise ValueError(f"epsilon must be finite, got epsilon={epsilon!r}")
+    eps = check_epsilon(epsilon, upper=None)  # finite
     s = np.asarray(sensitivities, dtype=np.float64)
     r = np.asarray(decays, dtype=np.float64)
     if not s.any():
