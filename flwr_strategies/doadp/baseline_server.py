@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.messages import Instruction, Reply, ReplySpec
+from ..core.messages import Instruction, Reply
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.laplace import calibrate_laplace_b0, pure_dp_epsilon
@@ -48,9 +48,6 @@ class _BaselineServer(PublicTableCore):
         """The clients' minibatch settings: DPDO and CPGT clip per coordinate and sample uniformly."""
         return {"bl_batch_size": self.batch_size, "bl_clip": float(self.config.clip), "bl_clip_mode": "coordinate",
                 "bl_sampling": "uniform"}
-
-    def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
-        return ReplySpec(None)
 
     def _dense(self, server_round: int, reply: Reply) -> np.ndarray:
         arrays, _ = self.split_report(server_round, reply, self.message_arrays)
@@ -93,9 +90,6 @@ class _LaplaceServer(_BaselineServer):
     def rate(self) -> float:
         """The batch draw's sampling rate ``b / q`` on the record count that ran."""
         return self.batch_size / self.q_ran
-
-    def target_epsilon(self) -> float:
-        return float(self.config.epsilon)
 
     def _laplace_b0(self) -> float:
         """The Laplace scale b0 that spends the target epsilon at the current step size."""

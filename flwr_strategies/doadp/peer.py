@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.messages import Reply
+from ..core.messages import Reply, ReplySpec
 from ..core.server import EvalFn
 from ..core.validation import ReplyError
 from ..decentralized.server import DecentralizedCore
@@ -209,6 +209,9 @@ class PublicTableCore(DecentralizedCore):
         return [] if self.started[pid] else [self.x0]
 
     # ------------------------------------------------------------------ replies
+    def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
+        return ReplySpec(None)  # each method's own message (active / inactive / with private model): check_reply
+
     def split_report(self, server_round: int, reply: Reply, message_arrays: int | tuple[int, ...]
                      ) -> tuple[list[np.ndarray], np.ndarray | None]:
         """``(message arrays, private model or None)``. In a report round an agent that consents sends
@@ -273,7 +276,8 @@ class PublicTableCore(DecentralizedCore):
         return math.inf
 
     def target_epsilon(self) -> float:
-        return math.inf
+        """The epsilon the run's noise must certify (``config.epsilon``)."""
+        return float(self.config.epsilon)
 
     # ------------------------------------------------------------------ evaluation
     def public_model(self) -> np.ndarray:
@@ -389,9 +393,6 @@ class GaussianLedger:
         mechs = [self._mech(s, self.q_ran) for s in self.past] + [self.mechanism()]
         return max(composed_certified_epsilon(list(zip(mechs, row)), self.config.delta)
                    for row in {tuple(int(c) for c in r) for r in counts})
-
-    def target_epsilon(self) -> float:
-        return float(self.config.epsilon)
 
     def ledger_state(self) -> dict[str, Any]:
         """The earlier segments, and this core's mechanism with the round it started at (checkpointed;

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.messages import Instruction, Reply, ReplySpec
+from ..core.messages import Instruction, Reply
 from ..core.validation import ReplyError
 from ..decentralized.mixing import mix
 from ..privacy.flower_accountant import AmplifiedAccountant, check_budget, doadp_event, privacy_config_for
@@ -238,9 +238,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             out.append(Instruction(pid, arrays, {**cfg, "doadp_accepted": int(self.accepted[pid])},
                                    model_layout=False))
         return out
-
-    def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
-        return ReplySpec(None)  # variable (active / inactive / with private model): check_reply
 
     def _message(self, server_round: int, reply: Reply) -> tuple[np.ndarray, np.ndarray] | None:
         cached = self._parsed.get((server_round, reply.partition_id))
