@@ -652,7 +652,8 @@ class DOADPClient(TorchClient):
                  loss_fn: Callable = torch.nn.functional.cross_entropy,
                  allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params)
-        self.require_private = require_private
+        #: the agent's keyword arguments besides the node's privacy settings
+        self.agent_options: dict[str, Any] = {"require_private": require_private}
         self.loss_fn = loss_fn
         node_config = getattr(setup, "node_config", None)  # the node's own settings: node config, then state
         if client_seed is None:
@@ -675,14 +676,10 @@ class DOADPClient(TorchClient):
 
     def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]):
         agent = self.agent(parameters, config, self.setup.state, client_seed=self.client_seed, budget=self.budget,
-                           allow_private_eval=self.allow_private_eval, **self.agent_options())
+                           allow_private_eval=self.allow_private_eval, **self.agent_options)
         arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
         agent.save(self.setup.state)
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
-
-    def agent_options(self) -> dict[str, Any]:
-        """The agent's keyword arguments besides the node's privacy settings."""
-        return {"require_private": self.require_private}
 
 
 def build_doadp_client(setup, params: dict[str, Any]) -> DOADPClient:

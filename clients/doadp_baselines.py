@@ -251,9 +251,7 @@ class _BaselineClient(DOADPClient):
                  allow_private_eval: bool | None = None) -> None:
         super().__init__(setup, params, client_seed=client_seed, budget=budget, loss_fn=loss_fn,
                          allow_private_eval=allow_private_eval)
-
-    def agent_options(self) -> dict[str, Any]:
-        return {}
+        self.agent_options = {}
 
 
 class DPDOClient(_BaselineClient):

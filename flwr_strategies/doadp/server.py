@@ -127,14 +127,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         self._parsed: dict = {}  # (round, partition) -> (reply, parsed message), filled by check_reply
 
     # ------------------------------------------------------------------ settings
-    @property
-    def gamma(self) -> float:
-        return self.config.gamma
-
-    @property
-    def msg_dtype(self) -> str:
-        return self.config.msg_dtype
-
     def step_counts(self) -> np.ndarray:
         return self.active_steps
 
@@ -222,7 +214,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         """``gamma * (W XHAT - XHAT)`` for every agent (one extra table)."""
         C = mix(W, self.XHAT)
         np.subtract(C, self.XHAT, out=C)
-        C *= self.gamma
+        C *= self.config.gamma
         return C
 
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
@@ -256,16 +248,16 @@ class DOADPServer(GaussianLedger, PublicTableCore):
                              f"got {active!r}")
         idx, val = arrays
         if not active:
-            if idx.size or val.size or idx.dtype.kind not in "iu" or val.dtype != np.dtype(self.msg_dtype):
+            if idx.size or val.size or idx.dtype.kind not in "iu" or val.dtype != np.dtype(self.config.msg_dtype):
                 raise ReplyError(
                     f"partition {pid}: an inactive agent (doadp_active=0) sends two empty arrays (integer indices, "
-                    f"{self.msg_dtype} values), got {idx.dtype} {idx.shape} and {val.dtype} {val.shape}"
+                    f"{self.config.msg_dtype} values), got {idx.dtype} {idx.shape} and {val.dtype} {val.shape}"
                 )
             return None
-        problem = check_topk_message(idx, val, int(self.k), self.d, self.msg_dtype)
+        problem = check_topk_message(idx, val, int(self.k), self.d, self.config.msg_dtype)
         if problem:
             raise ReplyError(f"partition {reply.partition_id}: {problem}")
-        out = idx.astype(np.int64), val.astype(self.msg_dtype).astype(np.float64)
+        out = idx.astype(np.int64), val.astype(self.config.msg_dtype).astype(np.float64)
         self._parsed[(server_round, reply.partition_id)] = (reply, out)
         return out
 
@@ -285,7 +277,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             rows[r.partition_id] = msg
             if "train_loss" in r.metrics:
                 losses.append(float(r.metrics["train_loss"]))
-        p2p = self.p2p_links(server_round, rows) * int(self.k) * (np.dtype(self.msg_dtype).itemsize + 8)
+        p2p = self.p2p_links(server_round, rows) * int(self.k) * (np.dtype(self.config.msg_dtype).itemsize + 8)
         # ... then commit: validated, distinct in-range indices, so the in-place adds cannot fail
         for pid, (idx, val) in rows.items():
             self.XHAT[pid, idx] += val
