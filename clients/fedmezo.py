@@ -183,14 +183,6 @@ def load_trainable_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> Non
         p.copy_(torch.from_numpy(a).to(device=p.device, dtype=p.dtype))
 
 
-def load_model_arrays(model: nn.Module, arrays: Sequence[np.ndarray]) -> None:
-    """Load either the adapters only or the whole ``state_dict`` (what federated evaluation sends)."""
-    if len(arrays) == len(trainable_named_params(model)):
-        load_trainable_arrays(model, arrays)
-    else:
-        set_weights(model, list(arrays))
-
-
 @torch.no_grad()
 def cast_adapters(model: nn.Module, dtype: str | torch.dtype) -> nn.Module:
     """Cast the trainable tensors to ``dtype`` (``"fp32"``, ``"fp16"``, ``"bf16"`` or a torch dtype).
@@ -365,18 +357,14 @@ class _LoRAClient(TorchClient):
         return H, B, (_to(b, self.setup.device) for b in it)
 
     def evaluate(self, parameters, config):
-        load_model_arrays(self.model, parameters)
+        if len(parameters) == len(trainable_named_params(self.model)):  # the adapters only, else the state_dict
+            load_trainable_arrays(self.model, parameters)
+        else:
+            set_weights(self.model, list(parameters))
         data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
         loss, m = evaluate_causal_lm(self.model, _eval_batches(data))
         n = int(m.pop("num_examples"))
         return float(loss), n, {**self.base_metrics(), **m}
-
-
-def _reject(config: Mapping[str, Any], method: str, **unsupported: str) -> None:
-    for key, why in unsupported.items():
-        value = config.get(key)
-        if value not in (None, 0, 0.0):
-            raise ValueError(f"{method}: {key}={value!r} is not supported: {why}")
 
 
 class FedMeZOClient(_LoRAClient):
@@ -395,8 +383,9 @@ class FedMeZOClient(_LoRAClient):
 
     def fit(self, parameters, config):
         config = self.with_defaults(config)
-        _reject(config, "FedMeZO", momentum="MeZO keeps no optimizer state",
-                grad_clip="MeZO computes no gradient to clip")
+        for key, why in (("momentum", "MeZO keeps no optimizer state"), ("grad_clip", "MeZO computes no gradient to clip")):
+            if config.get(key) not in (None, 0, 0.0):
+                raise ValueError(f"FedMeZO: {key}={config[key]!r} is not supported: {why}")
         load_trainable_arrays(self.model, parameters)
         opt = MeZO.from_config(self.model, config, self.partition_id, default_seed=self.setup.seed)
         H, B, batches = self._batches(config)

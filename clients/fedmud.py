@@ -95,14 +95,6 @@ def _settings(optimizer: torch.optim.Optimizer) -> str:
 FEDLMT_MAX_SGD_STEP = 0.3
 
 
-def _sgd_step(optimizer) -> float | None:
-    """``lr / (1 - momentum)`` of a ``torch.optim.SGD`` (its step on a constant gradient), else None."""
-    if not isinstance(optimizer, torch.optim.SGD):
-        return None
-    group = optimizer.param_groups[0]
-    return float(group["lr"]) / (1.0 - float(group.get("momentum", 0.0) or 0.0))
-
-
 class _StepWatch:
     """Checks every optimizer step on the wrapped model while a round is open (global torch.optim
     step hooks, removed when the round closes)."""
@@ -134,8 +126,11 @@ class _StepWatch:
                 f"FedMUD: {_settings(optimizer)} holds parameters of the wrapped model but none of its trainable "
                 "factors, so the compressed layers would not train: build the optimizer after "
                 "FedMUDRound(...) / FedMUDRound.from_message(...) wrapped the model (e.g. inside your train function)")
-        step = _sgd_step(optimizer)
-        if self.fedlmt and step is not None and step > FEDLMT_MAX_SGD_STEP * (1 + 1e-9):  # float slack: 0.03/(1-0.9)
+        if not (self.fedlmt and isinstance(optimizer, torch.optim.SGD)):
+            return
+        group = optimizer.param_groups[0]  # SGD's step on a constant gradient: lr / (1 - momentum)
+        step = float(group["lr"]) / (1.0 - float(group.get("momentum", 0.0) or 0.0))
+        if step > FEDLMT_MAX_SGD_STEP * (1 + 1e-9):  # float slack: 0.03/(1-0.9)
             raise ValueError(
                 f"FedLMT refuses {_settings(optimizer)}: its SGD step lr / (1 - momentum) = {step:.3g} exceeds "
                 f"{FEDLMT_MAX_SGD_STEP}. FedLMT trains the weights as products W = U V of factors that are averaged "
