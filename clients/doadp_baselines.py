@@ -20,14 +20,12 @@ seed from the server and its consent to private-model evaluation are DO-ADP's
 (:mod:`flwr_strategies.clients.doadp`).
 
 Each agent checks the noise the server asks for against its own
-:class:`~flwr_strategies.clients.doadp.ClientBudget` (from ``budget=``, the node config or
-``context.state``, as DO-ADP's) before any work, and refuses a clip above its own or a round past
-its rounds: DP-DDA's Gaussian noise with the accountant the server calibrates with
-(:func:`~flwr_strategies.clients.doadp.check_gaussian_noise`); DPDO's and CPGT's Laplace schedule
-(:func:`~flwr_strategies.doadp.baselines.laplace_schedule`) with the pure-DP sum the server
-calibrates with (:func:`~flwr_strategies.privacy.laplace.pure_dp_epsilon`, amplified by the batch draw
-b/q on the client's own q; CPGT's heuristic doubles it for its two variables), refusing a ``b0``
-below the one its budget needs, naming both.
+:class:`~flwr_strategies.clients.doadp.ClientBudget` (as DO-ADP's) before any work, and refuses a clip
+above its own, a round past its rounds or less noise than its budget needs, with the accountant the
+server calibrates with, on its own q records, naming both values: DP-DDA's Gaussian sigma
+(:func:`~flwr_strategies.clients.doadp.check_gaussian_noise`), DPDO's and CPGT's Laplace scale b0
+(:meth:`BaselineAgent.check_laplace`: pure DP, amplified by the batch draw b/q; CPGT's heuristic doubles it
+for its two variables).
 """
 
 from __future__ import annotations
