@@ -124,8 +124,3 @@ class TorchClient(NumPyClient):
         data = self.setup.test_data if self.setup.test_data is not None else self.setup.train_data
         loss, acc, n = evaluate(self.model, data, device=self.setup.device)
         return float(loss), n, {**self.base_metrics(), "accuracy": float(acc)}
-
-
-def build_torch_client(setup: ClientSetup, params: dict[str, Any]) -> TorchClient:
-    """Registry factory: plain local SGD (FedAvg, FedAdam, FedExP)."""
-    return TorchClient(setup, params)

@@ -42,7 +42,7 @@ from flwr_strategies.setup import ClientSetup
 
 __all__ = [
     "MoreauEnvelope", "LocalSGD", "SAM", "run_local", "local_update",
-    "DecentralizedClient", "build_decentralized_client",
+    "DecentralizedClient",
 ]
 
 
@@ -88,8 +88,3 @@ class DecentralizedClient(TorchClient):
             clip_scope=self.rule.clip_scope,
         )
         return {"train_loss": float(out["train_loss"]), "steps": int(out["steps"])}
-
-
-def build_decentralized_client(setup: ClientSetup, params: dict[str, Any]) -> DecentralizedClient:
-    """Registry factory of every method in this family."""
-    return DecentralizedClient(setup, params)

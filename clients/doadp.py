@@ -91,7 +91,6 @@ __all__ = [
     "IndexedData",
     "DOADPAgent",
     "DOADPClient",
-    "build_doadp_client",
     "build_dmsgd_client",
 ]
 
@@ -680,11 +679,6 @@ class DOADPClient(TorchClient):
         arrays, metrics = agent.train(self.model, self.data, self.loss_fn)
         agent.save(self.setup.state)
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
-
-
-def build_doadp_client(setup, params: dict[str, Any]) -> DOADPClient:
-    """Registry factory of the DO-ADP client."""
-    return DOADPClient(setup, params)
 
 
 def build_dmsgd_client(setup, params: dict[str, Any]) -> DOADPClient:

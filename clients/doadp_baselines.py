@@ -51,7 +51,7 @@ from flwr_strategies.privacy.laplace import calibrate_laplace_b0, pure_dp_epsilo
 
 __all__ = [
     "BaselineAgent", "DPDOAgent", "DPDDAAgent", "CPGTAgent", "DMSGDAgent", "ClientBudget", "IndexedData",
-    "DPDOClient", "DPDDAClient", "CPGTClient", "build_dpdo_client", "build_dpdda_client", "build_cpgt_client",
+    "DPDOClient", "DPDDAClient", "CPGTClient",
 ]
 
 
@@ -268,18 +268,3 @@ class CPGTClient(_BaselineClient):
     """The ready-made CPGT client (:class:`CPGTAgent`)."""
 
     agent = CPGTAgent
-
-
-def build_dpdo_client(setup, params: dict[str, Any]) -> DPDOClient:
-    """Registry factory of the DPDO client."""
-    return DPDOClient(setup, params)
-
-
-def build_dpdda_client(setup, params: dict[str, Any]) -> DPDDAClient:
-    """Registry factory of the DP-DDA client."""
-    return DPDDAClient(setup, params)
-
-
-def build_cpgt_client(setup, params: dict[str, Any]) -> CPGTClient:
-    """Registry factory of the CPGT client."""
-    return CPGTClient(setup, params)

@@ -51,7 +51,7 @@ from .training import TensorData, get_weights, local_sgd, set_weights
 __all__ = [
     "ArmijoConfig", "ArmijoSGD", "ScaffoldCorrection", "ScaffoldSession",
     "ArmijoSGDClient", "LossReportingSGDClient", "SGDClient", "ScaffoldClient",
-    "build_armijo_client", "build_loss_client", "build_sgd_client", "build_scaffold_client", "STATE_KEY",
+    "STATE_KEY",
 ]
 
 #: ``context.state`` key of a SCAFFOLD client's control variate (an ``ArrayRecord``, state_dict layout).
@@ -192,23 +192,3 @@ class ScaffoldClient(TorchClient):
         if not math.isfinite(float(stats["train_loss"])):
             raise FloatingPointError("SCAFFOLD client: non-finite training loss")
         return session.finish(s["lr"], int(stats["steps"])), self.num_train(), {**self.base_metrics(), **stats}
-
-
-def build_armijo_client(setup, params) -> ArmijoSGDClient:
-    """Registry factory of the ``fedli-ls`` client."""
-    return ArmijoSGDClient(setup, params)
-
-
-def build_loss_client(setup, params) -> LossReportingSGDClient:
-    """Registry factory of the ``fedli-lu`` client."""
-    return LossReportingSGDClient(setup, params)
-
-
-def build_sgd_client(setup, params) -> SGDClient:
-    """Registry factory of the ``fedexp`` client (plain SGD)."""
-    return SGDClient(setup, params)
-
-
-def build_scaffold_client(setup, params) -> ScaffoldClient:
-    """Registry factory of the ``scaffold`` client."""
-    return ScaffoldClient(setup, params)

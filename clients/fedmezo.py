@@ -51,8 +51,7 @@ from .training import set_weights
 
 __all__ = [
     "MeZO", "trainable_arrays", "load_trainable_arrays", "cast_adapters", "causal_lm_loss", "evaluate_causal_lm",
-    "round_batches", "round_steps", "FedMeZOClient", "LoRAFedAvgClient", "build_fedmezo_client",
-    "build_lora_fedavg_client", "ADAPTER_DTYPES",
+    "round_batches", "round_steps", "FedMeZOClient", "LoRAFedAvgClient", "ADAPTER_DTYPES",
 ]
 
 #: ``adapter_dtype`` names and their torch types (``fp16`` = the reference's ``model.half()``).
@@ -442,13 +441,3 @@ class LoRAFedAvgClient(_LoRAClient):
         metrics = {**self.base_metrics(), "train_loss": float(stats["train_loss"]), "lr_used": float(config["lr"]),
                    "n_skipped": 0}
         return trainable_arrays(self.model), sum(sizes), metrics
-
-
-def build_fedmezo_client(setup: ClientSetup, params: dict[str, Any]) -> FedMeZOClient:
-    """Registry factory of ``fedmezo``."""
-    return FedMeZOClient(setup, params)
-
-
-def build_lora_fedavg_client(setup: ClientSetup, params: dict[str, Any]) -> LoRAFedAvgClient:
-    """Registry factory of ``lora-fedavg``."""
-    return LoRAFedAvgClient(setup, params)

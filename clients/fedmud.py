@@ -52,7 +52,7 @@ from flwr_strategies.setup import ClientSetup
 from .app import message_config, train_reply
 from .base import TorchClient
 
-__all__ = ["FedMUDRound", "FedMUDClient", "build_fedmud_client", "STATE_BASE", "STATE_META"]
+__all__ = ["FedMUDRound", "FedMUDClient", "STATE_BASE", "STATE_META"]
 
 #: ``context.state`` keys holding this client's ``W_base`` (ArrayRecord) and its merge count (ConfigRecord).
 STATE_BASE = "fedmud.base"
@@ -275,8 +275,3 @@ class FedMUDClient(TorchClient):
         finally:
             arrays = mud.finish()
         return arrays, self.num_train(), {**self.base_metrics(), **metrics}
-
-
-def build_fedmud_client(setup: ClientSetup, params: dict[str, Any]) -> FedMUDClient:
-    """Registry factory of ``fedmud``, its variants, ``fedlmt``, ``fedpara`` and ``fedhm``."""
-    return FedMUDClient(setup, params)

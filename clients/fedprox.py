@@ -31,8 +31,3 @@ class FedProxClient(TorchClient):
             return (mu / 2.0) * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
 
         return proximal
-
-
-def build_fedprox_client(setup, params) -> FedProxClient:
-    """Registry factory of the FedProx client."""
-    return FedProxClient(setup, params)

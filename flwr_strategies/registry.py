@@ -71,9 +71,9 @@ class MethodSpec:
         from ``--lr``) or from another setting (FedLi's ``variant=code``): ``(params, setup) ->
         {key: value}``, applied over the ``--set`` values before the class is built.
     client : str | Callable | None
-        The client factory ``(ClientSetup, params) -> NumPyClient``, or its dotted path
-        ``"flwr_strategies.clients.<method>:<factory>"``; a path is imported only when a client
-        is built, so the algorithm core never imports the client layer.
+        The client class (or a factory) called as ``(ClientSetup, params) -> NumPyClient``, or its
+        dotted path ``"flwr_strategies.clients.<method>:<Class>"``; a path is imported only when a
+        client is built, so the algorithm core never imports the client layer.
     train_defaults : Mapping[str, tuple[Any, str]]
         The method's own training settings (``lr``, ``lr_decay``, ``local_epochs``,
         ``local_steps``, ``batch_size``, ``weight_decay``, ``momentum``, ``grad_clip``,

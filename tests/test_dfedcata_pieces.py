@@ -13,7 +13,7 @@ from flwr_strategies.clients.dfedcata import (
     SAM,
     LocalSGD,
     MoreauEnvelope,
-    build_decentralized_client,
+    DecentralizedClient,
     local_update,
 )
 from flwr_strategies.clients.training import TensorData, get_weights
@@ -186,7 +186,7 @@ def _client(train_data, params=None, **train):
     setup = ClientSetup(partition_id=1, num_partitions=3, model=model, train_data=train_data, test_data=None,
                         train=TrainConfig(**{"lr": 0.1, "local_epochs": 2, "batch_size": 8, **train}),
                         device="cpu", seed=5)
-    return build_decentralized_client(setup, params or {}), get_weights(model)
+    return DecentralizedClient(setup, params or {}), get_weights(model)
 
 
 CONFIG = {"lr": 0.1, "local_epochs": 2, "batch_size": 8, "server-round": 3, "seed": 5, "lam": 0.05}

@@ -208,12 +208,12 @@ def test_constructors_take_flower_and_fedmud_arguments():
 
 
 def _client(train_data, **train):
-    from flwr_strategies.clients.fedmud import build_fedmud_client
+    from flwr_strategies.clients.fedmud import FedMUDClient
     from flwr_strategies.setup import ClientSetup, TrainConfig
 
     setup = ClientSetup(partition_id=0, num_partitions=1, model=Net(), train_data=train_data, test_data=None,
                         train=TrainConfig(**train), device="cpu", seed=0, state=RecordDict())
-    return build_fedmud_client(setup, {})
+    return FedMUDClient(setup, {})
 
 
 def test_ready_made_client_takes_a_dataloader_and_honours_the_train_settings():

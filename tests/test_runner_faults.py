@@ -47,7 +47,7 @@ def faulty_methods():
     registry.list_methods()
     specs = [
         registry.register_method(MethodSpec(name="fake-exploding", summary="fails in round 1", paper="-",
-                                            strategy=_Exploding, client="flwr_strategies.clients.base:build_torch_client")),
+                                            strategy=_Exploding, client="flwr_strategies.clients.base:TorchClient")),
         registry.register_method(MethodSpec(name="fake-rejecting", summary="its client rejects its settings", paper="-",
                                             settings=(_StepSize,), strategy=_Exploding, client=_rejecting_client)),
     ]

@@ -51,7 +51,7 @@ class _FakeConfig:
 def _fake(name: str, train_defaults: dict, **kw) -> MethodSpec:
     return MethodSpec(name=name, summary="a fake method with paper defaults", paper="Nobody et al., 2024",
                       settings=(_FakeConfig,), strategy="flwr_strategies.baselines.strategy:FedAvg",
-                      client="flwr_strategies.clients.base:build_torch_client", train_defaults=train_defaults, **kw)
+                      client="flwr_strategies.clients.base:TorchClient", train_defaults=train_defaults, **kw)
 
 
 @pytest.fixture

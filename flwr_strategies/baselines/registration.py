@@ -9,11 +9,11 @@ _CLIENTS = "flwr_strategies.clients."
 #: ``(name, summary, paper, strategy class, client factory)``.
 METHODS = (
     ("fedavg", "FedAvg: average of locally trained models, weighted by examples", "McMahan et al., AISTATS 2017",
-     "FedAvg", "base:build_torch_client"),
+     "FedAvg", "base:TorchClient"),
     ("fedprox", "FedProx: FedAvg with a proximal term mu/2||w-w_g||^2 in local training (mu=0.01)",
-     "Li et al., MLSys 2020", "FedProx", "fedprox:build_fedprox_client"),
+     "Li et al., MLSys 2020", "FedProx", "fedprox:FedProxClient"),
     ("fedadam", "FedAdam: Adam on the server over the averaged update (eta=0.01, tau=1e-3)", "Reddi et al., ICLR 2021",
-     "FedAdam", "base:build_torch_client"),
+     "FedAdam", "base:TorchClient"),
 )
 
 for _name, _summary, _paper, _strategy, _client in METHODS:

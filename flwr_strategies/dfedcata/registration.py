@@ -31,7 +31,7 @@ from ..setup import ServerSetup
 
 PAPER = ("Li, Zhang, Liu, Yin, Shen, Cao, 'Boosting the Performance of Decentralized Federated Learning via "
          "Catalyst Acceleration', arXiv:2410.07272")
-CLIENT = "flwr_strategies.clients.dfedcata:build_decentralized_client"
+CLIENT = "flwr_strategies.clients.dfedcata:DecentralizedClient"
 
 _APP_A = "paper: DFedCata App. A-A (implementation details)"
 

@@ -154,19 +154,19 @@ _CLIENTS = "flwr_strategies.clients."
 METHODS = (
     ("doadp", "DO-ADP: decentralized momentum SGD, Gaussian DP noise, random activation (p) and Top-k messages "
               "(k/d); certified epsilon reported (dp_epsilon at dp_delta) beside Theorem 1's",
-     PAPER, "DOADP", "doadp:build_doadp_client", MODEL_DEFAULTS),
+     PAPER, "DOADP", "doadp:DOADPClient", MODEL_DEFAULTS),
     ("dmsgd", "Decentralized momentum SGD (NOT private; DO-ADP's network with p=1, k=d, no noise, no clipping)",
      PAPER, "DMSGD", "doadp:build_dmsgd_client", {}),
     ("dpdo", "DPDO (Huang et al. 2015), DO-ADP baseline: Laplace-perturbed broadcasts, decaying noise and step; "
              "pure eps-DP (certified)",
-     "Huang, Mitra, Vaidya, ICDCN 2015" + _BASELINE, "DPDO", "doadp_baselines:build_dpdo_client",
+     "Huang, Mitra, Vaidya, ICDCN 2015" + _BASELINE, "DPDO", "doadp_baselines:DPDOClient",
      {"epsilon": LAPLACE_EPSILON}),
     ("dp-dda", "DP-DDA (Liu et al. 2024), DO-ADP baseline: private dual averaging with node sampling (p_s=0.24)",
-     "Liu, Johansson, Shi, Automatica 2024" + _BASELINE, "DPDDA", "doadp_baselines:build_dpdda_client",
+     "Liu, Johansson, Shi, Automatica 2024" + _BASELINE, "DPDDA", "doadp_baselines:DPDDAClient",
      {"epsilon": BASELINE_EPSILON}),
     ("cpgt", "CPGT (Xie et al. 2023), DO-ADP baseline: compressed gradient tracking with Laplace noise "
              "(Top-k 0.12 per variable; heuristic, uncertified epsilon)",
-     "Xie, Yi, Wang, Cao, Ren, IFAC 2023" + _BASELINE, "CPGT", "doadp_baselines:build_cpgt_client",
+     "Xie, Yi, Wang, Cao, Ren, IFAC 2023" + _BASELINE, "CPGT", "doadp_baselines:CPGTClient",
      {"epsilon": LAPLACE_EPSILON}),
 )
 

@@ -123,14 +123,14 @@ _STRATEGY = "flwr_strategies.fedli.strategy:"
 #: ``(name, summary, paper, strategy class, client factory, training defaults)``.
 METHODS = (
     ("fedli-ls", "FedLi-LS: Armijo line-search SGD on clients, server step 1 (or max client step); no lr to tune",
-     PAPER, "FedLiLS", "build_armijo_client", _ARMIJO_PAPER),
+     PAPER, "FedLiLS", "ArmijoSGDClient", _ARMIJO_PAPER),
     ("fedli-lu", "FedLi-LU: SGD clients report loss; server makes a clipped Deep Frank-Wolfe step "
                  "(measured: step clipped at 1, i.e. FedAvg + server weight decay)",
-     PAPER, "FedLiLU", "build_loss_client", _SGD_PAPER),
+     PAPER, "FedLiLU", "LossReportingSGDClient", _SGD_PAPER),
     ("fedexp", "FedExP: server extrapolation step max(1, sum||D_i||^2/(2S(||Dbar||^2+eps))) (eps=1e-3)",
-     "Jhunjhunwala, Wang, Joshi, ICLR 2023", "FedExP", "build_sgd_client", _SGD_PAPER),
+     "Jhunjhunwala, Wang, Joshi, ICLR 2023", "FedExP", "SGDClient", _SGD_PAPER),
     ("scaffold", "SCAFFOLD (option II): control-variate corrected local SGD, c_i kept in context.state",
-     "Karimireddy et al., ICML 2020", "Scaffold", "build_scaffold_client", _SGD_PAPER),
+     "Karimireddy et al., ICML 2020", "Scaffold", "ScaffoldClient", _SGD_PAPER),
 )
 
 for _name, _summary, _paper, _strategy, _client, _train in METHODS:

@@ -121,9 +121,9 @@ def _lora(setup: ServerSetup, params: dict) -> dict[str, Any]:
 
 for _name, _summary, _strategy, _overrides, _derive, _client, _train in (
         ("fedmezo", "FedMeZO: FedAvg of LoRA adapters tuned by MeZO zeroth-order steps (personalised lr, seed upload)",
-         "FedMeZO", FEDMEZO_VARIANT_DEFAULTS, mezo_training, "build_fedmezo_client", TRAIN_DEFAULTS),
+         "FedMeZO", FEDMEZO_VARIANT_DEFAULTS, mezo_training, "FedMeZOClient", TRAIN_DEFAULTS),
         ("lora-fedavg", "LoRA FedAvg: backprop SGD on LoRA adapters, uniform average (FedMeZO's baseline)",
-         "LoRAFedAvg", VARIANT_DEFAULTS, training, "build_lora_fedavg_client", LORA_FEDAVG_TRAIN_DEFAULTS)):
+         "LoRAFedAvg", VARIANT_DEFAULTS, training, "LoRAFedAvgClient", LORA_FEDAVG_TRAIN_DEFAULTS)):
     register_method(MethodSpec(
         name=_name, summary=_summary, paper=PAPER, strategy="flwr_strategies.fedmezo.strategy:" + _strategy,
         settings=(_WORKLOAD,), overrides=_overrides, derived=DERIVED, derive=_derive, core_arguments=_lora,

@@ -134,6 +134,6 @@ for _name in SUMMARIES:
     register_method(MethodSpec(
         name=_name, summary=SUMMARIES[_name], paper=CITES.get(_name, PAPER),
         strategy="flwr_strategies.fedmud.strategy:" + STRATEGIES.get(_name, "FedMUD"), overrides=_overrides(_name),
-        core_arguments=_model, client="flwr_strategies.clients.fedmud:build_fedmud_client",
+        core_arguments=_model, client="flwr_strategies.clients.fedmud:FedMUDClient",
         train_defaults=TRAIN_DEFAULTS[_name],
     ))
