@@ -23,8 +23,7 @@ Privacy accounting lives in :mod:`flwr_strategies.privacy`; the client side in
 from .. import lazy_exports
 
 __getattr__, _EXPORTS = lazy_exports(__name__, {
-    ".algorithm": ("AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "message_nbytes",
-                   "reconcile"),
+    ".algorithm": ("AgentState", "DOADPParams", "StepResult", "agent_round", "consensus_terms", "reconcile"),
     ".clipping": ("clip_per_sample",),
     ".config": ("CPGTConfig", "DMSGDConfig", "DOADPConfig", "DPDDAConfig", "DPDOConfig"),
     ".rng": ("activation_coin", "agent_generator", "draw_batch"),

@@ -40,7 +40,6 @@ __all__ = [
     "agent_round",
     "reconcile",
     "consensus_terms",
-    "message_nbytes",
     "index_dtype_for",
 ]
 
@@ -262,11 +261,6 @@ def agent_round(
     nxt.xhat[ind] += val
     nxt.sent = state.sent + 1
     return nxt, StepResult(True, ind, val, noise, g, idx)
-
-
-def message_nbytes(k: int, msg_dtype: str = "float64", index_dtype=np.int64) -> int:
-    """Bytes of one Top-k message: k values plus k indices."""
-    return int(k) * (np.dtype(msg_dtype).itemsize + np.dtype(index_dtype).itemsize)
 
 
 def index_dtype_for(d: int):
