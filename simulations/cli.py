@@ -99,18 +99,6 @@ def _auto_or(kind: type):
     return parse
 
 
-def _parse_set(items: list[str]) -> dict[str, str]:
-    from flwr_strategies.setup import SettingError
-
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise SettingError("params", item, "KEY=VALUE")
-        k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = v.strip()
-    return out
-
-
 def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
     """``{field: (value, source)}`` that ``method`` resolves to with no flags given."""
     from .settings import RESOLVED, ExperimentConfig, describe
@@ -165,7 +153,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             out[name] = value
     if args.set:
-        out["params"] = _parse_set(args.set)
+        from .settings import parse_pairs
+
+        out["params"] = parse_pairs(args.set, "params", "KEY=VALUE")
     if args.fail:
         out["fail"] = list(args.fail)
     if args.quiet:

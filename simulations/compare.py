@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flwr_strategies.core.state import atomic_write
 from flwr_strategies.setup import SettingError
 
 from .experiment import ExperimentConfig
 from .presets import Preset, PresetContext, RunEntry
-from .results import OutputFolder, write_json, write_text
+from .results import OutputFolder, figure, write_json, write_png, write_text
 from .runner import run_experiment
 
 
@@ -69,12 +68,7 @@ def _cell(text: str) -> str:
 
 def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Accuracy vs round, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig, ax = figure(figsize=(6.4, 4.0), dpi=120)
     for r in results:
         pts = [(x["round"], x["accuracy"]) for x in r.get("rounds", []) if x.get("accuracy") is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r["label"], linewidth=1.6)
@@ -83,9 +77,7 @@ def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") ->
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png"))
-    plt.close(fig)
+    write_png(path, fig)
     return path
 
 

@@ -212,6 +212,26 @@ def write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
+def figure(*args: Any, **kwargs: Any) -> Any:
+    """``matplotlib.pyplot.subplots(*args, **kwargs)`` on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def write_png(path: str | Path, fig: Any, **kwargs: Any) -> Path:
+    """Lay ``fig`` out, write it as PNG to ``path`` atomically (``kwargs`` go to ``savefig``) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out = atomic_write(path, lambda fh: fig.savefig(fh, format="png", **kwargs))
+    plt.close(fig)
+    return out
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as indented JSON, creating parent folders, atomically: the text goes to a
     temporary file beside ``path`` (flushed to disk) that then replaces ``path``, so a disk that

@@ -622,7 +622,8 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
         if isinstance(raw, str) and raw.strip() == "":
             continue
         if name == "params":
-            values["params"] = _parse_pairs(str(raw), "run config 'set'")
+            values["params"] = parse_pairs([s.strip() for s in str(raw).split(",") if s.strip()], "run config 'set'",
+                                           "key=value pairs separated by commas")
         elif name == "fail":
             values["fail"] = [s.strip() for s in str(raw).split(",") if s.strip()]
         else:
@@ -637,13 +638,13 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
         raise SettingError(f"run config '{run_config_key(err.name)}'", err.value, err.requirement) from None
 
 
-def _parse_pairs(text: str, where: str) -> dict[str, str]:
+def parse_pairs(items: list[str], where: str, requirement: str) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict (dashes in keys become underscores); an item without ``=`` is a
+    :class:`SettingError` of ``where``."""
     out = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
+    for item in items:
         if "=" not in item:
-            raise SettingError(where, item.strip(), "key=value pairs separated by commas")
+            raise SettingError(where, item, requirement)
         k, v = item.split("=", 1)
         out[k.strip().replace("-", "_")] = v.strip()
     return out

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from flwr_strategies.simulations.results import figure, write_png
+
 from . import Preset, PresetContext, register_preset
 
 PAPER_TABLE_II = {  # Huo et al., Table II: test accuracy (%) of the CNN on MNIST
@@ -142,11 +144,14 @@ class _NoRidge:
 
 
 def _problem_A(cfg):
+    """Part A's problem, its optimum f*, the ring +-3 mixing matrix and the suboptimality evaluator."""
+    from flwr_strategies.doadp.graphs import circulant_mixing
     from flwr_strategies.doadp.problems import LogRegProblem, synthetic_binary
 
     A, B = synthetic_binary(N_AGENTS, cfg["q_A"], cfg["d_A"], alpha=1.0, beta=1.0, seed=cfg["seed"])
     prob = LogRegProblem(A, B)
-    return prob, prob.solve()[1]
+    fstar = prob.solve()[1]
+    return prob, fstar, circulant_mixing(N_AGENTS, 3), lambda t, xb, X: {"subopt": prob.objective(X.mean(axis=0)) - fstar}
 
 
 def _doadp_run(prob, W, x0, core, T, seeds, ev, every, gamma=0.05):
@@ -160,23 +165,15 @@ def _doadp_run(prob, W, x0, core, T, seeds, ev, every, gamma=0.05):
 
 
 def experiment_A(cfg, out: Path) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from flwr_strategies.doadp.baseline_server import CPGTServer, DPDDAServer, DPDOServer
     from flwr_strategies.doadp.baselines import BatchGrad, run_cpgt, run_dpdda, run_dpdo
     from flwr_strategies.doadp.config import CPGTConfig, DPDDAConfig, DPDOConfig
-    from flwr_strategies.doadp.graphs import circulant_mixing
     from flwr_strategies.doadp.simulator import run_dmsgd
 
-    prob, fstar = _problem_A(cfg)
+    prob, fstar, W, ev = _problem_A(cfg)
     T, eps, b, alpha, d, q = cfg["T_A"], cfg["eps_A"], cfg["b_A"], cfg["alpha_A"], prob.d, prob.q
-    W = circulant_mixing(N_AGENTS, 3)
     x0 = np.zeros(d)
     every = max(1, T // 30)
-    ev = lambda t, xb, X: {"subopt": prob.objective(X.mean(axis=0)) - fstar}  # noqa: E731
     reps = range(cfg["seeds"])
     curves, rows = {}, []
 
@@ -227,7 +224,7 @@ def experiment_A(cfg, out: Path) -> dict:
     add("CPGT k/d=0.12 x2 (24%)", hs, f"Laplace b0={cpgt.b0:.4g}", "project heuristic (not certified)",
         {"eps": None, "delta": None, "thm_eps": None, "thm_delta": None}, float(hs[0]["comm_rate"]))
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = figure(figsize=(7.5, 4.5))
     for label, (t, s) in curves.items():
         ax.plot(t, np.maximum(s, 1e-6), label=label, lw=1.6 if label.startswith("DO-ADP") else 1.0,
                 ls="-" if label.startswith("DO-ADP") else "--")
@@ -236,24 +233,13 @@ def experiment_A(cfg, out: Path) -> dict:
     ax.set_ylabel("f(xbar_t) - f*")
     ax.set_title(f"Logistic regression, 20 agents, ring +-3, eps={eps:g}, delta={DELTA:g}, b={b} (reduced scale)")
     ax.legend(fontsize=6.5)
-    fig.tight_layout()
-    fig.savefig(out / "doadp_logreg.png", dpi=110)
-    plt.close(fig)
+    write_png(out / "doadp_logreg.png", fig, dpi=110)
     return {"rows": rows, "f0_gap": prob.objective(x0) - fstar, "T": T, "eps": eps, "q": q, "d": d, "b": b}
 
 
 def experiment_C(cfg, out: Path) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from flwr_strategies.doadp.graphs import circulant_mixing
-
-    prob, fstar = _problem_A(cfg)
+    prob, _, W, ev = _problem_A(cfg)
     T, d, q = max(300, cfg["T_A"] // 2), prob.d, prob.q
-    W = circulant_mixing(N_AGENTS, 3)
-    ev = lambda t, xb, X: {"subopt": prob.objective(X.mean(axis=0)) - fstar}  # noqa: E731
     ps, kds = (0.5, 0.75, 1.0), (0.1, 0.3, 1.0)
     grid = {}
     for p in ps:
@@ -263,7 +249,7 @@ def experiment_C(cfg, out: Path) -> dict:
             h = _doadp_run(prob, W, np.zeros(d), core, T, client_seeds(0), ev, T)
             grid[(p, kd)] = (float(h["subopt"][-1]), float(h["comm_rate"]), core.sigma,
                              core.guarantee(T)["dp_epsilon"], cal.split(" ")[0])
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = figure(figsize=(6, 4.2))
     for p in ps:
         xs = [grid[(p, kd)][1] for kd in kds]
         ys = [grid[(p, kd)][0] for kd in kds]
@@ -276,9 +262,7 @@ def experiment_C(cfg, out: Path) -> dict:
     ax.set_ylabel(f"final f(xbar_T) - f*  (T={T})")
     ax.set_title(f"Privacy-accuracy-communication trade-off, eps={cfg['eps_A']:g}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "doadp_tradeoff.png", dpi=110)
-    plt.close(fig)
+    write_png(out / "doadp_tradeoff.png", fig, dpi=110)
     return {"grid": grid, "T": T}
 
 

@@ -99,7 +99,7 @@ def _resolve_base(ctx: PresetContext) -> dict[str, Any]:
 
 def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     """Tuning sweep for the baselines, then the final comparison; writes summary.md and summary.json."""
-    from ..compare import merge_config, plot_accuracy
+    from ..compare import _slug, merge_config, plot_accuracy
     from ..experiment import ExperimentConfig
     from ..results import write_json, write_text
     from ..runner import run_experiment
@@ -112,7 +112,7 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
 
     def run(label: str, method: str, overrides: dict[str, Any], rounds: int, sub: str) -> dict[str, Any]:
         conf = merge_config(base, {"method": method, "rounds": rounds}, overrides)
-        conf["out"] = str(out_dir / sub / "".join(c if c.isalnum() or c in "-_." else "_" for c in label))
+        conf["out"] = str(out_dir / sub / _slug(label))
         return run_experiment(ExperimentConfig.from_dict(conf), label=label)
 
     scores: dict[str, float] = {}
@@ -234,11 +234,14 @@ PAPER_COMMAND = ("python -m simulations compare --preset fedli-paper --data-dir 
 
 
 def _select(entries: list[RunEntry], methods: Any) -> list[RunEntry]:
+    """The entries named in ``methods`` (a comma list or a list) by label, by label without its
+    bracketed suffix (``FedLi-LS`` for ``FedLi-LS (code)``) or by method; all of them when empty."""
     if not methods:
         return list(entries)
     wanted = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods)]
-    chosen = [e for e in entries if e.label in wanted or e.method in wanted]
-    missing = [m for m in wanted if not any(m in (e.label, e.method) for e in entries)]
+    names = [(e.label, e.label.split(" (")[0], e.method) for e in entries]
+    chosen = [e for e, n in zip(entries, names) if set(n) & set(wanted)]
+    missing = [m for m in wanted if not any(m in n for n in names)]
     if missing:
         raise KeyError(f"unknown entries {missing}; this preset runs {[e.label for e in entries]}")
     return chosen
@@ -340,13 +343,7 @@ def _run_code_preset(ctx: PresetContext) -> Any:
     from ..compare import run_entries
 
     overrides = dict(ctx.overrides)
-    methods = overrides.pop("methods", None)
-    entries = list(ctx.preset.entries)
-    if methods:
-        wanted = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods)]
-        entries = [e for e in entries if e.method in wanted or e.label.split(" (")[0] in wanted]
-        if not entries:
-            raise KeyError(f"no entries for {wanted}; this preset runs fedli-ls, fedli-lu, fedexp, scaffold")
+    entries = _select(ctx.preset.entries, overrides.pop("methods", None))
     return run_entries(entries, ctx.preset.base, {**overrides, "backend": ctx.backend}, Path(ctx.out_dir),
                        title=f"preset {ctx.preset.name}")
 

@@ -37,8 +37,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flwr_strategies.core.state import atomic_write
-from flwr_strategies.simulations.results import write_text
+from flwr_strategies.simulations.results import figure, write_png, write_text
 
 from . import Preset, PresetContext, RunEntry, register_preset
 
@@ -85,11 +84,8 @@ PAPER_ENTRIES = [
 ]
 
 
-def _slug(label: str) -> str:
-    return "".join(c if c.isalnum() or c in "-." else "_" for c in label)
-
-
 def _run(label: str, conf: dict[str, Any], out: Path) -> dict[str, Any]:
+    from flwr_strategies.simulations.compare import _slug
     from flwr_strategies.simulations.experiment import ExperimentConfig
     from flwr_strategies.simulations.runner import run_experiment
 
@@ -167,12 +163,7 @@ def summarize(results: list[dict[str, Any]]) -> str:
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b) = figure(1, 2, figsize=(11, 4))
     for r in results:
         ax = b if _is_sweep(r["label"]) else a
         ls = _losses(r)
@@ -182,9 +173,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     for ax, t in ((a, "FedMeZO variants vs BP LoRA FedAvg"), (b, "FedMeZO lr sensitivity")):
         ax.set_xlabel("round"); ax.set_ylabel("test loss"); ax.set_title(t); ax.legend(fontsize=7)
     b.set_ylim(top=min(8.0, b.get_ylim()[1]))
-    fig.tight_layout()
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
-    plt.close(fig)
+    write_png(path, fig, dpi=110)
 
 
 register_preset(Preset(
