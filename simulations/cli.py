@@ -77,25 +77,15 @@ def _flag(name: str) -> str:
     return flag_name(name)
 
 
-def _optional(kind: type):
-    """argparse type: a ``kind`` value, or the word none/off (an optional setting switched off)."""
+def _or_words(kind: type, words: tuple[str, ...]):
+    """argparse type: a ``kind`` value, or one of ``words`` (none/off: an optional setting switched
+    off; auto)."""
 
     def parse(text: str) -> Any:
-        if text.strip().lower() in ("none", "off"):
-            return text.strip().lower()
-        return kind(text)
+        word = text.strip().lower()
+        return word if word in words else kind(text)
 
     parse.__name__ = kind.__name__  # argparse names the type in its error message
-    return parse
-
-
-def _auto_or(kind: type):
-    """argparse type: a ``kind`` value, or the word auto."""
-
-    def parse(text: str) -> Any:
-        return "auto" if text.strip().lower() == "auto" else kind(text)
-
-    parse.__name__ = kind.__name__
     return parse
 
 
@@ -112,7 +102,7 @@ def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
 
 
 def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None) -> None:
-    from .settings import FLOAT_SETTINGS, INT_SETTINGS, OPTIONAL
+    from .settings import FLOAT_SETTINGS, INT_SETTINGS, NONE_WORDS, OPTIONAL
 
     table = {}
     try:
@@ -124,9 +114,9 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
     for name in _FIELDS:
         kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
         if name in OPTIONAL and kind is not str:
-            kind = _optional(kind)
+            kind = _or_words(kind, NONE_WORDS)
         if name in ("client_timeout", "lr"):
-            kind = _auto_or(float)
+            kind = _or_words(float, ("auto",))
         help_text = _HELP[name]
         if name in table:
             value, source = table[name]
@@ -212,11 +202,13 @@ def overridden_training(cfg: Any) -> dict[str, Any]:
 def _print_overrides(cfg: Any) -> None:
     """Name, on stderr, each value the run takes from the method's named overrides rather than from
     its strategy class's declared default (the reason is in ``defaults METHOD`` and results.json)."""
+    from .settings import GIVEN_SOURCES
+
     spec = cfg.spec
     declared = spec.declaration()
     sources = cfg.provenance.get("params", {})
     ran = [f"{k}={cfg.params[k]!r} (class default {declared[k][0]!r})" for k in spec.overrides
-           if sources.get(k) not in ("user", "preset", "run config")]
+           if sources.get(k) not in GIVEN_SOURCES]
     ran += [f"{k}={getattr(cfg, k)!r} (class default {v!r})" for k, v in overridden_training(cfg).items()]
     if ran:
         print(f"{spec.name}: named overrides of the class defaults: {', '.join(ran)}", file=sys.stderr)
@@ -438,19 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_bench(argv[1:])
     method = _method_in(argv) if argv and argv[0] == "run" else None
     args = build_parser(method).parse_args(argv)
+    command = {"run": cmd_run, "list": cmd_list, "defaults": cmd_defaults, "compare": cmd_compare}[args.command]
     try:
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "list":
-            return cmd_list(args)
-        if args.command == "defaults":
-            return cmd_defaults(args)
-        if args.command == "compare":
-            return cmd_compare(args)
+        return command(args)
     except BrokenPipeError:  # output piped into a reader that stopped (| head)
         sys.stdout = open(os.devnull, "w")
         return 0
     except (KeyError, ValueError, OSError) as err:
         print(f"error: {format_error(err)}", file=sys.stderr)
         return 2
-    return 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _PRESET_MODULES: tuple[str, ...] = (
@@ -61,8 +61,10 @@ class Preset:
         paper defaults; settings given here are labelled ``"preset"`` in ``results.json``'s
         provenance (a custom runner gets the same with
         :func:`~flwr_strategies.simulations.compare.entry_config`).
-    entries : list[RunEntry]
-        The runs to compare.
+    entries : list[RunEntry] | Callable[[], list[RunEntry]]
+        The runs to compare, or a function that makes them when :func:`get_preset` first returns the
+        preset (for entries that resolve methods' defaults, which imports the strategy classes:
+        ``python -m simulations list`` stays cheap).
     target_accuracy : float | None
         Accuracy for the rounds-to-target column, or None.
     custom : Callable[[PresetContext], dict] | None
@@ -72,7 +74,7 @@ class Preset:
     name: str
     summary: str
     base: dict[str, Any]
-    entries: list[RunEntry]
+    entries: list[RunEntry] | Callable[[], list[RunEntry]]
     target_accuracy: float | None = None
     custom: Callable[[PresetContext], dict] | None = None
 
@@ -94,8 +96,11 @@ def list_presets() -> dict[str, Preset]:
 
 
 def get_preset(name: str) -> Preset:
-    """The preset called ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
+    """The preset called ``name`` with its entries made; an unknown name raises ``KeyError`` listing
+    the valid ones."""
     presets = list_presets()
     if name not in presets:
         raise KeyError(f"unknown preset '{name}'; valid presets: {', '.join(presets)}")
-    return presets[name]
+    if callable(presets[name].entries):
+        _PRESETS[name] = replace(presets[name], entries=presets[name].entries())
+    return _PRESETS[name]

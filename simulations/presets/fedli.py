@@ -287,32 +287,6 @@ def paper_train(method: str) -> dict[str, Any]:
     return {k: ("none" if getattr(cfg, k) is None else getattr(cfg, k)) for k in keys}
 
 
-class _Later(list):
-    """Entries made on first use: they resolve the methods' defaults, which imports the strategy classes
-    (``python -m simulations list`` stays cheap)."""
-
-    def __init__(self, make) -> None:
-        super().__init__()
-        self._make = make
-
-    def _fill(self) -> None:
-        if self._make is not None:
-            make, self._make = self._make, None
-            self.extend(make())
-
-    def __iter__(self):
-        self._fill()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self._fill()
-        return super().__len__()
-
-    def __getitem__(self, index):
-        self._fill()
-        return super().__getitem__(index)
-
-
 def code_entries() -> list[RunEntry]:
     """Each method at the paper's training settings and with the official code's configuration (``variant=code``
     plus the code's training settings, :data:`flwr_strategies.fedli.registration.CODE_TRAIN`)."""
@@ -354,7 +328,7 @@ register_preset(
         summary="FedLi-LS/LU, FedExP, SCAFFOLD: the paper's training settings vs the official code's configuration "
                 "(digits, 20 clients, 30 rounds)",
         base={"dataset": "digits", "num_clients": 20, "rounds": 30, "partition": "dirichlet", "alpha": 0.5, "seed": 0},
-        entries=_Later(code_entries),
+        entries=code_entries,
         custom=_run_code_preset,
     )
 )
