@@ -128,16 +128,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    run(argv)
-    return 0
-
-
-def run(argv: list[str]) -> dict:
-    """Run the benchmark and return its results (``main`` prints them)."""
+    """Run the benchmark, print its table and write ``--out``."""
     args = _parser().parse_args(argv)
     if args.mode:  # child process of the CPU measurement
         print(json.dumps(measure(args, args.mode)))
-        return {}
+        return 0
     rows = []
     for mode in MODES:
         if args.device.startswith("cuda"):
@@ -166,4 +161,4 @@ def run(argv: list[str]) -> dict:
     res = {"rows": rows, "mezo_forward_peak_ratio": ratio_peak, "mezo_forward_extra_ratio": ratio_extra,
            "lora_upload_bytes": lora_up, "seed_upload_bytes": seed_up}
     write_out(args.out, res)
-    return res
+    return 0

@@ -84,26 +84,14 @@ PAPER_ENTRIES = [
 ]
 
 
-def _run(label: str, conf: dict[str, Any], out: Path) -> dict[str, Any]:
-    from flwr_strategies.simulations.compare import _slug
-    from flwr_strategies.simulations.experiment import ExperimentConfig
-    from flwr_strategies.simulations.runner import run_experiment
-
-    conf = dict(conf)
-    conf["out"] = str(out / _slug(label))
-    res = run_experiment(ExperimentConfig.from_dict(conf), label=label)
-    ls = _losses(res)
-    print(f"{label}: test loss {ls[0][1]:.3f} -> {ls[-1][1]:.3f} ({res['timing']['wall_s']:.0f} s)", flush=True)
-    return res
-
-
 def _losses(res: dict[str, Any]) -> list[tuple[int, float]]:
     return [(r["round"], r["loss"]) for r in res["rounds"] if r.get("loss") is not None]
 
 
 def run_fedmezo_preset(ctx: PresetContext) -> dict[str, Any]:
     """Run every entry of ``ctx.preset`` (same data split and seed), then write the summary."""
-    from flwr_strategies.simulations.compare import merge_config
+    from flwr_strategies.simulations.compare import entry_config, merge_config
+    from flwr_strategies.simulations.runner import run_experiment
 
     out = Path(ctx.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,8 +104,10 @@ def run_fedmezo_preset(ctx: PresetContext) -> dict[str, Any]:
             raise ValueError(f"preset fedmezo-paper needs --data-dir with the {conf['dataset']} json/jsonl file")
     results = []
     for e in ctx.preset.entries:
-        conf = merge_config(ctx.preset.base, {"method": e.method, "backend": ctx.backend}, e.overrides, ctx.overrides)
-        results.append(_run(e.label, conf, out))
+        res = run_experiment(entry_config(e, ctx.preset.base, {"backend": ctx.backend, **ctx.overrides}, out), label=e.label)
+        ls = _losses(res)
+        print(f"{e.label}: test loss {ls[0][1]:.3f} -> {ls[-1][1]:.3f} ({res['timing']['wall_s']:.0f} s)", flush=True)
+        results.append(res)
     md = summarize(results)
     write_text(out / "summary.md", md)
     write_text(out / "summary.json", json.dumps(
