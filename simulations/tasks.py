@@ -53,14 +53,6 @@ def register_task(name: str, build: Callable[[Any], Task]) -> None:
     _TASKS[name] = build
 
 
-def _builder(name: str) -> Callable[[Any], Task]:
-    for module in _TASK_MODULES:
-        importlib.import_module(module)
-    if name not in _TASKS:
-        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name]
-
-
 def task_choices(name: str) -> dict[str, tuple[str, ...]]:
     """The names task ``name`` accepts: ``datasets``, ``partitions`` and ``models`` (empty when
     the task takes free-form values) from :data:`TASK_NAMES`, without importing the task."""
@@ -70,8 +62,12 @@ def task_choices(name: str) -> dict[str, tuple[str, ...]]:
 
 
 def build_task(name: str, cfg: Any) -> Task:
-    """Build task ``name`` for experiment config ``cfg``."""
-    return _builder(name)(cfg)
+    """Build task ``name`` for experiment config ``cfg`` (the registering modules imported first)."""
+    for module in _TASK_MODULES:
+        importlib.import_module(module)
+    if name not in _TASKS:
+        raise KeyError(f"unknown task '{name}'; valid tasks: {', '.join(sorted(_TASKS))}")
+    return _TASKS[name](cfg)
 
 
 class ClassificationTask:

@@ -201,17 +201,9 @@ PAPER_SCALE_BASE: dict[str, Any] = {
 # {1.0, 0.3, 0.1, 0.03, 0.01} without reporting the result: the FedMUD variants keep 0.01, the
 # baselines FedAvg's 0.03. Target ratio 1/32 (reachable for CNN-10: no fallback).
 _RATIO = {"target_ratio": 1 / 32, "fallback_ratio": None}
-PAPER_SCALE_ENTRIES = [
-    RunEntry("FedAvg", "fedavg", {"lr": 0.03}),
-    RunEntry("FedHM", "fedhm", {"lr": 0.03, "params": dict(_RATIO)}),
-    RunEntry("FedLMT", "fedlmt", {"lr": 0.03, "params": dict(_RATIO)}),
-    RunEntry("FedPara", "fedpara", {"lr": 0.03, "params": dict(_RATIO)}),
-    RunEntry("FedMUD", "fedmud_mat", {"lr": 0.01, "params": dict(_RATIO)}),
-    RunEntry("FedMUD+F", "fedmud_f", {"lr": 0.01, "params": dict(_RATIO)}),
-    RunEntry("FedMUD+AAD", "fedmud_aad", {"lr": 0.01, "params": dict(_RATIO)}),
-    RunEntry("FedMUD+BKD", "fedmud_bkd", {"lr": 0.01, "params": dict(_RATIO)}),
-    RunEntry("FedMUD+BKD+F", "fedmud_bkd_f", {"lr": 0.01, "params": dict(_RATIO)}),
-    RunEntry("FedMUD+BKD+AAD", "fedmud_bkd_aad", {"lr": 0.01, "params": dict(_RATIO)}),
+PAPER_SCALE_ENTRIES = [RunEntry("FedAvg", "fedavg", {"lr": 0.03})] + [
+    RunEntry(e.label, e.method, {"lr": 0.01 if e.method.startswith("fedmud") else 0.03, "params": dict(_RATIO)})
+    for e in ENTRIES[1:]
 ]
 #: The paper's CIFAR-10 Non-IID-1 accuracy (%) per entry (Table 1; +F rows from Table 2).
 PAPER_SCALE_PAPER = {"FedAvg": 81.0, "FedHM": 66.5, "FedLMT": 64.7, "FedPara": 70.6, "FedMUD": 68.9,
