@@ -36,10 +36,6 @@ def default_model(dataset: str, input_shape: tuple[int, ...]) -> str:
     return {(1, 28, 28): "cnn_mnist", (3, 32, 32): "cnn_cifar"}.get(tuple(input_shape), "mlp")
 
 
-def _conv_bn(cin: int, cout: int) -> list[nn.Module]:
-    return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
-
-
 class FedMUDCNN(nn.Module):
     """FedMUD's plain CNN: conv3x3-BN-ReLU blocks (pool after each group) and a bias-free FC."""
 
@@ -49,7 +45,7 @@ class FedMUDCNN(nn.Module):
         cin = in_ch
         for group in groups:
             for cout in group:
-                layers += _conv_bn(cin, cout)
+                layers += [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
                 cin = cout
             layers.append(nn.MaxPool2d(2, 2))
         self.features = nn.Sequential(*layers)

@@ -158,12 +158,6 @@ PAPER_ENTRIES = [
     RunEntry("FedSAM", "fedsam", {"fraction_fit": 0.1, "params": {"rho": 0.1}}),
 ]
 
-#: Table I of the paper (Dir 0.3), for the results page.
-PAPER_TABLE_I = {
-    "cifar10": {"DFedAvg": 77.25, "DFedAvgM": 79.30, "DFedSAM": 79.37, "D-PSGD": 59.76, "DFedCata": 82.88, "FedSAM": 80.22},
-    "cifar100": {"DFedAvg": 56.04, "DFedAvgM": 56.34, "DFedSAM": 56.01, "D-PSGD": 47.05, "DFedCata": 60.71, "FedSAM": 56.01},
-}
-
 register_preset(
     Preset(
         name="dfedcata-paper",

@@ -49,16 +49,6 @@ LR_GRID = (1e-2, 1e-1, 1.0)
 EPS_GRID = (1e-3, 10**-2.5, 1e-2, 10**-1.5, 1e-1)
 SERVER_LR_GRID = (1e-2, 1e-1, 1.0)
 
-# paper Tables 1-2 (CIFAR-10 ResNet-18-GN row and FEMNIST row), 500 rounds, mean of 5 seeds
-PAPER = {
-    "FedLi-LU": {"cifar10_acc": 86.02, "femnist_acc": 84.79, "cifar10_loss": 0.1053, "femnist_loss": 0.8649},
-    "FedLi-LS": {"cifar10_acc": 75.50, "femnist_acc": 80.66, "cifar10_loss": 0.6103, "femnist_loss": 0.6095},
-    "FedExP": {"cifar10_acc": 84.28, "femnist_acc": 82.51, "cifar10_loss": 0.6147, "femnist_loss": 0.1995},
-    "FedAvg": {"cifar10_acc": 78.47, "femnist_acc": 84.67, "cifar10_loss": 0.9425, "femnist_loss": 0.8168},
-    "FedAdam": {"cifar10_acc": 81.42, "femnist_acc": 80.35, "cifar10_loss": 0.60832, "femnist_loss": 0.7092},
-    "SCAFFOLD": {"cifar10_acc": 71.11, "femnist_acc": 75.05, "cifar10_loss": 0.2914, "femnist_loss": 1.1449},
-}
-
 ENTRIES = [
     RunEntry("FedLi-LU", "fedli-lu"),
     RunEntry("FedLi-LS", "fedli-ls", _NO_CLIP),
@@ -229,8 +219,6 @@ PAPER_CIFAR10 = {
     "FedLi-LU": (86.02, 0.1053), "FedLi-LS": (75.50, 0.6103), "FedAdam": (81.42, 0.60832), "FedAvg": (78.47, 0.9425),
     "FedProx": (82.15, 0.6252), "SCAFFOLD": (71.11, 0.2914), "FedExP": (84.28, 0.6147),
 }
-PAPER_COMMAND = ("python -m simulations compare --preset fedli-paper --data-dir /path/to/cifar "
-                 "--device cuda --out runs/fedli-paper")
 
 
 def _select(entries: list[RunEntry], methods: Any) -> list[RunEntry]:

@@ -205,12 +205,6 @@ PAPER_SCALE_ENTRIES = [RunEntry("FedAvg", "fedavg", {"lr": 0.03})] + [
     RunEntry(e.label, e.method, {"lr": 0.01 if e.method.startswith("fedmud") else 0.03, "params": dict(_RATIO)})
     for e in ENTRIES[1:]
 ]
-#: The paper's CIFAR-10 Non-IID-1 accuracy (%) per entry (Table 1; +F rows from Table 2).
-PAPER_SCALE_PAPER = {"FedAvg": 81.0, "FedHM": 66.5, "FedLMT": 64.7, "FedPara": 70.6, "FedMUD": 68.9,
-                     "FedMUD+F": 71.1, "FedMUD+AAD": 73.3, "FedMUD+BKD": 70.2, "FedMUD+BKD+F": 74.4,
-                     "FedMUD+BKD+AAD": 75.9}
-PAPER_SCALE_COMMAND = ("python -m simulations compare --preset fedmud-paper --data-dir <folder holding "
-                       "cifar-10-batches-py> --device cuda")
 
 register_preset(Preset(
     name="fedmud-paper",
@@ -254,7 +248,6 @@ CODE_ENTRIES = [
     RunEntry("FedAvg (code)", "fedavg", {"lr": 0.03}),
     RunEntry("FedMUD+BKD+AAD (code)", "fedmud_bkd_aad", {"lr": 0.01, "params": dict(CODE_OPTIONS)}),
 ]
-CODE_COMMAND = "python -m simulations compare --preset fedmud-code --data-dir $MNIST_DIR"
 
 
 def _run_code(ctx: PresetContext) -> list[dict]:
