@@ -32,7 +32,7 @@ from flwr_strategies.core.validation import check_integer, check_number
 from flwr_strategies.registry import get_method, resolve_params
 from flwr_strategies.setup import SettingError
 
-from ..tasks import LM_DATASETS
+from ..tasks import LM_DATASETS, register_task
 from .data import (LMData, find_instruction_file, generate_instructions, load_instruction_file, split_clients,
                    tokenize_records)
 from .model import apply_lora, check_model_dir, ensure_tiny_base, load_causal_lm
@@ -202,10 +202,4 @@ def evaluate_lm(model: torch.nn.Module, data: LMData, pad_id: int | None = None,
     return loss, metrics
 
 
-def _register() -> None:
-    from flwr_strategies.simulations.tasks import register_task
-
-    register_task("causal-lm", CausalLMTask)
-
-
-_register()
+register_task("causal-lm", CausalLMTask)
