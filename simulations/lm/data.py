@@ -172,12 +172,6 @@ def collate(data: LMData, idx: Sequence[int], pad_id: int) -> dict[str, torch.Te
 
 
 # ----------------------------------------------------------------------------- splits
-def split_iid(n: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Uniform random partition; sizes differ by at most one."""
-    perm = rng.permutation(n)
-    return [np.sort(p) for p in np.array_split(perm, num_clients)]
-
-
 def split_meta(categories: Sequence[str], num_clients: int, rng: np.random.Generator,
                legacy: bool = False) -> list[np.ndarray]:
     """One group per category, groups shuffled, merged round-robin into ``num_clients`` clients
@@ -218,12 +212,12 @@ def split_lda(categories: Sequence[str], num_clients: int, alpha: float, rng: np
 
 def split_clients(categories: Sequence[str], num_clients: int, how: str, seed: int,
                   alpha: float = 0.5, meta_legacy: bool = False) -> list[np.ndarray]:
-    """Dispatch to ``iid`` / ``lda`` / ``meta``."""
+    """Dispatch to ``iid`` (uniform random, sizes differ by at most one) / ``lda`` / ``meta``."""
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     rng = np.random.default_rng(seed)
     if how == "iid":
-        return split_iid(len(categories), num_clients, rng)
+        return [np.sort(p) for p in np.array_split(rng.permutation(len(categories)), num_clients)]
     if how in ("lda", "dirichlet"):
         return split_lda(categories, num_clients, alpha, rng)
     if how == "meta":

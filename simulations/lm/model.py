@@ -33,18 +33,13 @@ TINY_CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128,
 PRETRAIN = dict(steps=300, batch_size=8, lr=3e-3, n_examples=2000, data_seed=1234, base_seed=0, max_len=320)
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("FLWR_STRATEGIES_CACHE", Path.home() / ".cache" / "flwr_strategies"))
-
-
-def _tiny_key() -> str:
-    blob = json.dumps({"cfg": TINY_CONFIG, "pre": PRETRAIN, "v": 1}, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
-
-
 def default_model_dir() -> Path:
-    """Directory of the cached tiny pretrained base (built on first use, see :func:`ensure_tiny_base`)."""
-    return cache_root() / "fedmezo" / f"tiny-llama-{_tiny_key()}"
+    """Directory of the cached tiny pretrained base (built on first use, see :func:`ensure_tiny_base`):
+    ``$FLWR_STRATEGIES_CACHE`` (default ``~/.cache/flwr_strategies``) ``/fedmezo/tiny-llama-KEY``, KEY a
+    hash of :data:`TINY_CONFIG` and :data:`PRETRAIN`."""
+    root = Path(os.environ.get("FLWR_STRATEGIES_CACHE", Path.home() / ".cache" / "flwr_strategies"))
+    key = hashlib.sha256(json.dumps({"cfg": TINY_CONFIG, "pre": PRETRAIN, "v": 1}, sort_keys=True).encode()).hexdigest()
+    return root / "fedmezo" / f"tiny-llama-{key[:12]}"
 
 
 def build_tiny_llama(seed: int = 0) -> nn.Module:
@@ -114,22 +109,14 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return d
 
 
-def load_tokenizer(model_dir: str | Path):
-    from transformers import AutoTokenizer
-
-    d = check_model_dir(model_dir)
-    tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, padding_side="right")
-    return tok
-
-
 def load_causal_lm(model_dir: str | Path, dtype: torch.dtype = torch.float32):
     """(model, tokenizer) from a local checkpoint directory; a ``[PAD]`` token is added if missing."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     d = check_model_dir(model_dir)
-    tok = load_tokenizer(d)
+    tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, padding_side="right")
     model = AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, local_files_only=True)
     if tok.pad_token_id is None:
         tok.add_special_tokens({"pad_token": "[PAD]"})
