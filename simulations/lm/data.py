@@ -110,10 +110,6 @@ def find_instruction_file(data_dir: str | Path) -> Path:
     return cands[0]
 
 
-def prompt_of(rec: dict) -> str:
-    return (PROMPT_INPUT if rec.get("input") else PROMPT_NO_INPUT).format(**rec)
-
-
 @dataclass
 class LMData:
     """Tokenised examples: per example an id tensor and a label tensor (prompt masked to -100).
@@ -144,7 +140,8 @@ def tokenize_records(records: Sequence[dict], tokenizer, max_len: int = 320) -> 
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     ids, labels, cats = [], [], []
     for r in records:
-        src = tokenizer(prompt_of(r), add_special_tokens=False)["input_ids"]
+        prompt = (PROMPT_INPUT if r.get("input") else PROMPT_NO_INPUT).format(**r)
+        src = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         tgt = tokenizer(str(r["output"]), add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
         head = ([bos] if bos is not None else []) + src
         x = (head + tgt)[:max_len]
