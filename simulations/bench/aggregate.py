@@ -302,6 +302,7 @@ def _contracted(msg, pid: int, peers: int):
     return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 1, "partition-id": pid})})
 
 
+@_quiet_flower()
 def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds: int = 2,
                      seed: int = 0) -> dict[str, Any]:
     """One adapter in this process (call it in a fresh process): peak memory in model tables."""
@@ -309,11 +310,6 @@ def measure_dfedcata(api: str, peers: int = 50, params: int = 2_000_000, rounds:
 
     if api not in ("legacy", "message", "start"):
         raise SystemExit(f"unknown --api {api!r}; use legacy, message or start")
-    with _quiet_flower():
-        return _measure_dfedcata(api, peers, params, rounds, seed)
-
-
-def _measure_dfedcata(api: str, peers: int, params: int, rounds: int, seed: int) -> dict[str, Any]:
     from flwr.app import ArrayRecord
 
     from flwr_strategies import DFedCata as LegacyDFedCata

@@ -174,14 +174,6 @@ def _time_run(cfg) -> dict:
             "evaluations": sum(1 for r in res["rounds"] if r.get("accuracy") is not None)}
 
 
-def run_official(official_dir: str, args: argparse.Namespace) -> dict:
-    """The official code's DFedCata server on our MNIST split, in a child process; its s/round."""
-    return run_child(["decentralized", "official-child", "--official-dir", official_dir, "--data-dir", args.data_dir,
-                      "--clients", str(args.clients), "--rounds", str(args.rounds), "--seed", str(args.seed),
-                      "--beta", str(args.beta), "--neighbours", str(args.neighbours)], "the official code",
-                     env=child_env(), cwd=ROOT)
-
-
 def official_child(args: argparse.Namespace) -> dict:
     """Run the official DFedCata server (imported from ``--official-dir``, not copied) on the same
     MNIST split our runs use: batch 32, 1 local epoch, its random graph with ``neighbours``."""
@@ -257,8 +249,11 @@ def cmd_modes(args: argparse.Namespace) -> dict:
     out["ratio_wall"] = out["sequential_s_per_round"] / out["sync_s_per_round"]
     out["ratio_cpu"] = out["sequential_cpu_s_per_round"] / out["sync_cpu_s_per_round"]
     if args.official_dir:
-        off = run_official(args.official_dir, args)
-        out["official"] = off
+        # the official code's DFedCata server on our MNIST split, in a child process
+        off = out["official"] = run_child(
+            ["decentralized", "official-child", "--official-dir", args.official_dir, "--data-dir", args.data_dir,
+             "--clients", str(args.clients), "--rounds", str(args.rounds), "--seed", str(args.seed), "--beta",
+             str(args.beta), "--neighbours", str(args.neighbours)], "the official code", env=child_env(), cwd=ROOT)
         official_line = (f"official code (measured here, same split): {off['wall_s'] / T:.2f} s/round wall, "
                          f"{off['cpu_s'] / T:.2f} CPU s/round (median round {off['median_round_s']:.2f} s)")
     else:
