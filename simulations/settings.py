@@ -41,12 +41,12 @@ front ends name it their own way (:func:`flag_name`, :func:`run_config_key`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from flwr_strategies.core.validation import check_integer, check_number
 from flwr_strategies.registry import PROVENANCES, MethodSpec, get_method, parse_value
 from flwr_strategies.setup import AUTO_LR, SettingError, TrainConfig
 
@@ -499,17 +499,6 @@ def parse_failures(specs: list[str]) -> set[tuple[int | None, int]]:
 
 
 # -- the checks of a resolved config -------------------------------------------------------------
-def _number(name: str, value: Any, requirement: str, ok) -> None:
-    real = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not real or not math.isfinite(float(value)) or not ok(float(value)):
-        raise SettingError(name, value, requirement)
-
-
-def _integer(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise SettingError(name, value, f"an integer >= {minimum}")
-
-
 def _check(cfg: ExperimentConfig) -> None:
     from .datasets import DOWNLOADABLE, HF_PARTITIONERS, HF_PREFIX
     from .tasks import task_choices
@@ -529,22 +518,22 @@ def _check(cfg: ExperimentConfig) -> None:
                                              f"not with --dataset {cfg.dataset}")
     if cfg.download and cfg.data_dir is None:
         raise SettingError("data_dir", None, "the folder --download fetches the files into")
-    _integer("num_clients", cfg.num_clients, 1)
-    _integer("rounds", cfg.rounds, 1)
-    _integer("seed", cfg.seed, 0)
+    check_integer("num_clients", cfg.num_clients, 1)
+    check_integer("rounds", cfg.rounds, 1)
+    check_integer("seed", cfg.seed, 0)
     if cfg.data_seed is not None:
-        _integer("data_seed", cfg.data_seed, 0)
+        check_integer("data_seed", cfg.data_seed, 0)
     if cfg.partition is not None and choices.get("partitions") and cfg.partition not in choices["partitions"]:
         raise SettingError("partition", cfg.partition, f"one of {', '.join(choices['partitions'])}")
-    _number("alpha", cfg.alpha, "a finite number > 0", lambda v: v > 0)
-    _integer("classes_per_client", cfg.classes_per_client, 1)
-    _number("fraction_fit", cfg.fraction_fit, "a number in (0, 1]", lambda v: 0 < v <= 1)
-    _number("synthetic_alpha", cfg.synthetic_alpha, "a finite number >= 0", lambda v: v >= 0)
-    _number("synthetic_beta", cfg.synthetic_beta, "a finite number >= 0", lambda v: v >= 0)
+    check_number("alpha", cfg.alpha, "a finite number > 0", lambda v: v > 0)
+    check_integer("classes_per_client", cfg.classes_per_client, 1)
+    check_number("fraction_fit", cfg.fraction_fit, "a number in (0, 1]", lambda v: 0 < v <= 1)
+    check_number("synthetic_alpha", cfg.synthetic_alpha, "a finite number >= 0", lambda v: v >= 0)
+    check_number("synthetic_beta", cfg.synthetic_beta, "a finite number >= 0", lambda v: v >= 0)
     for name in ("local_epochs", "local_steps", "batch_size"):  # TrainConfig checks them too; here the
         value = getattr(cfg, name)                                 # message names the setting first
         if value is not None:
-            _integer(name, value, 1)
+            check_integer(name, value, 1)
     if cfg.lr == AUTO_LR and not spec.extra.get("auto_lr"):
         raise SettingError("lr", cfg.lr, f"a finite number > 0 (method '{spec.name}' has no rule that derives its "
                                          "step size: 'auto' is for the DO-ADP family)")
@@ -556,15 +545,15 @@ def _check(cfg: ExperimentConfig) -> None:
     if cfg.backend not in BACKENDS:
         raise SettingError("backend", cfg.backend, f"one of {', '.join(BACKENDS)}")
     _check_device(cfg.device)
-    _number("client_cpus", cfg.client_cpus, "a finite number > 0", lambda v: v > 0)
-    _number("client_gpus", cfg.client_gpus, "a finite number >= 0", lambda v: v >= 0)
-    _integer("client_threads", cfg.client_threads, 1)
+    check_number("client_cpus", cfg.client_cpus, "a finite number > 0", lambda v: v > 0)
+    check_number("client_gpus", cfg.client_gpus, "a finite number >= 0", lambda v: v >= 0)
+    check_integer("client_threads", cfg.client_threads, 1)
     if cfg.client_seed is not None:
-        _integer("client_seed", cfg.client_seed, 0)
+        check_integer("client_seed", cfg.client_seed, 0)
     if cfg.client_timeout is not None and cfg.client_timeout != "auto":
-        _number("client_timeout", cfg.client_timeout, "'auto', a number of seconds > 0 (or None: no limit)",
+        check_number("client_timeout", cfg.client_timeout, "'auto', a number of seconds > 0 (or None: no limit)",
                 lambda v: v > 0)
-    _number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number", lambda v: True)
+    check_number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number")
     for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
         text = f"{'*' if r is None else r}:{p}"
         if not 0 <= p < cfg.num_clients:
