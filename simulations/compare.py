@@ -32,7 +32,6 @@ def _fmt_bytes(n: float) -> str:
         if abs(n) < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n}"
 
 
 def markdown_table(results: list[dict[str, Any]], target: float | None) -> str:
@@ -111,47 +110,42 @@ def run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[s
     """
     out_dir = Path(out_dir)
     with OutputFolder(out_dir, overwrite=bool(overrides.get("overwrite", False))):
-        return _run_entries(entries, base, overrides, out_dir, target, title)
-
-
-def _run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[str, Any], out_dir: Path,
-                 target: float | None, title: str) -> list[dict[str, Any]]:
-    configs = []
-    for entry in entries:
-        cfg = entry_config(entry, base, overrides, out_dir)
-        try:
-            configs.append(cfg.validate())
-        except SettingError as err:
-            err.entry = entry.label  # named by the CLI's error line
-            raise
-        except (KeyError, ValueError) as err:
-            msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
-            raise type(err)(f"compare entry '{entry.label}': {msg}") from err
-    results = []
-    for entry, cfg in zip(entries, configs):
-        try:
-            res = run_experiment(cfg, label=entry.label, target=target)
-        except Exception as err:  # noqa: BLE001 - one method failing must not stop the comparison
-            res = {"label": entry.label, "method": entry.method, "status": f"failed: {type(err).__name__}: {err}"}
-        if res.get("status", "ok") != "ok":
-            print(f"compare: {entry.label} {res['status']}", file=sys.stderr)
-        results.append(res)
-    table = markdown_table(results, target)
-    ran = [r for r in results if "summary" in r]
-    notes = ran[0]["data_notes"] if ran else []
-    seed = ran[0]["seed"] if ran else None
-    text = f"# {title}\n\n" if title else ""
-    text += table + "\n" + "".join(f"- {n}\n" for n in notes) + f"- seed {seed}\n"
-    text += "- final acc is the last evaluated round's accuracy; the round is in brackets\n"
-    failed = [r for r in results if r.get("status", "ok") != "ok"]
-    text += "".join(f"- {r['label']}: {r['status']}\n" for r in failed)
-    write_text(out_dir / "summary.md", text)
-    plot_accuracy(ran, out_dir / "accuracy.png", title)
-    write_json(out_dir / "summary.json", {"title": title, "runs": [
-        {"label": r["label"], "method": r["method"], "status": r.get("status", "ok"), **r.get("summary", {})} for r in results]})
-    print(table)
-    print(f"wrote {out_dir / 'summary.md'}, {out_dir / 'accuracy.png'}")
-    return results
+        configs = []
+        for entry in entries:
+            cfg = entry_config(entry, base, overrides, out_dir)
+            try:
+                configs.append(cfg.validate())
+            except SettingError as err:
+                err.entry = entry.label  # named by the CLI's error line
+                raise
+            except (KeyError, ValueError) as err:
+                msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+                raise type(err)(f"compare entry '{entry.label}': {msg}") from err
+        results = []
+        for entry, cfg in zip(entries, configs):
+            try:
+                res = run_experiment(cfg, label=entry.label, target=target)
+            except Exception as err:  # noqa: BLE001 - one method failing must not stop the comparison
+                res = {"label": entry.label, "method": entry.method, "status": f"failed: {type(err).__name__}: {err}"}
+            if res.get("status", "ok") != "ok":
+                print(f"compare: {entry.label} {res['status']}", file=sys.stderr)
+            results.append(res)
+        table = markdown_table(results, target)
+        ran = [r for r in results if "summary" in r]
+        notes = ran[0]["data_notes"] if ran else []
+        seed = ran[0]["seed"] if ran else None
+        text = f"# {title}\n\n" if title else ""
+        text += table + "\n" + "".join(f"- {n}\n" for n in notes) + f"- seed {seed}\n"
+        text += "- final acc is the last evaluated round's accuracy; the round is in brackets\n"
+        failed = [r for r in results if r.get("status", "ok") != "ok"]
+        text += "".join(f"- {r['label']}: {r['status']}\n" for r in failed)
+        write_text(out_dir / "summary.md", text)
+        plot_accuracy(ran, out_dir / "accuracy.png", title)
+        write_json(out_dir / "summary.json", {"title": title, "runs": [
+            {"label": r["label"], "method": r["method"], "status": r.get("status", "ok"), **r.get("summary", {})} for r in results]})
+        print(table)
+        print(f"wrote {out_dir / 'summary.md'}, {out_dir / 'accuracy.png'}")
+        return results
 
 
 def run_preset(preset: Preset, overrides: dict[str, Any], out_dir: Path, backend: str = "inprocess") -> Any:
