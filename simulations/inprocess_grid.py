@@ -102,20 +102,17 @@ class InProcessGrid(Grid):
         return [nodes[n] for n in order]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        with self._lock:
-            return self._answer(messages)
-
-    def _answer(self, messages: Iterable[Message]) -> list[str]:
         ids = []
-        for m in messages:
-            m.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's own in-memory grid does
-            try:
-                reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
-            except Exception as err:  # as Flower's runtime: a raising ClientApp gives an error reply
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                      reason=f"{type(err).__name__}: {err}"), reply_to=m)
-            self._replies[m.metadata.message_id] = reply
-            ids.append(m.metadata.message_id)
+        with self._lock:
+            for m in messages:
+                m.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's own in-memory grid does
+                try:
+                    reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
+                except Exception as err:  # as Flower's runtime: a raising ClientApp gives an error reply
+                    reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                          reason=f"{type(err).__name__}: {err}"), reply_to=m)
+                self._replies[m.metadata.message_id] = reply
+                ids.append(m.metadata.message_id)
         return ids
 
     def pull_messages(self, reply_to_message_ids: Iterable[str] | None = None, *,
