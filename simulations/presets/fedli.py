@@ -76,17 +76,6 @@ def _final_train_loss(result: dict[str, Any]) -> float | None:
     return float(vals[-1]) if vals and vals[-1] is not None else None
 
 
-def _resolve_base(ctx: PresetContext) -> dict[str, Any]:
-    from ..compare import merge_config
-
-    base = merge_config(BASE, ctx.preset.base, ctx.overrides)
-    if base.get("dataset") == "mnist" and not base.get("data_dir"):
-        base["dataset"] = "digits"  # no MNIST files given: fall back to the bundled digits
-    base["backend"] = ctx.backend
-    base["progress"] = False
-    return base
-
-
 def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     """Tuning sweep for the baselines, then the final comparison; writes summary.md and summary.json."""
     from ..compare import _slug, merge_config, plot_accuracy
@@ -95,7 +84,9 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     from ..runner import run_experiment
 
     out_dir = Path(ctx.out_dir)
-    base = _resolve_base(ctx)
+    base = merge_config(BASE, ctx.preset.base, ctx.overrides, {"backend": ctx.backend, "progress": False})
+    if base.get("dataset") == "mnist" and not base.get("data_dir"):
+        base["dataset"] = "digits"  # no MNIST files given: fall back to the bundled digits
     tune_rounds = int(base.pop("tune_rounds", TUNE_ROUNDS))
     t_start = time.perf_counter()
     sweep: list[dict[str, Any]] = []
