@@ -62,19 +62,15 @@ class TreeMemory:
         self.sample()
 
 
-def scale_config(args: argparse.Namespace, backend: str) -> ExperimentConfig:
-    return ExperimentConfig(method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
-                            fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
-                            client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
-                            client_timeout=None if backend == "ray" else 3600.0)
-
-
 def run_one(args: argparse.Namespace, backend: str) -> dict:
     """One backend's figures (run in this process)."""
     from ..backends import run_inprocess, run_ray
     from ..experiment import get_experiment
 
-    cfg = scale_config(args, backend)
+    cfg = ExperimentConfig(method=args.method, dataset=args.dataset, num_clients=args.clients, rounds=args.rounds,
+                           fraction_fit=args.fraction, local_epochs=1, batch_size=32, lr=0.05, backend=backend,
+                           client_cpus=args.client_cpus, synthetic_mean_samples=args.mean_samples, progress=False,
+                           client_timeout=None if backend == "ray" else 3600.0)
     with TreeMemory() as mem:
         t0 = time.perf_counter()
         if backend == "inprocess":
