@@ -51,7 +51,7 @@ def public_reply(core, ins, n=50):
         idx = np.arange(core.k)
         arrays = [idx, np.full(core.k, 0.1 * pid), idx, np.full(core.k, 0.2)]
     elif isinstance(core, DOADPServer):
-        arrays = [np.arange(core.k), np.full(core.k, 0.1 * (pid + 1), dtype=core.msg_dtype)]
+        arrays = [np.arange(core.k), np.full(core.k, 0.1 * (pid + 1), dtype=core.config.msg_dtype)]
     else:
         arrays = [np.full(d, 0.1 * pid)]
     return Reply(pid, arrays, n, {"dpdda_sampled": 1, "doadp_active": 1})
@@ -188,12 +188,12 @@ def test_doadp_absent_agent_is_left_out_of_the_consensus():
     alive = np.ones(M, bool)
     alive[2] = False
     W = restrict_to_alive(core.W, alive)
-    C = core.gamma * (mix(W, XHAT) - XHAT)
+    C = core.config.gamma * (mix(W, XHAT) - XHAT)
     for i in ins:
         np.testing.assert_allclose(i.arrays[0], C[i.partition_id], rtol=0, atol=1e-15)
     # with every agent there the consensus is the paper's: W itself
     full = core.configure_train(3, list(range(M)))
-    np.testing.assert_allclose(full[0].arrays[0], core.gamma * (mix(core.W, XHAT) - XHAT)[0], atol=1e-15)
+    np.testing.assert_allclose(full[0].arrays[0], core.config.gamma * (mix(core.W, XHAT) - XHAT)[0], atol=1e-15)
 
 
 # ----------------------------------------------------------------------------------- topology requests
