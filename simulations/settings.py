@@ -552,7 +552,7 @@ def _check(cfg: ExperimentConfig) -> None:
         check_integer("client_seed", cfg.client_seed, 0)
     if cfg.client_timeout is not None and cfg.client_timeout != "auto":
         check_number("client_timeout", cfg.client_timeout, "'auto', a number of seconds > 0 (or None: no limit)",
-                lambda v: v > 0)
+                     lambda v: v > 0)
     check_number("synthetic_mean_samples", cfg.synthetic_mean_samples, "a finite number")
     for r, p in sorted(parse_failures(cfg.fail), key=lambda t: (t[0] or 0, t[1])):
         text = f"{'*' if r is None else r}:{p}"
