@@ -80,7 +80,8 @@ def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") ->
     return path
 
 
-def _slug(label: str) -> str:
+def slug(label: str) -> str:
+    """``label`` as a folder name: characters other than letters, digits, ``-``, ``_`` and ``.`` become ``_``."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
 
 
@@ -88,7 +89,7 @@ def entry_config(entry: RunEntry, base: dict[str, Any], overrides: dict[str, Any
     """The config of one comparison entry: ``base`` and the entry's overrides (labelled
     ``"preset"`` in the provenance), then the user's ``overrides`` (``"user"``)."""
     conf = merge_config(base, {"method": entry.method}, entry.overrides, overrides)
-    conf["out"] = str(Path(out_dir) / _slug(entry.label))
+    conf["out"] = str(Path(out_dir) / slug(entry.label))
     preset_keys = (set(base) | set(entry.overrides)) - set(overrides) - {"method", "params"}
     provenance: dict[str, Any] = {k: "preset" for k in preset_keys}
     preset_params = {**base.get("params", {}), **entry.overrides.get("params", {})}

@@ -8,9 +8,10 @@ import pickle
 import numpy as np
 import pytest
 
+from flwr_strategies.simulations import compare
 from flwr_strategies.simulations.compare import merge_config, run_entries
 from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
-from flwr_strategies.simulations.presets import get_preset
+from flwr_strategies.simulations.presets import PresetContext, get_preset
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,13 @@ def test_every_paper_scale_entry_builds_at_one_thirty_second(cifar10_dir):
         exp = get_experiment(ExperimentConfig.from_dict(conf))
         core = exp.spec.build_core(exp.server_setup(), dict(exp.params))
         assert abs(core.plan.ratio - 1 / 32) < 0.002, (entry.label, core.plan.ratio)
+
+
+@pytest.mark.parametrize("name", ["fedmud", "fedmud-code"])
+def test_mnist_presets_pass_the_backend_on(name, monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(compare, "run_entries", lambda entries, base, overrides, out, **kw: seen.append(overrides) or [])
+    monkeypatch.setenv("FEDMUD_PRESET_PARTS", "IID")
+    preset = get_preset(name)
+    preset.custom(PresetContext(preset, {"data_dir": "unused"}, tmp_path, backend="ray"))
+    assert [o["backend"] for o in seen] == ["ray"]

@@ -100,16 +100,19 @@ def speedup_table(results: list[dict], reference: str = "DFedAvg") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _overrides(ctx: PresetContext) -> dict:
+    """The user's overrides with the context's backend; ``--data-dir`` alone selects MNIST."""
+    overrides = {"backend": ctx.backend, **ctx.overrides}
+    if overrides.get("data_dir") and "dataset" not in overrides:
+        overrides["dataset"] = "mnist"
+    return overrides
+
+
 def _run(ctx: PresetContext) -> list[dict]:
     from flwr_strategies.simulations.compare import run_entries
 
-    overrides = dict(ctx.overrides)
-    if overrides.get("data_dir") and "dataset" not in overrides:
-        overrides["dataset"] = "mnist"
-    if ctx.backend:
-        overrides.setdefault("backend", ctx.backend)
     out = Path(ctx.out_dir)
-    results = run_entries(ctx.preset.entries, ctx.preset.base, overrides, out, target=TARGET, title="preset dfedcata")
+    results = run_entries(ctx.preset.entries, ctx.preset.base, _overrides(ctx), out, target=TARGET, title="preset dfedcata")
     table = speedup_table(results)
     write_text(out / "summary.md", (out / "summary.md").read_text() + "\n" + table)
     write_text(out / "speedup.json", json.dumps({"table": table}))
@@ -191,11 +194,7 @@ CODE_ENTRIES = [
 def _run_code(ctx: PresetContext) -> list[dict]:
     from flwr_strategies.simulations.compare import merge_config, run_entries
 
-    overrides = dict(ctx.overrides)
-    if overrides.get("data_dir") and "dataset" not in overrides:
-        overrides["dataset"] = "mnist"
-    if ctx.backend:
-        overrides.setdefault("backend", ctx.backend)
+    overrides = _overrides(ctx)
     conf = merge_config(ctx.preset.base, overrides)
     T, m = int(conf["rounds"]), int(conf["num_clients"])
     entries = []

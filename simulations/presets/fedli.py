@@ -78,7 +78,7 @@ def _final_train_loss(result: dict[str, Any]) -> float | None:
 
 def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     """Tuning sweep for the baselines, then the final comparison; writes summary.md and summary.json."""
-    from ..compare import _slug, merge_config, plot_accuracy
+    from ..compare import merge_config, plot_accuracy, slug
     from ..experiment import ExperimentConfig
     from ..results import write_json, write_text
     from ..runner import run_experiment
@@ -93,7 +93,7 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
 
     def run(label: str, method: str, overrides: dict[str, Any], rounds: int, sub: str) -> dict[str, Any]:
         conf = merge_config(base, {"method": method, "rounds": rounds}, overrides)
-        conf["out"] = str(out_dir / sub / _slug(label))
+        conf["out"] = str(out_dir / sub / slug(label))
         return run_experiment(ExperimentConfig.from_dict(conf), label=label)
 
     scores: dict[str, float] = {}

@@ -81,15 +81,22 @@ def _per_round_bytes(res: dict) -> tuple[float, float]:
     return (sum(r["bytes_up"] for r in rs) / len(rs), sum(r["bytes_down"] for r in rs) / len(rs))
 
 
+def _mnist_overrides(ctx: PresetContext) -> dict[str, Any]:
+    """The user's overrides, with the context's backend and the MNIST folder (``FEDMUD_MNIST_DIR``
+    unless ``--data-dir`` is given; one of them is required)."""
+    overrides = {"backend": ctx.backend, **ctx.overrides}
+    if DEFAULT_DATA_DIR:
+        overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
+    if not overrides.get("data_dir"):
+        raise ValueError(f"preset {ctx.preset.name} runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
+    return overrides
+
+
 def _run(ctx: PresetContext) -> dict:
     """Non-IID-1: every method; Non-IID-2 and IID: the CORE methods (time budget); ablations on
     Non-IID-1. ``FEDMUD_PRESET_PARTS`` (comma list of partition names and/or "ablations") runs a
     subset, e.g. in two processes; the tables are rendered from whatever results exist on disk."""
-    overrides = dict(ctx.overrides)
-    if DEFAULT_DATA_DIR:
-        overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
-    if not overrides.get("data_dir"):
-        raise ValueError("preset fedmud runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
+    overrides = _mnist_overrides(ctx)
     from flwr_strategies.simulations.compare import merge_config, run_entries
 
     out = Path(ctx.out_dir)
@@ -251,16 +258,10 @@ CODE_ENTRIES = [
 
 
 def _run_code(ctx: PresetContext) -> list[dict]:
-    overrides = dict(ctx.overrides)
-    if DEFAULT_DATA_DIR:
-        overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
-    if not overrides.get("data_dir"):
-        raise ValueError("preset fedmud-code runs on MNIST: pass --data-dir DIR (the idx files, e.g. ../shared/data/mnist)")
-    if ctx.backend:
-        overrides.setdefault("backend", ctx.backend)
     from flwr_strategies.simulations.compare import run_entries
 
-    return run_entries(ctx.preset.entries, ctx.preset.base, overrides, Path(ctx.out_dir), title="preset fedmud-code")
+    return run_entries(ctx.preset.entries, ctx.preset.base, _mnist_overrides(ctx), Path(ctx.out_dir),
+                       title="preset fedmud-code")
 
 
 register_preset(Preset(
