@@ -325,7 +325,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.preset:
         preset = get_preset(args.preset)
         out = Path(args.out or f"runs/{preset.name}")
-        res = run_preset(preset, overrides, out, overrides.get("backend", "inprocess"))
+        res = run_preset(preset, overrides, out)
     else:
         from flwr_strategies.registry import get_method
 

@@ -149,10 +149,10 @@ def run_entries(entries: list[RunEntry], base: dict[str, Any], overrides: dict[s
         return results
 
 
-def run_preset(preset: Preset, overrides: dict[str, Any], out_dir: Path, backend: str = "inprocess") -> Any:
+def run_preset(preset: Preset, overrides: dict[str, Any], out_dir: Path) -> Any:
     """Run ``preset`` (its custom runner when it has one, holding ``out_dir`` as
     :func:`run_entries` does)."""
     if preset.custom is not None:
         with OutputFolder(out_dir, overwrite=bool(overrides.get("overwrite", False))):
-            return preset.custom(PresetContext(preset, overrides, Path(out_dir), backend))
+            return preset.custom(PresetContext(preset, overrides, Path(out_dir)))
     return run_entries(preset.entries, preset.base, overrides, Path(out_dir), target=preset.target_accuracy, title=f"preset {preset.name}")

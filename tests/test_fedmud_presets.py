@@ -71,5 +71,5 @@ def test_mnist_presets_pass_the_backend_on(name, monkeypatch, tmp_path):
     monkeypatch.setattr(compare, "run_entries", lambda entries, base, overrides, out, **kw: seen.append(overrides) or [])
     monkeypatch.setenv("FEDMUD_PRESET_PARTS", "IID")
     preset = get_preset(name)
-    preset.custom(PresetContext(preset, {"data_dir": "unused"}, tmp_path, backend="ray"))
+    preset.custom(PresetContext(preset, {"data_dir": "unused", "backend": "ray"}, tmp_path))
     assert [o["backend"] for o in seen] == ["ray"]

@@ -38,12 +38,12 @@ class RunEntry:
 
 @dataclass
 class PresetContext:
-    """What a custom preset runner gets: the preset, user overrides and the output folder."""
+    """What a custom preset runner gets: the preset, user overrides (``backend`` among them) and the
+    output folder."""
 
     preset: "Preset"
     overrides: dict[str, Any]
     out_dir: Any
-    backend: str = "inprocess"
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,8 @@ def speedup_table(results: list[dict], reference: str = "DFedAvg") -> str:
 
 
 def _overrides(ctx: PresetContext) -> dict:
-    """The user's overrides with the context's backend; ``--data-dir`` alone selects MNIST."""
-    overrides = {"backend": ctx.backend, **ctx.overrides}
+    """The user's overrides; ``--data-dir`` alone selects MNIST."""
+    overrides = dict(ctx.overrides)
     if overrides.get("data_dir") and "dataset" not in overrides:
         overrides["dataset"] = "mnist"
     return overrides

@@ -42,6 +42,7 @@ BASE: dict[str, Any] = {
     "grad_clip": 1.0,  # every SGD client, as in the paper (App. C); FedLi-LS's Armijo clients never clip
     "rounds": 100,
     "seed": 0,
+    "backend": "inprocess",
 }
 TUNE_ROUNDS = 30
 _NO_CLIP = {"grad_clip": None}
@@ -84,7 +85,7 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
     from ..runner import run_experiment
 
     out_dir = Path(ctx.out_dir)
-    base = merge_config(BASE, ctx.preset.base, ctx.overrides, {"backend": ctx.backend, "progress": False})
+    base = merge_config(BASE, ctx.preset.base, ctx.overrides, {"progress": False})
     if base.get("dataset") == "mnist" and not base.get("data_dir"):
         base["dataset"] = "digits"  # no MNIST files given: fall back to the bundled digits
     tune_rounds = int(base.pop("tune_rounds", TUNE_ROUNDS))
@@ -226,15 +227,19 @@ def _select(entries: list[RunEntry], methods: Any) -> list[RunEntry]:
     return chosen
 
 
-def run_paper_preset(ctx: PresetContext) -> dict[str, Any]:
-    """Run the paper's CIFAR-10 setting (``methods`` override: a subset of the entries, by label or
-    method) and write summary.md with the paper's numbers beside ours."""
+def _run_selected(ctx: PresetContext) -> list[dict[str, Any]]:
+    """Run the preset's entries (``methods`` override: a subset, by label or method name)."""
     from ..compare import run_entries
 
     overrides = dict(ctx.overrides)
     entries = _select(ctx.preset.entries, overrides.pop("methods", None))
-    results = run_entries(entries, ctx.preset.base, {**overrides, "backend": ctx.backend}, Path(ctx.out_dir),
-                          title=f"preset {ctx.preset.name}")
+    return run_entries(entries, ctx.preset.base, overrides, Path(ctx.out_dir), title=f"preset {ctx.preset.name}")
+
+
+def run_paper_preset(ctx: PresetContext) -> dict[str, Any]:
+    """Run the paper's CIFAR-10 setting (``methods`` override: a subset of the entries, by label or
+    method) and write summary.md with the paper's numbers beside ours."""
+    results = _run_selected(ctx)
     lines = ["", "| method | final acc % | final train loss | paper acc % | paper train loss |", "|---|---|---|---|---|"]
     for r in results:
         acc, loss = PAPER_CIFAR10.get(r["label"], (None, None))
@@ -291,16 +296,6 @@ register_preset(
 )
 
 
-def _run_code_preset(ctx: PresetContext) -> Any:
-    """Run :func:`code_entries` (``methods`` override: a subset, by method name or label)."""
-    from ..compare import run_entries
-
-    overrides = dict(ctx.overrides)
-    entries = _select(ctx.preset.entries, overrides.pop("methods", None))
-    return run_entries(entries, ctx.preset.base, {**overrides, "backend": ctx.backend}, Path(ctx.out_dir),
-                       title=f"preset {ctx.preset.name}")
-
-
 register_preset(
     Preset(
         name="fedli-code",
@@ -308,7 +303,7 @@ register_preset(
                 "(digits, 20 clients, 30 rounds)",
         base={"dataset": "digits", "num_clients": 20, "rounds": 30, "partition": "dirichlet", "alpha": 0.5, "seed": 0},
         entries=code_entries,
-        custom=_run_code_preset,
+        custom=_run_selected,
     )
 )
 

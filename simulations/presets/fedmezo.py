@@ -104,7 +104,7 @@ def run_fedmezo_preset(ctx: PresetContext) -> dict[str, Any]:
             raise ValueError(f"preset fedmezo-paper needs --data-dir with the {conf['dataset']} json/jsonl file")
     results = []
     for e in ctx.preset.entries:
-        res = run_experiment(entry_config(e, ctx.preset.base, {"backend": ctx.backend, **ctx.overrides}, out), label=e.label)
+        res = run_experiment(entry_config(e, ctx.preset.base, ctx.overrides, out), label=e.label)
         ls = _losses(res)
         print(f"{e.label}: test loss {ls[0][1]:.3f} -> {ls[-1][1]:.3f} ({res['timing']['wall_s']:.0f} s)", flush=True)
         results.append(res)

@@ -82,9 +82,9 @@ def _per_round_bytes(res: dict) -> tuple[float, float]:
 
 
 def _mnist_overrides(ctx: PresetContext) -> dict[str, Any]:
-    """The user's overrides, with the context's backend and the MNIST folder (``FEDMUD_MNIST_DIR``
-    unless ``--data-dir`` is given; one of them is required)."""
-    overrides = {"backend": ctx.backend, **ctx.overrides}
+    """The user's overrides with the MNIST folder (``FEDMUD_MNIST_DIR`` unless ``--data-dir`` is given;
+    one of them is required)."""
+    overrides = dict(ctx.overrides)
     if DEFAULT_DATA_DIR:
         overrides.setdefault("data_dir", DEFAULT_DATA_DIR)
     if not overrides.get("data_dir"):
