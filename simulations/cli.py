@@ -77,15 +77,15 @@ def _flag(name: str) -> str:
     return flag_name(name)
 
 
-def _or_words(kind: type, words: tuple[str, ...]):
-    """argparse type: a ``kind`` value, or one of ``words`` (none/off: an optional setting switched
-    off; auto)."""
+def _setting_type(name: str):
+    """argparse type of setting ``name``: :func:`~flwr_strategies.simulations.settings.typed_value`."""
+    from .settings import FLOAT_SETTINGS, INT_SETTINGS, typed_value
 
     def parse(text: str) -> Any:
-        word = text.strip().lower()
-        return word if word in words else kind(text)
+        return typed_value(name, text, _flag(name))
 
-    parse.__name__ = kind.__name__  # argparse names the type in its error message
+    # argparse names the type in its error message
+    parse.__name__ = "int" if name in INT_SETTINGS else "float" if name in FLOAT_SETTINGS else "str"
     return parse
 
 
@@ -102,8 +102,6 @@ def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
 
 
 def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None) -> None:
-    from .settings import FLOAT_SETTINGS, INT_SETTINGS, NONE_WORDS, OPTIONAL
-
     table = {}
     try:
         table = _method_table(method)
@@ -112,16 +110,11 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
     title = f"experiment (defaults for {method}: value, source)" if method and table else "experiment"
     g = p.add_argument_group(title)
     for name in _FIELDS:
-        kind = int if name in INT_SETTINGS else float if name in FLOAT_SETTINGS else str
-        if name in OPTIONAL and kind is not str:
-            kind = _or_words(kind, NONE_WORDS)
-        if name in ("client_timeout", "lr"):
-            kind = _or_words(float, ("auto",))
         help_text = _HELP[name]
         if name in table:
             value, source = table[name]
             help_text += f" [{'default' if not method else method}: {value}, {source}]".replace("%", "%%")
-        kwargs: dict[str, Any] = {"type": kind, "help": help_text}
+        kwargs: dict[str, Any] = {"type": _setting_type(name), "help": help_text}
         if name == "backend":
             kwargs["choices"] = ("inprocess", "ray")
         g.add_argument(_flag(name), dest=name, **kwargs)

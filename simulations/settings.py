@@ -616,7 +616,7 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
         elif name == "fail":
             values["fail"] = [s.strip() for s in str(raw).split(",") if s.strip()]
         else:
-            values[name] = _typed(name, raw, key)
+            values[name] = typed_value(name, raw, f"run config '{key}'")
     sources = {name: "run config" for name in values if name in RESOLVED}
     if "params" in values:
         sources["params"] = {k: "run config" for k in values["params"]}
@@ -639,8 +639,9 @@ def parse_pairs(items: list[str], where: str, requirement: str) -> dict[str, str
     return out
 
 
-def _typed(name: str, raw: Any, key: str) -> Any:
-    """``raw`` as the type of setting ``name`` (ints stay ints, "none" switches an optional off)."""
+def typed_value(name: str, raw: Any, where: str) -> Any:
+    """``raw`` as the type of setting ``name`` (ints stay ints, "none" switches an optional off, ``lr`` and
+    ``client_timeout`` may be "auto"); a value that is not raises :class:`SettingError` naming ``where``."""
     if isinstance(raw, str) and name in OPTIONAL and raw.strip().lower() in NONE_WORDS:
         return raw.strip().lower()
     try:
@@ -660,7 +661,7 @@ def _typed(name: str, raw: Any, key: str) -> Any:
             return float(raw)
     except ValueError:
         kind = "an integer" if name in INT_SETTINGS else "a number"
-        raise SettingError(f"run config '{key}'", raw, kind) from None
+        raise SettingError(where, raw, kind) from None
     return str(raw)
 
 
