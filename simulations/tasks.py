@@ -35,7 +35,6 @@ TASK_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
 class Task(Protocol):
     """What the runner needs from a workload."""
 
-    datasets: tuple[str, ...]
     notes: list[str]
 
     def model_fn(self) -> torch.nn.Module: ...
@@ -73,10 +72,6 @@ def build_task(name: str, cfg: Any) -> Task:
 class ClassificationTask:
     """Image/tabular classification: a :class:`DatasetBundle` split over clients by a partitioner."""
 
-    datasets = DATASETS
-    partitions = PARTITIONS
-    models = MODELS
-
     def __init__(self, cfg: Any) -> None:
         import torch
 
@@ -89,7 +84,6 @@ class ClassificationTask:
                                    partition=cfg.partition, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
                                    download=getattr(cfg, "download", False))
         kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
-        self.partition_kind = kind
         labels = self.bundle.train.y.cpu().numpy()
         if self.bundle.partitions is not None:  # partitioned by the loader (Flower Datasets' partitioners)
             self.parts = self.bundle.partitions

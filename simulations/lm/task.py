@@ -107,8 +107,6 @@ class LMSettings:
 
 
 class CausalLMTask:
-    datasets = LM_DATASETS
-
     def __init__(self, cfg: Any) -> None:
         params = resolve_params(get_method(cfg.method), cfg.params)
         self.settings = s = LMSettings.from_params(params, cfg.model)
