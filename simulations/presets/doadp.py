@@ -64,18 +64,18 @@ def _floats(value, default):
     return [float(v) for v in str(value).split(",") if v.strip()]
 
 
+#: The scale knobs with a number (``params``) and their defaults at reduced scale; the value given is cast to
+#: the default's type.
+KNOBS = {"T_A": 3000, "q_A": 1000, "d_A": 50, "eps_A": 0.5, "alpha_A": 0.01, "b_A": 8, "delta0_A": 1e-8,
+         "T_B": 200, "b_B": 32, "alpha_B": 0.05, "seeds": 1, "flower_rounds": 100}
+
+
 def _defaults(over: dict) -> dict:
     p = dict(over.get("params") or {})
-    return {
-        "T_A": int(p.get("T_A", 3000)), "q_A": int(p.get("q_A", 1000)), "d_A": int(p.get("d_A", 50)),
-        "eps_A": float(p.get("eps_A", 0.5)), "alpha_A": float(p.get("alpha_A", 0.01)), "b_A": int(p.get("b_A", 8)),
-        "delta0_A": float(p.get("delta0_A", 1e-8)),
-        "T_B": int(p.get("T_B", 200)), "b_B": int(p.get("b_B", 32)), "alpha_B": float(p.get("alpha_B", 0.05)),
-        "eps_B": _floats(p.get("eps_B"), [1.0]), "seeds": int(p.get("seeds", 1)),
-        "flower_rounds": int(p.get("flower_rounds", 100)), "max_train": p.get("max_train"),
-        "data_dir": over.get("data_dir"), "seed": int(over.get("seed", 0) or 0),
-        "device": str(over.get("device") or "cpu"), "parts": str(p.get("parts", "ABCD")).upper(),
-    }
+    return {**{k: type(v)(p.get(k, v)) for k, v in KNOBS.items()},
+            "eps_B": _floats(p.get("eps_B"), [1.0]), "max_train": p.get("max_train"),
+            "data_dir": over.get("data_dir"), "seed": int(over.get("seed", 0) or 0),
+            "device": str(over.get("device") or "cpu"), "parts": str(p.get("parts", "ABCD")).upper()}
 
 
 def client_seeds(run: int, n: int = N_AGENTS) -> list[int]:
@@ -486,14 +486,8 @@ def run(ctx: PresetContext) -> dict:
 def run_paper(ctx: PresetContext) -> dict:
     """Table II at the paper's scale (see the module docstring)."""
     warnings.simplefilter("ignore")
-    over = dict(ctx.overrides)
-    p = dict(over.get("params") or {})
-    p.setdefault("T_B", 2000)
-    p.setdefault("b_B", 32)
-    p.setdefault("alpha_B", 0.01)
-    p.setdefault("eps_B", "1.0,0.9,0.8")
-    over["params"] = p
-    cfg = _defaults(over)
+    paper = {"T_B": 2000, "b_B": 32, "alpha_B": 0.01, "eps_B": "1.0,0.9,0.8"}
+    cfg = _defaults({**ctx.overrides, "params": {**paper, **(ctx.overrides.get("params") or {})}})
     if not cfg["data_dir"]:
         raise SystemExit("doadp-paper needs --data-dir with MNIST's idx files (train-* and t10k-*)")
     out = Path(ctx.out_dir)
