@@ -42,7 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from . import ROOT, child_env, options, proc_kib, rss_kib, run_child, write_out  # noqa: E402
+from . import ROOT, child_env, options, proc_kib, rss_kib, run_child, timed, write_out  # noqa: E402
 OFFICIAL_REFERENCE_S = 2.41  # issue 15: official code, MNIST MLP, 20 clients, 1 epoch, batch 32, median s/round
 
 
@@ -167,9 +167,8 @@ def _time_run(cfg) -> dict:
     from flwr_strategies.simulations.runner import run_experiment
 
     get_experiment(cfg)  # data, partition and model built before the clock starts
-    w0, c0 = time.perf_counter(), time.process_time()
-    res = run_experiment(cfg)
-    return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0,
+    res, wall, cpu = timed(lambda: run_experiment(cfg))
+    return {"wall_s": wall, "cpu_s": cpu,
             "final_accuracy": res["summary"]["final_accuracy"],
             "evaluations": sum(1 for r in res["rounds"] if r.get("accuracy") is not None)}
 
@@ -216,13 +215,12 @@ def official_child(args: argparse.Namespace) -> dict:
     server = DFedCata(device=torch.device("cpu"), model_func=model_func, init_model=init,
                       init_par_list=get_mdl_params(init), datasets=data, method="DFedCata", args=official_args)
     server._save_results_ = lambda: None
-    w0, c0 = time.perf_counter(), time.process_time()
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        server.train()
-    return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0,
+        _, wall, cpu = timed(server.train)
+    return {"wall_s": wall, "cpu_s": cpu,
             "median_round_s": float(np.median(server.time)), "best_accuracy": float(np.max(server.test_perf[:, 1]))}
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 import torch
@@ -35,13 +34,12 @@ from ..experiment import ExperimentConfig, get_experiment
 from . import max_diff, options, timed, write_out
 
 
-def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[float]]:
-    """FedAvg as a plain PyTorch loop (no Flower): returns final weights, wall time, accuracies.
+def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list[float]]:
+    """FedAvg as a plain PyTorch loop (no Flower): returns final weights and accuracies.
     The average is the library's NumPy one (:func:`~flwr_strategies.core.aggregation.fedavg_average`,
     each client's model added in partition order as soon as it is trained)."""
     exp = get_experiment(cfg)
     torch.set_num_threads(max(1, cfg.client_threads))
-    t0 = time.perf_counter()
     global_w = [a.copy() for a in exp.initial_parameters]
     accs = [exp.evaluate_fn(0, global_w, {})[1]["accuracy"]]
     data = {pid: exp.task.client_data(pid)[0] for pid in range(cfg.num_clients)}
@@ -57,7 +55,7 @@ def plain_loop(cfg: ExperimentConfig) -> tuple[list[np.ndarray], float, list[flo
 
             global_w = fedavg_average(local_models(), [len(data[pid]) for pid in range(cfg.num_clients)])
             accs.append(exp.evaluate_fn(rnd, global_w, {})[1]["accuracy"])
-    return global_w, time.perf_counter() - t0, accs
+    return global_w, accs
 
 
 def message_api_inprocess(cfg: ExperimentConfig) -> tuple[list[np.ndarray], list[float]]:
@@ -106,7 +104,7 @@ def main(argv: list[str]) -> int:
         runs["b"].append(timed(lambda: run_inprocess(cfg)[0]))
         runs["b2"].append(timed(lambda: message_api_inprocess(cfg)))
     best = {k: (v[-1][0], min(r[1] for r in v), min(r[2] for r in v)) for k, v in runs.items()}
-    (floor_w, _, floor_acc), floor_s, floor_cpu = best["a"]
+    (floor_w, floor_acc), floor_s, floor_cpu = best["a"]
     outcome_b, b_s, b_cpu = best["b"]
     (final_b2, acc_b2), b2_s, b2_cpu = best["b2"]
     rows = [
