@@ -39,15 +39,6 @@ class _Progress:
             self.bar.close()
 
 
-def prepare_out(cfg: ExperimentConfig) -> OutputFolder | None:
-    """Create and hold ``cfg.out`` (:class:`~.results.OutputFolder`) now, so a bad ``--out``, one
-    another run is writing to, or one holding another run's results (without ``overwrite``) fails
-    before training rather than losing results after it. The caller releases it."""
-    if not cfg.out:
-        return None
-    return OutputFolder(cfg.out, overwrite=cfg.overwrite)
-
-
 def check_faults_can_fire(exp) -> None:
     """Raise :class:`~flwr_strategies.setup.SettingError` (``--fail``) for an injected failure
     that the run's sampling would never trigger: ``ROUND:PARTITION`` when the partition is not
@@ -93,7 +84,8 @@ def run_experiment(cfg: ExperimentConfig, *, label: str | None = None, target: f
     cannot write there meanwhile) and that held no other run's results unless ``cfg.overwrite``.
     """
     cfg = cfg.validate()  # resolved
-    out = prepare_out(cfg)
+    # held now: a bad --out, or one another run holds, fails before training rather than losing results after it
+    out = OutputFolder(cfg.out, overwrite=cfg.overwrite) if cfg.out else None
     try:
         return _run(cfg, out, label, target, verbose)
     finally:
