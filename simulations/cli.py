@@ -392,7 +392,8 @@ def format_error(err: BaseException) -> str:
 
     entry = getattr(err, "entry", None)
     if entry is not None:
-        return f"compare entry '{entry}': " + format_error(_without_entry(err))
+        err.entry = None
+        return f"compare entry '{entry}': " + format_error(err)
     if isinstance(err, SettingError):
         name = err.name
         if name.startswith("run config"):
@@ -410,11 +411,6 @@ def format_error(err: BaseException) -> str:
     if isinstance(err, KeyError) and err.args:
         return str(err.args[0])
     return str(err)
-
-
-def _without_entry(err: BaseException) -> BaseException:
-    err.entry = None
-    return err
 
 
 def main(argv: list[str] | None = None) -> int:

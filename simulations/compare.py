@@ -44,7 +44,8 @@ def markdown_table(results: list[dict[str, Any]], target: float | None) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         if "summary" not in r:  # the run raised
-            row = [r["label"], f"**failed**: {_cell(r['status'])}"] + [""] * (len(head) - 2)
+            cell = str(r["status"]).replace("|", "/").replace("\n", " ")[:300]  # fits in one table cell
+            row = [r["label"], f"**failed**: {cell}"] + [""] * (len(head) - 2)
             lines.append("| " + " | ".join(row) + " |")
             continue
         s = r["summary"]
@@ -59,10 +60,6 @@ def markdown_table(results: list[dict[str, Any]], target: float | None) -> str:
         row += [_fmt_bytes(s["bytes_up_per_round"]), _fmt_bytes(s["bytes_down_per_round"]), str(s["failures"]), f"{r['timing']['wall_s']:.1f}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "/").replace("\n", " ")[:300]
 
 
 def plot_accuracy(results: list[dict[str, Any]], path: Path, title: str = "") -> Path:

@@ -151,23 +151,18 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, offset=4 + 4 * ndim).reshape(shape)
 
 
-def _first_non_integer(values: np.ndarray) -> tuple[int, float]:
-    """Index and value of the first entry of a floating array that is not a whole number."""
-    flat = values.reshape(-1)
-    bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.round(flat)))
-    i = int(bad[0]) if bad.size else 0
-    return i, float(flat[i])
-
-
 def check_labels(path: Path, labels: np.ndarray, num_classes: int) -> np.ndarray:
     """``labels`` as int64 after checking they are integers in ``0..num_classes-1``; raises
     :class:`DataFileError` naming ``path`` and the first bad value (a float label is never
     truncated, a NaN never becomes a huge negative integer)."""
     if labels.dtype.kind not in "iu":
         kind = labels.dtype.name
-        if labels.dtype.kind == "f" and labels.size:
-            i, v = _first_non_integer(labels)
-            raise DataFileError(f"{path}: labels must be integers, the file holds {kind} values (label {v} at index {i})")
+        if labels.dtype.kind == "f" and labels.size:  # name the first label that is not a whole number
+            flat = labels.reshape(-1)
+            bad = np.flatnonzero(~np.isfinite(flat) | (flat != np.round(flat)))
+            i = int(bad[0]) if bad.size else 0
+            raise DataFileError(f"{path}: labels must be integers, the file holds {kind} values (label {float(flat[i])} "
+                                f"at index {i})")
         raise DataFileError(f"{path}: labels must be integers, the file holds {kind} values")
     bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
     if bad.size:
