@@ -62,11 +62,10 @@ def dirichlet_client_prior(labels: np.ndarray, num_clients: int, alpha: float, r
             prior[i, rng.choice(n_cls, classes_per_client, replace=False)] = 1.0 / classes_per_client
     else:
         prior = rng.dirichlet(np.full(n_cls, alpha), size=num_clients)
-    quota = np.full(num_clients, len(labels) // num_clients)
+    remaining = np.full(num_clients, len(labels) // num_clients)  # equal sizes
     left = np.array([len(p) for p in pools])
     taken = np.zeros(n_cls, dtype=int)
     out: list[list[int]] = [[] for _ in range(num_clients)]
-    remaining = quota.copy()
     while remaining.sum() > 0:
         i = int(rng.choice(np.flatnonzero(remaining > 0)))
         p = prior[i] * (left > 0) if not refill else prior[i]

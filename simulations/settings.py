@@ -19,7 +19,7 @@ The resolved config keeps, in ``provenance``, the value and source of every sett
 method hyperparameter under ``provenance["params"]``); ``results.json`` and
 ``python -m simulations defaults METHOD`` show them.
 
-Two rules make the defaults behave as a user expects:
+Three rules make the defaults behave as a user expects:
 
 - ``local_epochs`` and ``local_steps`` are one choice (the local work budget): if the caller sets
   either, the method's defaults for both are ignored.
