@@ -103,18 +103,14 @@ def run_fedli_preset(ctx: PresetContext) -> dict[str, Any]:
         best, best_score = grid[0], math.inf
         for ov in grid:
             key = f"{name} {json.dumps(ov, sort_keys=True)}"
-            if key in scores:  # already run in an earlier stage of this method's sweep
-                score = scores[key]
-                if score < best_score:
-                    best, best_score = ov, score
-                continue
-            res = run(key, method, ov, tune_rounds, "tuning")
-            score = scores[key] = _score(res)
-            sweep.append({"method": name, "setting": ov, "score_train_loss": score,
-                          "final_accuracy": res["summary"]["final_accuracy"], "wall_s": res["timing"]["wall_s"]})
-            print(f"[tune] {name} {ov}: train loss {score:.4f}, acc {res['summary']['final_accuracy']:.4f}", flush=True)
-            if score < best_score:
-                best, best_score = ov, score
+            if key not in scores:  # else already run in an earlier stage of this method's sweep
+                res = run(key, method, ov, tune_rounds, "tuning")
+                score = scores[key] = _score(res)
+                sweep.append({"method": name, "setting": ov, "score_train_loss": score,
+                              "final_accuracy": res["summary"]["final_accuracy"], "wall_s": res["timing"]["wall_s"]})
+                print(f"[tune] {name} {ov}: train loss {score:.4f}, acc {res['summary']['final_accuracy']:.4f}", flush=True)
+            if scores[key] < best_score:
+                best, best_score = ov, scores[key]
         return best
 
     chosen: dict[str, dict[str, Any]] = {}
