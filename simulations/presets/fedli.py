@@ -64,10 +64,8 @@ ENTRIES = [
 def _score(result: dict[str, Any], last: int = 10) -> float:
     losses = [r.get("fit_train_loss") for r in result["rounds"] if r["round"] > 0][-last:]
     vals = [float(v) for v in losses if v is not None]
-    if not vals or not all(math.isfinite(v) for v in vals):
-        return math.inf
     acc = result["summary"]["final_accuracy"]
-    if acc is None or not math.isfinite(acc):
+    if acc is None or not vals or not all(math.isfinite(v) for v in [*vals, acc]):
         return math.inf
     return sum(vals) / len(vals)
 
