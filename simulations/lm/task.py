@@ -172,8 +172,7 @@ class CausalLMTask:
             base = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             base.load_state_dict(sd)
             base.to(self.base_dtype)
-            model = apply_lora(base, r=self.lora["r"], alpha=self.lora["alpha"], dropout=self.lora["dropout"],
-                               targets=self.lora["targets"])
+            model = apply_lora(base, **self.lora)
         cast_adapters(model, self.adapter_dtype)  # frozen base in base_dtype, adapters in adapter_dtype
         return model.to(self.device)
 
