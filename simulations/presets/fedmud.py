@@ -231,8 +231,23 @@ register_preset(Preset(
 # code's FMNIST model), 30 rounds instead of the code's 100. One setting is not the code's: the code weights
 # the average by each client's number of batches (``train/client.py`` returns ``len(trainloader)``); here by
 # its number of examples, which differs only through the last partial batch.
-CODE_BASE: dict[str, Any] = {**PAPER_SCALE_BASE, "dataset": "mnist", "model": "cnn_mnist", "rounds": 30,
-                              "local_steps": "none", "lr_decay": 1.0, "grad_clip": "none"}
+CODE_BASE: dict[str, Any] = {
+    "dataset": "mnist",
+    "model": "cnn_mnist",
+    "num_clients": 100,
+    "fraction_fit": 0.1,
+    "rounds": 30,
+    "local_epochs": 3,
+    "local_steps": "none",
+    "batch_size": 64,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "lr_decay": 1.0,
+    "grad_clip": "none",
+    "partition": "dirichlet-class",
+    "alpha": 0.3,
+    "seed": 0,
+}
 CODE_OPTIONS: dict[str, Any] = {"decomp": "kron", "pattern": "aad", "reset_interval": 1, "target_ratio": 1 / 32,
                                 "fallback_ratio": None, "init_scale": 5.0, "init_dist": "uniform", "skip_first": 1,
                                 "skip_last": 1, "base_init": "normal", "base_std": 0.01, "strict_ratio": False}
