@@ -120,7 +120,7 @@ def _mnist_line() -> str:
 #: so that with the README's `-n 4 --dist loadfile` (one file per worker at a time) the workers start them
 #: together and fill the rest of their time with the short files, instead of ending the run on them.
 SLOWEST_FIRST = ("test_resume_deployment.py", "test_resume_serverapp_killed.py", "test_deployment_faults.py", "test_privacy_doadp_deployment.py",
-                 "test_deployment.py", "test_privacy_doadp_accountant.py", "test_flower_quickstart_dropin.py",
+                 "test_privacy_doadp_accountant.py", "test_flower_quickstart_dropin.py",
                  "test_packaging.py", "test_paper_apps.py", "test_foundation_runs.py", "test_defaults_learn.py",
                  "test_dropin_apps.py", "test_ray_backend.py", "test_regen.py", "test_dfedcata_e2e.py",
                  "test_run_status_flwr.py", "test_reply_names_and_weight_cap.py")
