@@ -298,7 +298,8 @@ def private_eval_allowed(state=None, node_config=None) -> bool:
 
 
 def _own_settings(state, node_config, client_seed: int | None, budget: ClientBudget | None,
-                  allow_private_eval: bool | None, private: bool = True) -> tuple[int | None, ClientBudget | None, bool]:
+                  allow_private_eval: bool | None, private: bool = True) -> tuple[int | None, ClientBudget | None,
+                                                                                  bool]:
     """The node's own ``(checked client seed, budget, consent)``, in that order: each given value, else the
     node's (``node_config``, then ``state``); no budget unless ``private``."""
     seed = check_client_seed(client_seed_of(state, node_config) if client_seed is None else client_seed)

@@ -244,15 +244,9 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
         self.init_ledger()
-        c, T = self.config, self.num_rounds
-        self.sigma = self.calibrated_sigma(c.p_s, self.d, allow_low_p=True)
-        self.planned_epsilon = self.mechanism().epsilon(T, c.delta)
-        if self.planned_epsilon > c.epsilon * (1 + 1e-9):
-            raise ValueError(
-                f"DP-DDA: sigma={self.sigma:.6g} gives epsilon={self.planned_epsilon:.4g} at delta={c.delta:g} over "
-                f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g} (the Theorem 1 chain "
-                f"credits p_s^2 with p_s={c.p_s:g}, which is not certifiable); use calibration='accountant'"
-            )
+        c = self.config
+        self.calibrate(c.p_s, self.d, "DP-DDA: sigma={:.6g}", f" (the Theorem 1 chain credits p_s^2 with "
+                       f"p_s={c.p_s:g}, which is not certifiable); use calibration='accountant'", allow_low_p=True)
         if c.beta0 is None:
             self.beta0 = self.sigma * math.sqrt(self.d) / c.step_noise_norm
             self.beta0_rule = (f"auto: sigma {self.sigma:.6g} * sqrt(d {self.d}) / step_noise_norm "

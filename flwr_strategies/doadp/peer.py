@@ -343,17 +343,27 @@ class GaussianLedger:
     (:meth:`step_counts`).
     """
 
-    def calibrated_sigma(self, p: float, k: int, **theorem1: Any) -> float:
-        """The noise std: ``config.sigma`` when given, else calibrated for ``num_rounds`` by the
-        accountant (``calibration="accountant"``) or by Theorem 1's chain for activation ``p`` and
-        ``k`` of ``d`` coordinates (``theorem1``: further :func:`doadp_sigma` keywords)."""
+    def calibrate(self, p: float, k: int, refused: str, why: str, **theorem1: Any) -> float:
+        """Set and return the noise std ``sigma``: ``config.sigma`` when given, else calibrated for
+        ``num_rounds`` by the accountant (``calibration="accountant"``) or by Theorem 1's chain for
+        activation ``p`` and ``k`` of ``d`` coordinates (``theorem1``: further :func:`doadp_sigma`
+        keywords). ``planned_epsilon`` is what the standard accountant certifies for it over
+        ``num_rounds``; above the target epsilon the core is refused (the message starts with
+        ``refused``, whose ``{}`` is sigma, and ends with ``why``)."""
         c, T = self.config, self.num_rounds
         if c.sigma is not None:
-            return float(c.sigma)
-        if c.calibration == "accountant":
-            return float(calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling))
-        return float(doadp_sigma(c.epsilon, c.delta0, T, p, k, self.d, self.q, c.clip, batch_size=self.batch_size,
-                                 **theorem1))
+            self.sigma = float(c.sigma)
+        elif c.calibration == "accountant":
+            self.sigma = float(calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling))
+        else:
+            self.sigma = float(doadp_sigma(c.epsilon, c.delta0, T, p, k, self.d, self.q, c.clip,
+                                           batch_size=self.batch_size, **theorem1))
+        self.planned_epsilon = self.mechanism().epsilon(T, c.delta)
+        if self.planned_epsilon > c.epsilon * (1 + 1e-9):
+            raise ValueError(f"{refused.format(self.sigma)} gives epsilon={self.planned_epsilon:.4g} at "
+                             f"delta={c.delta:g} over {T} rounds by a standard accountant, above the target "
+                             f"epsilon={c.epsilon:g}{why}")
+        return self.sigma
 
     def init_ledger(self) -> None:
         self.past: list[dict[str, Any]] = []  # earlier segments: sigma, clip, batch_size, sampling, rounds, steps

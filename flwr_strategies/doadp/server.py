@@ -131,20 +131,12 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         return self.active_steps
 
     def _calibrate(self) -> float:
-        c, T = self.config, self.num_rounds
-        self.sigma = sigma = self.calibrated_sigma(c.p, self.k, clip_mode=c.clip_mode, mode="paper",
-                                                   allow_low_p=c.allow_low_p)
-        certified = self.mechanism().epsilon(T, c.delta)
-        if certified > c.epsilon * (1 + 1e-9):
-            source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"
-            raise ValueError(
-                f"DO-ADP: {source} ({sigma:.6g}) gives epsilon={certified:.4g} at delta={c.delta:g} over "
-                f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g}. Theorem 1 credits "
-                f"p^2 (p={c.p:g}) and k/d (k_frac={c.k_frac:g}), which no standard accountant certifies; use "
-                "calibration='accountant' or a larger epsilon"
-            )
-        self.planned_epsilon = certified
-        return float(sigma)
+        c = self.config
+        source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"
+        return self.calibrate(c.p, self.k, f"DO-ADP: {source} ({{:.6g}})",
+                              f". Theorem 1 credits p^2 (p={c.p:g}) and k/d (k_frac={c.k_frac:g}), which no standard "
+                              "accountant certifies; use calibration='accountant' or a larger epsilon",
+                              clip_mode=c.clip_mode, mode="paper", allow_low_p=c.allow_low_p)
 
     def _auto_alpha(self) -> None:
         """``alpha = step_noise_norm / (sigma sqrt(d))``: the step whose noise norm is the target."""
