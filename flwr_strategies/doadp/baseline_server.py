@@ -31,8 +31,6 @@ __all__ = ["DPDOServer", "DPDDAServer", "CPGTServer"]
 class _BaselineServer(PublicTableCore):
     method = "baseline"
     config_cls: type = DPDOConfig
-    #: arrays of one agent's message in a reply
-    message_arrays = 1
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config=None, lr_decay: float = 1.0, **kwargs: Any) -> None:
@@ -50,7 +48,7 @@ class _BaselineServer(PublicTableCore):
                 "bl_sampling": "uniform"}
 
     def _dense(self, server_round: int, reply: Reply) -> np.ndarray:
-        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
+        arrays, _ = self.split_report(server_round, reply)
         if len(arrays) != 1 or arrays[0].shape != (self.d,) or arrays[0].dtype.kind != "f":
             got = [(str(a.dtype), a.shape) for a in arrays]
             raise ReplyError(f"partition {reply.partition_id}: expected one float vector of length {self.d}, got {got}")
@@ -58,24 +56,6 @@ class _BaselineServer(PublicTableCore):
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._dense(server_round, reply)
-
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """Fold the round's checked replies into the method's tables; returns the method's metrics."""
-        raise NotImplementedError
-
-    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
-        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
-        raise NotImplementedError
-
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
-        metrics = self.apply(server_round, replies)
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
-        if self.should_evaluate(server_round):
-            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
-        return metrics
 
 
 class _LaplaceServer(_BaselineServer):
@@ -189,7 +169,7 @@ class DPDOServer(_LaplaceServer):
         return [Instruction(pid, [Z[pid]] if self.started[pid] else [self.x0],
                             {**cfg, "bl_init": int(not self.started[pid])}, model_layout=False) for pid in partition_ids]
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         for pid, y in rows.items():
             self.Y[pid] = y
@@ -272,7 +252,7 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         return [Instruction(pid, [M[pid]] + self.start_arrays(pid), {**cfg, "bl_init": int(not self.started[pid])},
                             model_layout=False) for pid in partition_ids]
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         sampled = [r.partition_id for r in replies if int(r.metrics.get("dpdda_sampled", 0))]
         for pid, z in rows.items():
@@ -363,7 +343,7 @@ class CPGTServer(_LaplaceServer):
         return out
 
     def _messages(self, server_round: int, reply: Reply):
-        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
+        arrays, _ = self.split_report(server_round, reply)
         if len(arrays) != 4:
             raise ReplyError(f"partition {reply.partition_id}: expected 4 arrays (idx_x, val_x, idx_y, val_y), "
                              f"got {len(arrays)}")
@@ -378,7 +358,7 @@ class CPGTServer(_LaplaceServer):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._messages(server_round, reply)
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         if replies:  # a round with no valid reply leaves every table as it was
             self._absorb(server_round, replies)
         return {"broadcasts": len(replies),

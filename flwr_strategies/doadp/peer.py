@@ -96,6 +96,8 @@ class PublicTableCore(DecentralizedCore):
 
     #: True for the private methods (D-mSGD is not)
     private = True
+    #: arrays of one agent's message in a reply
+    message_arrays = 1
     federated_evaluation_allowed = False
     graph_defaults = {"topology": "circulant", "neighbours": 7, "client_eval_every": 0}
 
@@ -212,14 +214,11 @@ class PublicTableCore(DecentralizedCore):
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)  # each method's own message (active / inactive / with private model): check_reply
 
-    def split_report(self, server_round: int, reply: Reply, message_arrays: int | tuple[int, ...]
-                     ) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def split_report(self, server_round: int, reply: Reply) -> tuple[list[np.ndarray], np.ndarray | None]:
         """``(message arrays, private model or None)``. In a report round an agent that consents sends
-        its private model after its message (``message_arrays`` arrays: one count, or the counts a
-        message may have); its shape is checked."""
+        its private model after its message (:attr:`message_arrays` arrays); its shape is checked."""
         arrays = list(reply.arrays)
-        counts = (message_arrays,) if isinstance(message_arrays, int) else tuple(message_arrays)
-        if not self.report_round(server_round) or len(arrays) - 1 not in counts:
+        if not self.report_round(server_round) or len(arrays) - 1 != self.message_arrays:
             return arrays, None
         x = arrays[-1]
         if x.dtype.kind != "f" or x.shape != (self.d,):
@@ -257,7 +256,26 @@ class PublicTableCore(DecentralizedCore):
                     name, low.partition_id, q, self.q, q)
         return q
 
-    def commit_reports(self, server_round: int, replies: list[Reply], message_arrays: int | tuple[int, ...]) -> None:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
+        """Fold the round's checked replies into the method's tables (its agents ran on ``q`` records,
+        :meth:`dataset_size_of`); returns the method's metrics."""
+        raise NotImplementedError
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
+        raise NotImplementedError
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
+        metrics = self.apply(server_round, replies, q)
+        self.q_ran = q
+        self.commit_reports(server_round, replies)
+        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
+        if self.private and self.should_evaluate(server_round):
+            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
+        return metrics
+
+    def commit_reports(self, server_round: int, replies: list[Reply]) -> None:
         """Mark the agents as started and store the private models of a report round (commit phase)."""
         report = self.report_round(server_round)
         if report:
@@ -265,7 +283,7 @@ class PublicTableCore(DecentralizedCore):
         for r in replies:
             self.started[r.partition_id] = True
             if report:
-                _, x = self.split_report(server_round, r, message_arrays)
+                _, x = self.split_report(server_round, r)
                 if x is not None:
                     self.private_models[r.partition_id] = x
                     self.reported[r.partition_id] = True
