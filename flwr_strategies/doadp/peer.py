@@ -84,11 +84,10 @@ class PublicTableCore(DecentralizedCore):
         (:func:`flwr_strategies.doadp.config.auto_step`).
     batch_size : int (default: 32)
         Records per step, in [1, q].
-    eval_every : int (default: 1)
-        Central evaluation period, >= 1 (round 0 and the last round are always evaluated).
-    evaluate_private : bool (default: False)
-        Ask for the agents' private models in evaluation rounds (simulation only; outside the
-        guarantee; each agent must consent).
+    config : dataclass (default: ``config_cls()``)
+        The method's settings. Its ``eval_every`` is the central evaluation period (>= 1; round 0 and
+        the last round are always evaluated); its ``evaluate_private`` asks for the agents' private
+        models in evaluation rounds (simulation only; outside the guarantee; each agent must consent).
     graph, topology, seed, on_train_config, fraction_train, min_train
         As :class:`~flwr_strategies.decentralized.server.DecentralizedCore` (default graph: the
         paper's circulant with ``neighbours=7``). The graph must be fixed and undirected.
@@ -100,6 +99,8 @@ class PublicTableCore(DecentralizedCore):
     message_arrays = 1
     federated_evaluation_allowed = False
     graph_defaults = {"topology": "circulant", "neighbours": 7, "client_eval_every": 0}
+    #: the method's config dataclass (its defaults when no config is given)
+    config_cls: type
 
     def __init__(
         self,
@@ -110,10 +111,10 @@ class PublicTableCore(DecentralizedCore):
         dataset_size: int,
         alpha: float = 0.01,
         batch_size: int = 32,
-        eval_every: int = 1,
-        evaluate_private: bool = False,
+        config: Any = None,
         **kwargs: Any,
     ) -> None:
+        self.config = config if config is not None else self.config_cls()
         super().__init__(initial_arrays, num_partitions=num_partitions, **kwargs)
         name = type(self).__name__
         bad = [j for j, a in enumerate(self.initial_arrays) if a.dtype.kind != "f"]
@@ -123,7 +124,7 @@ class PublicTableCore(DecentralizedCore):
                 f"counters); arrays {bad} are {[str(self.initial_arrays[j].dtype) for j in bad]}"
             )
         self.num_rounds = _check_int(num_rounds, "num_rounds")
-        self.eval_every = _check_int(eval_every, "eval_every")
+        self.eval_every = _check_int(self.config.eval_every, "eval_every")
         if alpha != "auto" and not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
                                     and math.isfinite(alpha) and alpha > 0):
             raise ValueError(f"alpha must be positive and finite or 'auto', got alpha={alpha!r}")
@@ -132,7 +133,7 @@ class PublicTableCore(DecentralizedCore):
         if self.batch_size > self.q:
             raise ValueError(f"batch_size={self.batch_size} exceeds the local dataset size q={self.q}")
         self.alpha = None if alpha == "auto" else float(alpha)  # "auto": the subclass's rule sets it
-        self.evaluate_private = bool(evaluate_private)
+        self.evaluate_private = bool(self.config.evaluate_private)
         self._check_graph()
         self.n = int(self.num_partitions)
         self.x0 = self.layout.flatten(self.initial_arrays, dtype=np.float64)

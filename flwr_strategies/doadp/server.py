@@ -93,15 +93,13 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     """
 
     message_arrays = 2  # [indices, values]
+    config_cls = DOADPConfig
 
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config: DOADPConfig | None = None, lr_decay: float = 1.0,
                  accountant: Any = None, **kwargs: Any) -> None:
-        config = config if config is not None else DOADPConfig()
-        self.config = config
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
-                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size, config=config, **kwargs)
         if not (isinstance(lr_decay, (int, float)) and 0.0 < lr_decay <= 1.0):
             raise ValueError(f"lr_decay must lie in (0, 1], got lr_decay={lr_decay!r}")
         self.lr_decay = float(lr_decay)
