@@ -31,12 +31,10 @@ __all__ = ["DPDOServer", "DPDDAServer", "CPGTServer"]
 class _BaselineServer(PublicTableCore):
     method = "baseline"
 
-    def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
-                 alpha: float = 0.01, batch_size: int = 32, config=None, lr_decay: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, initial_arrays, *, lr_decay: float = 1.0, **kwargs: Any) -> None:
         if lr_decay != 1.0:
             raise ValueError(f"{self.method}: the step size decays by its own rule; lr_decay must be 1, got {lr_decay!r}")
-        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size, config=config, **kwargs)
+        super().__init__(initial_arrays, **kwargs)
 
     def batch_config(self) -> dict[str, Any]:
         """The clients' minibatch settings: DPDO and CPGT clip per coordinate and sample uniformly."""
