@@ -194,13 +194,10 @@ class DPDOServer(_LaplaceServer):
 
 class DPDDAServer(GaussianLedger, _BaselineServer):
     """DP-DDA (Liu, Johansson, Shi, "Differentially private distributed dual averaging with node
-    sampling", Automatica 2024), the baseline of Huo et al. (Sec. V-A, Table I): node sampling with
-    probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual averaging
-    ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
-
-    The reported epsilon is certified by the standard accountant of DO-ADP
-    (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over the rounds that ran, every
-    round a possible sampled step; node sampling is not credited (a non-sampled node adds exactly 0).
+    sampling", Automatica 2024), the baseline of Huo et al. (Sec. V-A, Table I), as
+    :class:`~flwr_strategies.doadp.config.DPDDAConfig` describes it. The reported epsilon is certified
+    by DO-ADP's standard accountant (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over
+    the rounds that ran, every round a possible sampled step (node sampling is not credited).
 
     Parameters
     ----------
