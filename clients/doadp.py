@@ -297,6 +297,18 @@ def private_eval_allowed(state=None, node_config=None) -> bool:
     return False
 
 
+def _own_settings(state, node_config, client_seed: int | None, budget: ClientBudget | None,
+                  allow_private_eval: bool | None, private: bool = True) -> tuple[int | None, ClientBudget | None,
+                                                                                  bool]:
+    """The node's own ``(checked client seed, budget, consent)``, in that order: each given value, else the
+    node's (``node_config``, then ``state``); no budget unless ``private``."""
+    seed = check_client_seed(client_seed_of(state, node_config) if client_seed is None else client_seed)
+    if private and budget is None:
+        budget = client_budget_of(state, node_config)
+    consent = private_eval_allowed(state, node_config) if allow_private_eval is None else allow_private_eval
+    return seed, budget if private else None, bool(consent)
+
+
 def check_round_config(config: Mapping[str, Any], allowed_private_eval: bool) -> bool:
     """Whether to send the private model this round: only when the server asks (``report_model = 1``,
     ``evaluate_private``) *and* the node consents; otherwise the agent declines and replies with its
@@ -457,18 +469,15 @@ class _NodeAgent:
     def _node_settings(self, config: dict[str, Scalar], state, node_config: Mapping[str, Any] | None,
                        client_seed: int | None, budget: ClientBudget | None, allow_private_eval: bool | None,
                        private: bool = True) -> None:
-        """Each given value, else the node's (``node_config``, then ``state``): its consent (whether this
-        round's reply carries the private model, :func:`check_round_config`), its budget (a private agent
-        without one, or past its rounds, refuses the round) and its checked seed."""
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(state, node_config)
-        self.report = check_round_config(config, bool(allow_private_eval))
+        """The node's own settings (:func:`_own_settings`); a private agent without a budget, or past its
+        rounds, refuses the round; the reply carries the private model as :func:`check_round_config` says."""
+        self.client_seed, self.budget, consent = _own_settings(state, node_config, client_seed, budget,
+                                                               allow_private_eval, private)
+        self.report = check_round_config(config, consent)
         self.t = int(config["t"])
         rec = state[LEDGER_KEY] if state is not None and LEDGER_KEY in state else {"rounds": 0, "warned": 0}
         self.ledger = {"rounds": int(rec["rounds"]), "warned": int(rec["warned"])}
-        self.budget = None
         if private:
-            self.budget = budget if budget is not None else client_budget_of(state, node_config)
             if self.budget is None:
                 raise ValueError(
                     f"{self.label} client has no privacy budget of its own, so it cannot check the noise the server "
@@ -477,9 +486,6 @@ class _NodeAgent:
                     f"{BUDGET_KEYS['clip']}) of its SuperNode, or set_client_budget(context.state, ...)"
                 )
             check_rounds_left(self.budget, self.t, self.ledger["rounds"], self.label)
-        if client_seed is None:
-            client_seed = client_seed_of(state, node_config)
-        self.client_seed = check_client_seed(client_seed)
         self.next_state = None
 
     def _grad_fn(self, model: torch.nn.Module, data: IndexedData, loss_fn: Callable,
@@ -654,14 +660,8 @@ class DOADPClient(TorchClient):
         #: the agent's keyword arguments besides the node's privacy settings
         self.agent_options: dict[str, Any] = {"require_private": require_private}
         self.loss_fn = loss_fn
-        node_config = getattr(setup, "node_config", None)  # the node's own settings: node config, then state
-        if client_seed is None:
-            client_seed = client_seed_of(setup.state, node_config)
-        self.client_seed = check_client_seed(client_seed)
-        self.budget = budget if budget is not None else client_budget_of(setup.state, node_config)
-        if allow_private_eval is None:
-            allow_private_eval = private_eval_allowed(setup.state, node_config)
-        self.allow_private_eval = bool(allow_private_eval)
+        self.client_seed, self.budget, self.allow_private_eval = _own_settings(
+            setup.state, getattr(setup, "node_config", None), client_seed, budget, allow_private_eval)
         self._data: IndexedData | None = None
 
     def num_train(self) -> int:

@@ -28,6 +28,6 @@ __getattr__, _EXPORTS = lazy_exports(__name__, {
     ".config": ("CPGTConfig", "DMSGDConfig", "DOADPConfig", "DPDDAConfig", "DPDOConfig"),
     ".rng": ("activation_coin", "agent_generator", "draw_batch"),
     ".simulator": ("DOADPNetwork", "check_mixing", "run_dmsgd", "run_doadp"),
-    ".sparsify": ("densify", "rand_k", "top_k", "top_k_dense", "top_k_indices"),
+    ".sparsify": ("rand_k", "top_k", "top_k_dense", "top_k_indices"),
 })
 __all__ = sorted(_EXPORTS)

@@ -30,19 +30,11 @@ __all__ = ["DPDOServer", "DPDDAServer", "CPGTServer"]
 
 class _BaselineServer(PublicTableCore):
     method = "baseline"
-    config_cls: type = DPDOConfig
-    #: arrays of one agent's message in a reply
-    message_arrays = 1
 
-    def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
-                 alpha: float = 0.01, batch_size: int = 32, config=None, lr_decay: float = 1.0, **kwargs: Any) -> None:
-        config = config if config is not None else self.config_cls()
-        self.config = config
+    def __init__(self, initial_arrays, *, lr_decay: float = 1.0, **kwargs: Any) -> None:
         if lr_decay != 1.0:
             raise ValueError(f"{self.method}: the step size decays by its own rule; lr_decay must be 1, got {lr_decay!r}")
-        super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
-                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+        super().__init__(initial_arrays, **kwargs)
 
     def batch_config(self) -> dict[str, Any]:
         """The clients' minibatch settings: DPDO and CPGT clip per coordinate and sample uniformly."""
@@ -50,7 +42,7 @@ class _BaselineServer(PublicTableCore):
                 "bl_sampling": "uniform"}
 
     def _dense(self, server_round: int, reply: Reply) -> np.ndarray:
-        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
+        arrays, _ = self.split_report(server_round, reply)
         if len(arrays) != 1 or arrays[0].shape != (self.d,) or arrays[0].dtype.kind != "f":
             got = [(str(a.dtype), a.shape) for a in arrays]
             raise ReplyError(f"partition {reply.partition_id}: expected one float vector of length {self.d}, got {got}")
@@ -58,24 +50,6 @@ class _BaselineServer(PublicTableCore):
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._dense(server_round, reply)
-
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """Fold the round's checked replies into the method's tables; returns the method's metrics."""
-        raise NotImplementedError
-
-    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
-        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
-        raise NotImplementedError
-
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
-        metrics = self.apply(server_round, replies)
-        self.q_ran = q
-        self.commit_reports(server_round, replies, self.message_arrays)
-        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
-        if self.should_evaluate(server_round):
-            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
-        return metrics
 
 
 class _LaplaceServer(_BaselineServer):
@@ -189,7 +163,7 @@ class DPDOServer(_LaplaceServer):
         return [Instruction(pid, [Z[pid]] if self.started[pid] else [self.x0],
                             {**cfg, "bl_init": int(not self.started[pid])}, model_layout=False) for pid in partition_ids]
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         for pid, y in rows.items():
             self.Y[pid] = y
@@ -220,13 +194,10 @@ class DPDOServer(_LaplaceServer):
 
 class DPDDAServer(GaussianLedger, _BaselineServer):
     """DP-DDA (Liu, Johansson, Shi, "Differentially private distributed dual averaging with node
-    sampling", Automatica 2024), the baseline of Huo et al. (Sec. V-A, Table I): node sampling with
-    probability ``p_s``, Gaussian noise on a clipped minibatch gradient, dual averaging
-    ``z = W z + gtil``, ``x = -z / (A_t reg + beta0 sqrt(t+1))``; every node transmits.
-
-    The reported epsilon is certified by the standard accountant of DO-ADP
-    (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over the rounds that ran, every
-    round a possible sampled step; node sampling is not credited (a non-sampled node adds exactly 0).
+    sampling", Automatica 2024), the baseline of Huo et al. (Sec. V-A, Table I), as
+    :class:`~flwr_strategies.doadp.config.DPDDAConfig` describes it. The reported epsilon is certified
+    by DO-ADP's standard accountant (:class:`~flwr_strategies.privacy.accountant.GaussianSteps`) over
+    the rounds that ran, every round a possible sampled step (node sampling is not credited).
 
     Parameters
     ----------
@@ -244,15 +215,9 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
     def __init__(self, initial_arrays, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
         self.init_ledger()
-        c, T = self.config, self.num_rounds
-        self.sigma = self.calibrated_sigma(c.p_s, self.d, allow_low_p=True)
-        self.planned_epsilon = self.mechanism().epsilon(T, c.delta)
-        if self.planned_epsilon > c.epsilon * (1 + 1e-9):
-            raise ValueError(
-                f"DP-DDA: sigma={self.sigma:.6g} gives epsilon={self.planned_epsilon:.4g} at delta={c.delta:g} over "
-                f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g} (the Theorem 1 chain "
-                f"credits p_s^2 with p_s={c.p_s:g}, which is not certifiable); use calibration='accountant'"
-            )
+        c = self.config
+        self.calibrate(c.p_s, self.d, "DP-DDA: sigma={:.6g}", f" (the Theorem 1 chain credits p_s^2 with "
+                       f"p_s={c.p_s:g}, which is not certifiable); use calibration='accountant'", allow_low_p=True)
         if c.beta0 is None:
             self.beta0 = self.sigma * math.sqrt(self.d) / c.step_noise_norm
             self.beta0_rule = (f"auto: sigma {self.sigma:.6g} * sqrt(d {self.d}) / step_noise_norm "
@@ -278,7 +243,7 @@ class DPDDAServer(GaussianLedger, _BaselineServer):
         return [Instruction(pid, [M[pid]] + self.start_arrays(pid), {**cfg, "bl_init": int(not self.started[pid])},
                             model_layout=False) for pid in partition_ids]
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         rows = {r.partition_id: self._dense(server_round, r) for r in replies}
         sampled = [r.partition_id for r in replies if int(r.metrics.get("dpdda_sampled", 0))]
         for pid, z in rows.items():
@@ -369,7 +334,7 @@ class CPGTServer(_LaplaceServer):
         return out
 
     def _messages(self, server_round: int, reply: Reply):
-        arrays, _ = self.split_report(server_round, reply, self.message_arrays)
+        arrays, _ = self.split_report(server_round, reply)
         if len(arrays) != 4:
             raise ReplyError(f"partition {reply.partition_id}: expected 4 arrays (idx_x, val_x, idx_y, val_y), "
                              f"got {len(arrays)}")
@@ -384,7 +349,7 @@ class CPGTServer(_LaplaceServer):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._messages(server_round, reply)
 
-    def apply(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         if replies:  # a round with no valid reply leaves every table as it was
             self._absorb(server_round, replies)
         return {"broadcasts": len(replies),

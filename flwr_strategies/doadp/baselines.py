@@ -31,14 +31,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from .algorithm import GradFn
 from .clipping import clip_per_sample
 from .rng import agent_generator, draw_batch
-from .simulator import EvalFn, _recorder, _seeds, check_mixing
+from .simulator import EvalFn, _network, _recorder
 from .sparsify import top_k
 
 __all__ = [
@@ -145,26 +144,18 @@ def cpgt_mix(W, H: np.ndarray, Q: np.ndarray, a: float) -> tuple[np.ndarray, np.
 
 
 # ----------------------------------------------------------------------------------- references
-def _grad_fns(problem) -> list[Callable]:
-    return [(lambda i: (lambda x, idx: problem.per_sample_grads(i, x, idx)))(i) for i in range(problem.n)]
-
-
 def run_dpdo(problem, W, x0, *, b0: float, c: float, T: int, rs: float = 0.99, rn: float = 0.995,
              bg: BatchGrad = BatchGrad(), client_seeds=None, evaluate: EvalFn | None = None,
              eval_every: int = 100) -> dict:
     """T rounds of pipelined DPDO; records ``evaluate(t, mean(Y), X)`` (the public average of the
     broadcasts) after rounds ``eval_every, 2 eval_every, ..., T``."""
-    W = check_mixing(W)
-    n, d = W.shape[0], len(x0)
-    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
-    X = np.tile(np.asarray(x0, float), (n, 1))
+    W, seeds, fns, X = _network(problem, W, x0, client_seeds)
     Y = np.zeros_like(X)
-    hist: dict = {"t": [], "b0": b0}
-    record = _recorder(evaluate, hist)
+    hist, record = _recorder(evaluate, b0=b0)
     t0 = time.perf_counter()
     for t in range(T):
         Z = W @ Y
-        for i in range(n):
+        for i in range(len(X)):
             X[i], Y[i] = dpdo_round(X[i], Z[i] if t else None, t, c=c, rs=rs, b0=b0, rn=rn,
                                     rng=agent_generator(seeds[i], t), grad_fn=fns[i], q=problem.q, bg=bg)
         if (t + 1) % eval_every == 0 or t + 1 == T:
@@ -177,19 +168,15 @@ def run_dpdda(problem, W, x0, *, sigma: float, T: int, p_s: float = 0.24, beta0:
               reg: float | None = None, bg: BatchGrad = BatchGrad(), client_seeds=None,
               evaluate: EvalFn | None = None, eval_every: int = 100) -> dict:
     """T rounds of DP-DDA (``reg`` defaults to 1/q); records ``evaluate(t, mean(X), X)``."""
-    W = check_mixing(W)
-    n = W.shape[0]
+    W, seeds, fns, X = _network(problem, W, x0, client_seeds)
     reg = 1.0 / problem.q if reg is None else float(reg)
-    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
-    X = np.tile(np.asarray(x0, float), (n, 1))
     Z = np.zeros_like(X)
-    hist: dict = {"t": [], "sigma": sigma}
-    record = _recorder(evaluate, hist)
+    hist, record = _recorder(evaluate, sigma=sigma)
     sampled = 0
     t0 = time.perf_counter()
     for t in range(T):
         M = W @ Z
-        for i in range(n):
+        for i in range(len(X)):
             X[i], Z[i], s = dpdda_round(X[i], M[i], t, p_s=p_s, sigma=sigma, reg=reg, beta0=beta0,
                                         rng=agent_generator(seeds[i], t), grad_fn=fns[i], q=problem.q, bg=bg)
             sampled += s
@@ -203,15 +190,12 @@ def run_cpgt(problem, W, x0, *, b0: float, k: int, lr: float, T: int, a: float =
              rs: float = 0.999, rn: float = 0.9995, bg: BatchGrad = BatchGrad(), client_seeds=None,
              evaluate: EvalFn | None = None, eval_every: int = 100, msg_dtype: str = "float64") -> dict:
     """T rounds of pipelined CPGT; records ``evaluate(t, mean(H_x), X)`` (the public references)."""
-    W = check_mixing(W)
-    n, d = W.shape[0], len(x0)
-    seeds, fns = _seeds(client_seeds, n), _grad_fns(problem)
-    X = np.tile(np.asarray(x0, float), (n, 1))
+    W, seeds, fns, X = _network(problem, W, x0, client_seeds)
+    n, d = X.shape
     Yv: list = [None] * n
     H = {"x": np.zeros_like(X), "y": np.zeros_like(X)}
     comp = None
-    hist: dict = {"t": [], "b0": b0}
-    record = _recorder(evaluate, hist)
+    hist, record = _recorder(evaluate, b0=b0)
     t0 = time.perf_counter()
     for t in range(T):
         Q = {"x": np.zeros_like(X), "y": np.zeros_like(X)}

@@ -84,11 +84,10 @@ class PublicTableCore(DecentralizedCore):
         (:func:`flwr_strategies.doadp.config.auto_step`).
     batch_size : int (default: 32)
         Records per step, in [1, q].
-    eval_every : int (default: 1)
-        Central evaluation period, >= 1 (round 0 and the last round are always evaluated).
-    evaluate_private : bool (default: False)
-        Ask for the agents' private models in evaluation rounds (simulation only; outside the
-        guarantee; each agent must consent).
+    config : dataclass (default: ``config_cls()``)
+        The method's settings. Its ``eval_every`` is the central evaluation period (>= 1; round 0 and
+        the last round are always evaluated); its ``evaluate_private`` asks for the agents' private
+        models in evaluation rounds (simulation only; outside the guarantee; each agent must consent).
     graph, topology, seed, on_train_config, fraction_train, min_train
         As :class:`~flwr_strategies.decentralized.server.DecentralizedCore` (default graph: the
         paper's circulant with ``neighbours=7``). The graph must be fixed and undirected.
@@ -96,8 +95,12 @@ class PublicTableCore(DecentralizedCore):
 
     #: True for the private methods (D-mSGD is not)
     private = True
+    #: arrays of one agent's message in a reply
+    message_arrays = 1
     federated_evaluation_allowed = False
     graph_defaults = {"topology": "circulant", "neighbours": 7, "client_eval_every": 0}
+    #: the method's config dataclass (its defaults when no config is given)
+    config_cls: type
 
     def __init__(
         self,
@@ -108,10 +111,10 @@ class PublicTableCore(DecentralizedCore):
         dataset_size: int,
         alpha: float = 0.01,
         batch_size: int = 32,
-        eval_every: int = 1,
-        evaluate_private: bool = False,
+        config: Any = None,
         **kwargs: Any,
     ) -> None:
+        self.config = config if config is not None else self.config_cls()
         super().__init__(initial_arrays, num_partitions=num_partitions, **kwargs)
         name = type(self).__name__
         bad = [j for j, a in enumerate(self.initial_arrays) if a.dtype.kind != "f"]
@@ -121,7 +124,7 @@ class PublicTableCore(DecentralizedCore):
                 f"counters); arrays {bad} are {[str(self.initial_arrays[j].dtype) for j in bad]}"
             )
         self.num_rounds = _check_int(num_rounds, "num_rounds")
-        self.eval_every = _check_int(eval_every, "eval_every")
+        self.eval_every = _check_int(self.config.eval_every, "eval_every")
         if alpha != "auto" and not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
                                     and math.isfinite(alpha) and alpha > 0):
             raise ValueError(f"alpha must be positive and finite or 'auto', got alpha={alpha!r}")
@@ -130,7 +133,7 @@ class PublicTableCore(DecentralizedCore):
         if self.batch_size > self.q:
             raise ValueError(f"batch_size={self.batch_size} exceeds the local dataset size q={self.q}")
         self.alpha = None if alpha == "auto" else float(alpha)  # "auto": the subclass's rule sets it
-        self.evaluate_private = bool(evaluate_private)
+        self.evaluate_private = bool(self.config.evaluate_private)
         self._check_graph()
         self.n = int(self.num_partitions)
         self.x0 = self.layout.flatten(self.initial_arrays, dtype=np.float64)
@@ -212,14 +215,11 @@ class PublicTableCore(DecentralizedCore):
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(None)  # each method's own message (active / inactive / with private model): check_reply
 
-    def split_report(self, server_round: int, reply: Reply, message_arrays: int | tuple[int, ...]
-                     ) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def split_report(self, server_round: int, reply: Reply) -> tuple[list[np.ndarray], np.ndarray | None]:
         """``(message arrays, private model or None)``. In a report round an agent that consents sends
-        its private model after its message (``message_arrays`` arrays: one count, or the counts a
-        message may have); its shape is checked."""
+        its private model after its message (:attr:`message_arrays` arrays); its shape is checked."""
         arrays = list(reply.arrays)
-        counts = (message_arrays,) if isinstance(message_arrays, int) else tuple(message_arrays)
-        if not self.report_round(server_round) or len(arrays) - 1 not in counts:
+        if not self.report_round(server_round) or len(arrays) - 1 != self.message_arrays:
             return arrays, None
         x = arrays[-1]
         if x.dtype.kind != "f" or x.shape != (self.d,):
@@ -257,7 +257,26 @@ class PublicTableCore(DecentralizedCore):
                     name, low.partition_id, q, self.q, q)
         return q
 
-    def commit_reports(self, server_round: int, replies: list[Reply], message_arrays: int | tuple[int, ...]) -> None:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
+        """Fold the round's checked replies into the method's tables (its agents ran on ``q`` records,
+        :meth:`dataset_size_of`); returns the method's metrics."""
+        raise NotImplementedError
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        """The epsilon the method reports after ``server_round`` (evaluation rounds)."""
+        raise NotImplementedError
+
+    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+        q = self.dataset_size_of(server_round, replies)  # raises before any table changes
+        metrics = self.apply(server_round, replies, q)
+        self.q_ran = q
+        self.commit_reports(server_round, replies)
+        metrics.update(self.graph_metrics(server_round, self.mixing_of(server_round)))
+        if self.private and self.should_evaluate(server_round):
+            metrics.update(self.privacy_metrics(server_round), dp_dataset_size=int(self.q_ran))
+        return metrics
+
+    def commit_reports(self, server_round: int, replies: list[Reply]) -> None:
         """Mark the agents as started and store the private models of a report round (commit phase)."""
         report = self.report_round(server_round)
         if report:
@@ -265,7 +284,7 @@ class PublicTableCore(DecentralizedCore):
         for r in replies:
             self.started[r.partition_id] = True
             if report:
-                _, x = self.split_report(server_round, r, message_arrays)
+                _, x = self.split_report(server_round, r)
                 if x is not None:
                     self.private_models[r.partition_id] = x
                     self.reported[r.partition_id] = True
@@ -343,17 +362,27 @@ class GaussianLedger:
     (:meth:`step_counts`).
     """
 
-    def calibrated_sigma(self, p: float, k: int, **theorem1: Any) -> float:
-        """The noise std: ``config.sigma`` when given, else calibrated for ``num_rounds`` by the
-        accountant (``calibration="accountant"``) or by Theorem 1's chain for activation ``p`` and
-        ``k`` of ``d`` coordinates (``theorem1``: further :func:`doadp_sigma` keywords)."""
+    def calibrate(self, p: float, k: int, refused: str, why: str, **theorem1: Any) -> float:
+        """Set and return the noise std ``sigma``: ``config.sigma`` when given, else calibrated for
+        ``num_rounds`` by the accountant (``calibration="accountant"``) or by Theorem 1's chain for
+        activation ``p`` and ``k`` of ``d`` coordinates (``theorem1``: further :func:`doadp_sigma`
+        keywords). ``planned_epsilon`` is what the standard accountant certifies for it over
+        ``num_rounds``; above the target epsilon the core is refused (the message starts with
+        ``refused``, whose ``{}`` is sigma, and ends with ``why``)."""
         c, T = self.config, self.num_rounds
         if c.sigma is not None:
-            return float(c.sigma)
-        if c.calibration == "accountant":
-            return float(calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling))
-        return float(doadp_sigma(c.epsilon, c.delta0, T, p, k, self.d, self.q, c.clip, batch_size=self.batch_size,
-                                 **theorem1))
+            self.sigma = float(c.sigma)
+        elif c.calibration == "accountant":
+            self.sigma = float(calibrate_sigma(c.epsilon, c.delta, T, c.clip, self.batch_size, self.q, c.sampling))
+        else:
+            self.sigma = float(doadp_sigma(c.epsilon, c.delta0, T, p, k, self.d, self.q, c.clip,
+                                           batch_size=self.batch_size, **theorem1))
+        self.planned_epsilon = self.mechanism().epsilon(T, c.delta)
+        if self.planned_epsilon > c.epsilon * (1 + 1e-9):
+            raise ValueError(f"{refused.format(self.sigma)} gives epsilon={self.planned_epsilon:.4g} at "
+                             f"delta={c.delta:g} over {T} rounds by a standard accountant, above the target "
+                             f"epsilon={c.epsilon:g}{why}")
+        return self.sigma
 
     def init_ledger(self) -> None:
         self.past: list[dict[str, Any]] = []  # earlier segments: sigma, clip, batch_size, sampling, rounds, steps

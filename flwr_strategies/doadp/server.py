@@ -23,12 +23,8 @@ runs (``dp_epsilon`` at ``dp_delta``), with no credit for the activation probabi
 (neither is certifiable: activation is visible, and error feedback eventually sends every noisy
 coordinate). The paper's Theorem 1 bound is reported beside it as ``theorem1_epsilon`` /
 ``theorem1_delta`` (it credits p^2 and k/d). A run whose sigma does not certify the target
-(epsilon, delta) is refused at construction. The reported epsilon is the one of what ran: the
-rounds that ran (composed over resumed runs, even ones calibrated differently; the checkpoint
-carries the accountant's segments, :class:`~flwr_strategies.doadp.peer.GaussianLedger`) on the
-record count the agents report (``num_examples``; a count below the declared q replaces it, and a
-run whose noise then no longer certifies the target stops,
-:class:`~flwr_strategies.doadp.peer.DatasetSizeError`).
+(epsilon, delta) is refused at construction. The reported epsilon is the one of what ran
+(:class:`~flwr_strategies.doadp.peer.GaussianLedger`, :class:`~flwr_strategies.doadp.peer.DatasetSizeError`).
 """
 
 from __future__ import annotations
@@ -74,15 +70,9 @@ class DOADPServer(GaussianLedger, PublicTableCore):
 
     Parameters
     ----------
-    initial_arrays : list[np.ndarray]
-        Initial model x0 (floating-point arrays).
-    num_partitions : int
-        Number of agents n (paper: 20).
-    num_rounds : int
-        T, the planned iterations; the noise is calibrated for T private steps.
-    dataset_size : int
-        q: the smallest local dataset (records) of an agent; the sampling rate is b/q. Checked
-        against the agents' ``num_examples`` (see :class:`~flwr_strategies.doadp.peer.PublicTableCore`).
+    initial_arrays, num_partitions, num_rounds, dataset_size
+        As :class:`~flwr_strategies.doadp.peer.PublicTableCore` (paper: n = 20 agents); the noise is
+        calibrated for the ``num_rounds`` private steps T at the sampling rate b/q.
     alpha : float | str (default: 0.01, paper CNN)
         Step size, > 0, or ``"auto"``. Each step adds Gaussian noise of norm about
         ``alpha * sigma * sqrt(d)`` to an agent's model (reported as ``step_noise_norm``). Measured on
@@ -102,14 +92,14 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         seed, on_train_config); ``eval_every``/``evaluate_private`` come from ``config``.
     """
 
+    message_arrays = 2  # [indices, values]
+    config_cls = DOADPConfig
+
     def __init__(self, initial_arrays, *, num_partitions: int, num_rounds: int, dataset_size: int,
                  alpha: float = 0.01, batch_size: int = 32, config: DOADPConfig | None = None, lr_decay: float = 1.0,
                  accountant: Any = None, **kwargs: Any) -> None:
-        config = config if config is not None else DOADPConfig()
-        self.config = config
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
-                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size,
-                         eval_every=config.eval_every, evaluate_private=config.evaluate_private, **kwargs)
+                         dataset_size=dataset_size, alpha=alpha, batch_size=batch_size, config=config, **kwargs)
         if not (isinstance(lr_decay, (int, float)) and 0.0 < lr_decay <= 1.0):
             raise ValueError(f"lr_decay must lie in (0, 1], got lr_decay={lr_decay!r}")
         self.lr_decay = float(lr_decay)
@@ -131,20 +121,12 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         return self.active_steps
 
     def _calibrate(self) -> float:
-        c, T = self.config, self.num_rounds
-        self.sigma = sigma = self.calibrated_sigma(c.p, self.k, clip_mode=c.clip_mode, mode="paper",
-                                                   allow_low_p=c.allow_low_p)
-        certified = self.mechanism().epsilon(T, c.delta)
-        if certified > c.epsilon * (1 + 1e-9):
-            source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"
-            raise ValueError(
-                f"DO-ADP: {source} ({sigma:.6g}) gives epsilon={certified:.4g} at delta={c.delta:g} over "
-                f"{T} rounds by a standard accountant, above the target epsilon={c.epsilon:g}. Theorem 1 credits "
-                f"p^2 (p={c.p:g}) and k/d (k_frac={c.k_frac:g}), which no standard accountant certifies; use "
-                "calibration='accountant' or a larger epsilon"
-            )
-        self.planned_epsilon = certified
-        return float(sigma)
+        c = self.config
+        source = "the given sigma" if c.sigma is not None else "Theorem 1's sigma"
+        return self.calibrate(c.p, self.k, f"DO-ADP: {source} ({{:.6g}})",
+                              f". Theorem 1 credits p^2 (p={c.p:g}) and k/d (k_frac={c.k_frac:g}), which no standard "
+                              "accountant certifies; use calibration='accountant' or a larger epsilon",
+                              clip_mode=c.clip_mode, mode="paper", allow_low_p=c.allow_low_p)
 
     def _auto_alpha(self) -> None:
         """``alpha = step_noise_norm / (sigma sqrt(d))``: the step whose noise norm is the target."""
@@ -235,7 +217,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
         cached = self._parsed.get((server_round, reply.partition_id))
         if cached is not None and cached[0] is reply:
             return cached[1]
-        arrays, _ = self.split_report(server_round, reply, 2)
+        arrays, _ = self.split_report(server_round, reply)
         pid = reply.partition_id
         if len(arrays) != 2:
             raise ReplyError(
@@ -264,10 +246,9 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     def check_reply(self, server_round: int, reply: Reply) -> None:
         self._message(server_round, reply)
 
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
+    def apply(self, server_round: int, replies: list[Reply], q: int) -> dict[str, Any]:
         # compute everything first (parse and check every message; no table is touched) ...
         self._parsed = {key: v for key, v in self._parsed.items() if key[0] == server_round}
-        q = self.dataset_size_of(server_round, replies)
         rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         losses = []
         for r in replies:
@@ -285,8 +266,6 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             self.active_steps[pid] += 1
         if self.private:
             self._compose_round(server_round, q)
-        self.q_ran = q
-        self.commit_reports(server_round, replies, 2)
         self._parsed = {}
         n_act = len(rows)
         metrics: dict[str, Any] = {
@@ -295,18 +274,17 @@ class DOADPServer(GaussianLedger, PublicTableCore):
             "paper_rate": n_act * int(self.k) / (self.n * self.d),
             "p2p_bytes": p2p,
             "alpha": self.alpha_at(server_round),
-            **self.graph_metrics(server_round, self.mixing_of(server_round)),
         }
         if self.private:
             metrics["sigma"] = float(self.sigma)
             metrics["step_noise_norm"] = self.step_noise_norm(server_round)
         if losses:
             metrics["train_loss"] = float(np.mean(losses))
-        if self.private and self.should_evaluate(server_round):
-            metrics.update(self.guarantee(server_round))  # worst case: every agent active every round
-            metrics["dp_epsilon_observed"] = self.observed_epsilon()
-            metrics["dp_dataset_size"] = int(self.q_ran)
         return metrics
+
+    def privacy_metrics(self, server_round: int) -> dict[str, Any]:
+        # worst case: every agent active every round
+        return {**self.guarantee(server_round), "dp_epsilon_observed": self.observed_epsilon()}
 
     def public_model(self) -> np.ndarray:
         """The average of the public copies (inside the guarantee)."""

@@ -44,9 +44,11 @@ def check_mixing(W: np.ndarray, atol: float = 1e-10) -> np.ndarray:
     return W
 
 
-def _recorder(evaluate: EvalFn | None, hist: dict) -> Callable[[int, np.ndarray, np.ndarray], None]:
-    """``record(t, xbar, X)``: appends ``t`` and ``evaluate(t, xbar, X)``'s values to ``hist`` (nothing
-    when ``evaluate`` is None)."""
+def _recorder(evaluate: EvalFn | None, **entries) -> tuple[dict, Callable[[int, np.ndarray, np.ndarray], None]]:
+    """A run's history (``t`` and ``entries``) and ``record(t, xbar, X)``, which appends ``t`` and
+    ``evaluate(t, xbar, X)``'s values to it (nothing when ``evaluate`` is None)."""
+    hist: dict = {"t": [], **entries}
+
     def record(t, xbar, X):
         if evaluate is None:
             return
@@ -54,7 +56,7 @@ def _recorder(evaluate: EvalFn | None, hist: dict) -> Callable[[int, np.ndarray,
         for key, val in evaluate(t, xbar, X).items():
             hist.setdefault(key, []).append(val)
 
-    return record
+    return hist, record
 
 
 def _seeds(client_seeds, n: int) -> list[int | None]:
@@ -64,6 +66,13 @@ def _seeds(client_seeds, n: int) -> list[int | None]:
     if len(seeds) != n:
         raise ValueError(f"client_seeds has {len(seeds)} entries for {n} agents")
     return seeds
+
+
+def _network(problem, W, x0, client_seeds) -> tuple[np.ndarray, list, list[Callable], np.ndarray]:
+    """The checked W, each agent's seed and gradient oracle, and the models X (every row x0)."""
+    W = check_mixing(W)
+    fns = [(lambda i: (lambda x, idx: problem.per_sample_grads(i, x, idx)))(i) for i in range(problem.n)]
+    return W, _seeds(client_seeds, W.shape[0]), fns, np.tile(np.asarray(x0, dtype=np.float64), (W.shape[0], 1))
 
 
 class DOADPNetwork:
@@ -150,8 +159,7 @@ def run_doadp(problem, W, x0, params: DOADPParams, T: int, gamma: float = 0.05, 
               evaluate: EvalFn | None = None, eval_every: int = 100, public_copy: str = "zero") -> dict:
     """Run T iterations of DO-ADP; returns a history dict of lists (``t`` plus evaluate's keys)."""
     net = DOADPNetwork(problem, W, x0, params, gamma, client_seeds=client_seeds, public_copy=public_copy)
-    hist: dict = {"t": []}
-    record = _recorder(evaluate, hist)
+    hist, record = _recorder(evaluate)
     record(0, net.X.mean(axis=0), net.X)
     t0 = time.perf_counter()
     for _ in range(T):
@@ -173,21 +181,17 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
     (no clipping). Each agent draws its coin (always active, p = 1) and batch from the same generator
     as DO-ADP, so DO-ADP with p=1, k=d, sigma=0, no clipping reproduces it exactly.
     """
-    W = check_mixing(W)
-    n = W.shape[0]
-    seeds = _seeds(client_seeds, n)
-    X = np.tile(np.asarray(x0, dtype=np.float64), (n, 1))
+    W, seeds, fns, X = _network(problem, W, x0, client_seeds)
     M = np.zeros_like(X)
-    hist: dict = {"t": []}
-    record = _recorder(evaluate, hist)
+    hist, record = _recorder(evaluate)
     record(0, X.mean(axis=0), X)
     for t in range(T):
         G = np.empty_like(X)
-        for i in range(n):
+        for i in range(len(X)):
             rng = agent_generator(seeds[i], t)
             rng.random()  # the activation coin (p = 1: always active)
             idx = draw_batch(rng, problem.q, batch_size)
-            G[i] = clip_per_sample(problem.per_sample_grads(i, X[i], idx), None).sum(axis=0) / batch_size
+            G[i] = clip_per_sample(fns[i](X[i], idx), None).sum(axis=0) / batch_size
         cons = gamma * (W @ X - X)
         M = G + beta * M
         X = X - alpha * M + cons

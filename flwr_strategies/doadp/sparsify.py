@@ -48,10 +48,3 @@ def rand_k(x: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray,
         raise ValueError(f"k must lie in [1, d] = [1, {d}], got k={k!r}")
     idx = np.sort(rng.choice(d, size=k, replace=False)).astype(np.int64)
     return idx, x[idx].copy()
-
-
-def densify(indices: np.ndarray, values: np.ndarray, d: int) -> np.ndarray:
-    """Scatter a sparse message into a dense float64 vector of length d."""
-    out = np.zeros(d, dtype=np.float64)
-    out[np.asarray(indices, dtype=np.int64)] = values
-    return out
