@@ -118,7 +118,8 @@ def _children_map() -> dict[int, list[int]]:
     return out
 
 
-def _descendants(roots: set[int]) -> set[int]:
+def descendants_of(roots: set[int]) -> set[int]:
+    """``roots`` and every process below them (read from ``/proc``)."""
     children = _children_map()
     seen: set[int] = set()
     stack = list(roots)
@@ -237,7 +238,7 @@ class FlowerProcesses:
         """Pids of every live process below the processes started here (app subprocesses, the
         SuperExec, which Flower starts in their own sessions, Ray, and their children)."""
         roots = {p.pid for p in self.procs.values()}
-        return _descendants(roots) - roots
+        return descendants_of(roots) - roots
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop every process started here and everything they spawned, by pid.

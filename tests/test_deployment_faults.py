@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from flwr_strategies.simulations.deployment import LocalDeployment, _descendants, pid_alive
+from flwr_strategies.simulations.deployment import LocalDeployment, descendants_of, pid_alive
 from flwr_strategies.simulations.experiment import ExperimentConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def _results(path: Path) -> dict:
 
 def _kill_supernode(dep: LocalDeployment, i: int) -> None:
     proc = dep.procs[f"supernode-{i}"]
-    victims = {proc.pid} | _descendants({proc.pid})  # its ClientApp processes run in their own sessions
+    victims = descendants_of({proc.pid})  # its ClientApp processes run in their own sessions
     for pid in victims:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -39,9 +39,9 @@ class TreeMemory:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> None:
-        from ..deployment import _descendants
+        from ..deployment import descendants_of
 
-        pids = _descendants({os.getpid()})
+        pids = descendants_of({os.getpid()})
         sizes = [rss_kib(p) / 1024.0 for p in pids]
         self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
         self.peak_single_mb = max(self.peak_single_mb, max(sizes, default=0.0))
