@@ -47,9 +47,9 @@ from flwr.common import log
 
 from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
 from ..core.declare import declared
-from ..core.server import ExternalModelError, ServerCore
+from ..core.server import EvalFn, ExternalModelError, ServerCore
 from ..core.validation import check_policy
-from .recorder import RoundRecorder
+from .recorder import RoundRecorder, RoundSession
 
 __all__ = ["MethodAdapter", "LazyCore", "REQUIRED", "build_configs", "class_kwargs", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
 
@@ -269,6 +269,8 @@ class MethodAdapter:
     renamed: ClassVar[Mapping[str, str]] = {}
     #: Why the method refuses federated evaluation (``fraction_evaluate > 0``); None: it allows it.
     federated_evaluation: ClassVar[str | None] = None
+    #: The API's names of its training and its evaluation fraction (attributes; errors name them).
+    fraction_names: ClassVar[tuple[str, str]] = ("fraction_train", "fraction_evaluate")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give every strategy class its full signature (:func:`method_signature`) and its
@@ -282,7 +284,7 @@ class MethodAdapter:
     # ------------------------------------------------------------------ construction
     def _init_method(self, *, hyperparameters: dict[str, Any], seed: int, on_bad_reply: str,
                      core_factory: CoreFactory | None, on_round_end: Callable[[dict[str, Any]], None] | None,
-                     wait_timeout: float) -> None:
+                     wait_timeout: float, max_num_examples: int | Mapping[int, int] | None) -> None:
         name = type(self).__name__
         if core_factory is None and self.core_cls is None:
             raise TypeError(f"{name} is not a method: subclass it with a core_cls, or pass core_factory")
@@ -309,6 +311,9 @@ class MethodAdapter:
         self.client_state_key = secrets.token_hex(16)
         self._first_trained: dict[int, int] = {}  # partition -> the first method round it was sent to train
         self._names: list[str] | None = None
+        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
+        if self.core_cls is not None:
+            self._check_flower_arguments(self.core_cls)
 
     def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``
@@ -332,11 +337,11 @@ class MethodAdapter:
         arguments = {k: given.get(k, default) for k, default in self.arguments.items()}
         return configs, arguments
 
-    def _check_flower_arguments(self, core_cls: type, *, fraction_train: float, fraction_evaluate: float,
-                                names: tuple[str, str]) -> None:
-        """Refuse Flower arguments the method cannot honour (``names``: the API's names of the two
-        fractions), with an error naming the user's class."""
-        name = type(self).__name__
+    def _check_flower_arguments(self, core_cls: type) -> None:
+        """Refuse Flower arguments the method cannot honour (the :attr:`fraction_names`), with an error
+        naming the user's class."""
+        name, names = type(self).__name__, self.fraction_names
+        fraction_train, fraction_evaluate = (getattr(self, n) for n in names)
         if getattr(core_cls, "full_participation", False) and fraction_train != 1.0:
             raise ValueError(f"{name}: every peer of a decentralized method trains every round, so {names[0]} must "
                              f"be 1.0 (Flower's default), got {fraction_train!r}")
@@ -397,16 +402,13 @@ class MethodAdapter:
 
     def _install_core(self, core: ServerCore) -> ServerCore:
         if self.core_factory is not None:
-            self._check_flower_arguments(type(core), **self._fractions())
+            self._check_flower_arguments(type(core))
         if self._pending_state is not None:
             core.load_state_dict(self._pending_state)
             self._pending_state = None
         self.core = core
         self.round_offset = int(core.server_round)
         return core
-
-    def _fractions(self) -> dict[str, Any]:
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ checkpoints
     def method_name(self) -> str | None:
@@ -517,6 +519,20 @@ class MethodAdapter:
     def method_round(self, server_round: int) -> int:
         """The method's round of Flower's ``server_round`` (they differ after a resume)."""
         return int(server_round) + self.round_offset
+
+    def _evaluate_central(self, server_round: int, model: Any, initial: Callable[[int], Any], evaluate_fn: EvalFn):
+        """``(round, (loss, metrics) | None)`` of central evaluation at Flower's ``server_round``,
+        ``model`` being what Flower passes: before round 1 ``initial(round)`` scores the model Flower
+        starts from, as Flower's own strategies do; then the core scores its model with
+        ``evaluate_fn`` in the rounds the method evaluates. ``(None, None)`` before round 1 of a
+        resumed run: the checkpoint's round was evaluated by the run that saved it."""
+        if self.core is None or (server_round == 0 and self.core.server_round == 0):
+            if self._pending_state is not None or (self.core is not None and self.round_offset):
+                return None, None
+            return int(server_round), initial(int(server_round))
+        rnd = self.method_round(server_round)
+        self._follow(model, rnd)
+        return rnd, self.core.evaluate(rnd, evaluate_fn) if self.core.should_evaluate(rnd) else None
 
     # ------------------------------------------------------------------ composition
     def sync_global(self, arrays: list[np.ndarray], server_round: int) -> None:
