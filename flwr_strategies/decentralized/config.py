@@ -133,18 +133,6 @@ class GraphConfig:
             kw["allow_disconnected"] = table[low]
         return cls(**kw)
 
-    def generator_params(self) -> dict[str, Any]:
-        """Keyword arguments of this config's topology generator."""
-        name = self.topology
-        kw: dict[str, Any] = {}
-        if name in ("random", "random_code", "circulant"):
-            kw["neighbours"] = int(self.neighbours)
-        if name in ("erdos_renyi", "watts_strogatz") and self.topology_p >= 0:
-            kw["p"] = float(self.topology_p)
-        if name == "watts_strogatz":
-            kw["k"] = int(self.ws_k)
-        return kw
-
     def build(self, num_nodes: int, seed: int = 0) -> Topology:
         """The seeded :class:`Topology` on ``num_nodes`` peers (>= 2)."""
         if not is_int(num_nodes) or num_nodes < 2:
@@ -153,7 +141,14 @@ class GraphConfig:
             raise ValueError("topology 'fixed' needs its adjacency: pass topology=Topology.from_adjacency(A)")
         if self.topology == "watts_strogatz" and not self.ws_k < num_nodes:
             raise ValueError(f"ws_k = {self.ws_k} must be < the number of peers ({num_nodes})")
-        return Topology(self.topology, int(num_nodes), seed=int(seed), **self.generator_params())
+        name, kw = self.topology, {}  # the generator's keyword arguments
+        if name in ("random", "random_code", "circulant"):
+            kw["neighbours"] = int(self.neighbours)
+        if name in ("erdos_renyi", "watts_strogatz") and self.topology_p >= 0:
+            kw["p"] = float(self.topology_p)
+        if name == "watts_strogatz":
+            kw["k"] = int(self.ws_k)
+        return Topology(name, int(num_nodes), seed=int(seed), **kw)
 
     def disconnected_ok(self, topology: Topology) -> bool:
         """Whether a disconnected round is accepted for ``topology`` (see ``allow_disconnected``)."""

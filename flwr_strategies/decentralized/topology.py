@@ -65,7 +65,6 @@ __all__ = [
     "erdos_renyi",
     "watts_strogatz",
     "random_k",
-    "random_code",
     "round_rng",
     "ALIASES",
     "canonical_topology",
@@ -102,17 +101,10 @@ def ring(m: int) -> sp.csr_matrix:
     return _from_edges(m, i, (i + 1) % m)
 
 
-def _square_factor(m: int) -> int:
-    r = int(math.isqrt(m))
-    while m % r:
-        r -= 1
-    return r
-
-
 def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
     """2-D torus (up/down/left/right, wrapping). ``rows`` must divide ``m``."""
     check_integer("number of nodes", m, 1)
-    r = _square_factor(m) if rows is None else int(rows)
+    r = next(r for r in range(math.isqrt(m), 0, -1) if m % r == 0) if rows is None else int(rows)
     if r <= 0 or m % r:
         raise ValueError(f"grid rows={rows!r} must be a positive divisor of m={m}")
     c = m // r
@@ -212,12 +204,6 @@ def random_k(m: int, rng: np.random.Generator | np.random.RandomState, neighbour
     return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
 
 
-def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
-    """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
-    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
-    return random_k(m, rng, neighbours)
-
-
 @dataclass(frozen=True)
 class _Gen:
     fn: Callable[..., sp.csr_matrix]
@@ -237,7 +223,9 @@ TOPOLOGIES: dict[str, _Gen] = {
     "erdos_renyi": _Gen(erdos_renyi, True, True, {"p": 0.1}),
     "watts_strogatz": _Gen(watts_strogatz, True, False, {"k": 8, "p": 0.02}),
     "random": _Gen(random_k, True, True, {"neighbours": 10}),
-    "random_code": _Gen(random_code, True, True, {"neighbours": 10}, legacy_seed=True),
+    # random_k from a legacy RandomState exactly as the official DFedCata code draws it (one
+    # choice(m, neighbours - 1, replace=False) per node, in node order)
+    "random_code": _Gen(random_k, True, True, {"neighbours": 10}, legacy_seed=True),
 }
 
 
