@@ -160,7 +160,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
         ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
-    fraction_names = ("fraction_fit", "fraction_evaluate")
+    flower_names = ("fraction_fit", "fraction_evaluate", "min_fit_clients", "on_fit_config_fn")
 
     def __init__(
         self, *, fraction_fit: float = 1.0, fraction_evaluate: float = 1.0, min_fit_clients: int = 2,
@@ -220,13 +220,6 @@ class LegacyStrategy(MethodAdapter, Strategy):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(core={getattr(self, 'core', None)!r})"
-
-    # ------------------------------------------------------------------ MethodAdapter
-    def sampling(self) -> tuple[float, int]:
-        return self.fraction_fit, self.min_fit_clients
-
-    def train_config_fn(self):
-        return self.on_fit_config_fn
 
     # ------------------------------------------------------------------ clients
     def _proxies(self, client_manager: ClientManager) -> dict[int, ClientProxy]:

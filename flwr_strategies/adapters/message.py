@@ -327,13 +327,6 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._layouts: dict[int, dict[int, list[str]]] = {}  # round -> partition -> array names sent
         self._central = False
 
-    # ------------------------------------------------------------------ MethodAdapter
-    def sampling(self) -> tuple[float, int]:
-        return self.fraction_train or 1.0, max(1, self.min_train_nodes)  # fraction 0: no round samples
-
-    def train_config_fn(self):
-        return self.on_train_config_fn
-
     def summary(self) -> None:
         """Log summary configuration of the strategy."""
         log(INFO, "\t├──> Method: %s", self.core if self.core is not None else

@@ -269,8 +269,10 @@ class MethodAdapter:
     renamed: ClassVar[Mapping[str, str]] = {}
     #: Why the method refuses federated evaluation (``fraction_evaluate > 0``); None: it allows it.
     federated_evaluation: ClassVar[str | None] = None
-    #: The API's names of its training and its evaluation fraction (attributes; errors name them).
-    fraction_names: ClassVar[tuple[str, str]] = ("fraction_train", "fraction_evaluate")
+    #: The API's names (attributes; errors name them) of its training and evaluation fractions, its
+    #: minimum of training clients and its per-round training config function.
+    flower_names: ClassVar[tuple[str, str, str, str]] = ("fraction_train", "fraction_evaluate", "min_train_nodes",
+                                                         "on_train_config_fn")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give every strategy class its full signature (:func:`method_signature`) and its
@@ -338,10 +340,10 @@ class MethodAdapter:
         return configs, arguments
 
     def _check_flower_arguments(self, core_cls: type) -> None:
-        """Refuse Flower arguments the method cannot honour (the :attr:`fraction_names`), with an error
-        naming the user's class."""
-        name, names = type(self).__name__, self.fraction_names
-        fraction_train, fraction_evaluate = (getattr(self, n) for n in names)
+        """Refuse Flower arguments the method cannot honour (the fractions of :attr:`flower_names`),
+        with an error naming the user's class."""
+        name, names = type(self).__name__, self.flower_names
+        fraction_train, fraction_evaluate = (getattr(self, n) for n in names[:2])
         if getattr(core_cls, "full_participation", False) and fraction_train != 1.0:
             raise ValueError(f"{name}: every peer of a decentralized method trains every round, so {names[0]} must "
                              f"be 1.0 (Flower's default), got {fraction_train!r}")
@@ -374,13 +376,14 @@ class MethodAdapter:
         kwargs: dict[str, Any] = dict(self.configs)
         arguments = self.resolve_arguments(dict(self.method_arguments), self._names)
         kwargs.update({self.renamed.get(k, k): v for k, v in arguments.items()})
+        fraction, _, minimum, config_fn = (getattr(self, n) for n in self.flower_names)
         kwargs["seed"] = self.seed
-        kwargs["on_train_config"] = self.train_config_fn()
+        kwargs["on_train_config"] = config_fn
         if peers or getattr(cls, "needs_num_partitions", False):
             kwargs["num_partitions"] = int(num_partitions)
-        if not peers:
-            kwargs["fraction_train"] = self.sampling()[0]
-            kwargs["min_train"] = self.sampling()[1]
+        if not peers:  # a fraction of 0 (Message API) samples in no round
+            kwargs["fraction_train"] = fraction or 1.0
+            kwargs["min_train"] = max(1, minimum)
         try:
             return cls(initial_arrays, **kwargs)
         except (TypeError, ValueError) as err:
@@ -391,14 +394,6 @@ class MethodAdapter:
         """The method arguments as the core takes them (``names``: the model's array names, when
         known). Default: unchanged."""
         return arguments
-
-    def sampling(self) -> tuple[float, int]:
-        """``(fraction, minimum)`` of clients sampled for training (the API's own names)."""
-        raise NotImplementedError
-
-    def train_config_fn(self) -> Callable[[int], dict[str, Any]] | None:
-        """The per-round training config function handed to the core."""
-        raise NotImplementedError
 
     def _install_core(self, core: ServerCore) -> ServerCore:
         if self.core_factory is not None:
