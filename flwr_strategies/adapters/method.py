@@ -46,7 +46,7 @@ import numpy as np
 from flwr.common import log
 
 from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
-from ..core.declare import declared
+from ..core.declare import declared, field_default
 from ..core.server import EvalFn, ExternalModelError, ServerCore
 from ..core.validation import check_policy
 from .recorder import RoundRecorder, RoundSession
@@ -68,16 +68,10 @@ def _fields(config: Any) -> list[str]:
 
 
 def _default(config: Any, name: str) -> Any:
-    """The method's default of field ``name`` of ``config`` (a dataclass, or an instance holding the
-    method's own defaults); ``inspect.Parameter.empty`` for a field without one."""
-    if not isinstance(config, type):
-        return getattr(config, name)
-    field = next(f for f in dataclasses.fields(config) if f.name == name)
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return inspect.Parameter.empty
+    """:func:`~flwr_strategies.core.declare.field_default` of field ``name`` of ``config``;
+    ``inspect.Parameter.empty`` for a field without one."""
+    default = field_default(config, next(f for f in dataclasses.fields(config) if f.name == name))
+    return inspect.Parameter.empty if default is dataclasses.MISSING else default
 
 
 def _owners(cls: type) -> dict[str, str]:
