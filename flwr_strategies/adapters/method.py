@@ -48,7 +48,7 @@ from flwr.common import log
 from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
 from ..core.declare import declared, field_default
 from ..core.server import EvalFn, ExternalModelError, ServerCore
-from ..core.validation import check_policy
+from ..core.validation import check_integer, check_policy
 from .recorder import RoundRecorder, RoundSession
 
 __all__ = ["MethodAdapter", "LazyCore", "REQUIRED", "build_configs", "class_kwargs", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
@@ -287,8 +287,7 @@ class MethodAdapter:
         if core_factory is not None and hyperparameters and self.core_cls is not None:
             raise TypeError(f"{name}() got unexpected keyword arguments {sorted(hyperparameters)} "
                             "(a strategy over core_factory has no hyperparameters of its own)")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"{name}: seed must be an integer >= 0, got {seed!r}")
+        check_integer(f"{name}: seed", seed, 0)
         if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float)) or not wait_timeout > 0:
             raise ValueError(f"{name}: wait_timeout must be a number of seconds > 0, got {wait_timeout!r}")
         self.seed = int(seed)
