@@ -299,9 +299,7 @@ def check_state_layout(value: Any, layout: Any, where: str = "state") -> None:
         empty = math.prod(layout.shape) == 0
         if (empty and value.ndim != len(layout.shape)) or (not empty and tuple(value.shape) != layout.shape):
             raise ValueError(f"checkpoint {where} has shape {tuple(value.shape)}, expected {layout.shape}")
-        if not all_finite(value):
-            raise ValueError(f"checkpoint {where} contains NaN or infinite values")
-        _check_not_negative(value, where)
+        _check_finite_anywhere(value, where)  # finite, and an integer array holds no negative count
         return
     if layout is float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
