@@ -48,7 +48,7 @@ from flwr.common import log
 from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
 from ..core.declare import declared, field_default
 from ..core.server import EvalFn, ExternalModelError, ServerCore
-from ..core.validation import check_integer, check_policy
+from ..core.validation import check_integer, check_policy, is_int
 from .recorder import RoundRecorder, RoundSession
 
 __all__ = ["MethodAdapter", "LazyCore", "REQUIRED", "build_configs", "class_kwargs", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
@@ -470,8 +470,7 @@ class MethodAdapter:
         if not isinstance(key, str) or len(key) != 32 or key.strip("0123456789abcdef"):
             raise ValueError(f"{name}: checkpoint 'client_state_key' must be 32 lowercase hex digits, got {key!r:.80}")
         trained = state.get("client_state_partitions", [])
-        if not isinstance(trained, list) or not all(
-                isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= 0 for p in trained):
+        if not isinstance(trained, list) or not all(is_int(p) and p >= 0 for p in trained):
             raise ValueError(f"{name}: checkpoint 'client_state_partitions' must be a list of partition ids, "
                              f"got {trained!r:.80}")
         core_state = {k: v for k, v in state.items()

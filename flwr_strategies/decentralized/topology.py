@@ -52,7 +52,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.validation import check_integer
+from ..core.validation import check_integer, is_int
 
 __all__ = [
     "Topology",
@@ -242,7 +242,7 @@ def canonical_topology(name: str) -> str:
 
 def check_neighbours(name: str, neighbours: Any) -> int:
     """Validate the ``neighbours`` setting of topology ``name`` (an integer >= 2; odd for ``circulant``)."""
-    if isinstance(neighbours, bool) or not isinstance(neighbours, (int, np.integer)) or neighbours < 2:
+    if not is_int(neighbours) or neighbours < 2:
         raise ValueError(f"neighbours must be an integer >= 2 (the peer itself and at least one other), "
                          f"got neighbours={neighbours!r}")
     if name == "circulant" and neighbours % 2 == 0:
