@@ -403,6 +403,6 @@ class LegacyStrategy(MethodAdapter, Strategy):
         if self.evaluate_fn is None:
             return None
         rnd, res = self._evaluate_central(server_round, parameters,
-                                lambda r: self.evaluate_fn(r, parameters_to_ndarrays(parameters), {}),
-                                lambda r, arrays: self.evaluate_fn(r, arrays, {}))
+                                          lambda r: self.evaluate_fn(r, parameters_to_ndarrays(parameters), {}),
+                                          lambda r, arrays: self.evaluate_fn(r, arrays, {}))
         return self.session.evaluated(rnd, res)
