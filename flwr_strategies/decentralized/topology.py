@@ -94,11 +94,18 @@ def _from_edges(m: int, rows, cols, symmetric: bool = True) -> sp.csr_matrix:
     return a
 
 
+def _offsets(m: int, offsets: list[int], symmetric: bool = True) -> sp.csr_matrix:
+    """``i`` linked to ``(i + o) mod m`` for every offset ``o`` (both ways when ``symmetric``)."""
+    i = np.arange(m)
+    rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
+    cols = np.concatenate([(i + o) % m for o in offsets]) if offsets else np.array([], dtype=int)
+    return _from_edges(m, rows, cols, symmetric=symmetric)
+
+
 def ring(m: int) -> sp.csr_matrix:
     """Undirected ring: ``i`` linked to ``i-1`` and ``i+1`` (mod m)."""
     check_integer("number of nodes", m, 1)
-    i = np.arange(m)
-    return _from_edges(m, i, (i + 1) % m)
+    return _offsets(m, [1])
 
 
 def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
@@ -119,11 +126,7 @@ def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
 def exponential(m: int, symmetric: bool = False) -> sp.csr_matrix:
     """Exponential graph: offsets ``2^k < m``; one-sided (directed) unless ``symmetric``."""
     check_integer("number of nodes", m, 1)
-    offsets = [1 << k for k in range(max(1, math.ceil(math.log2(m)))) if (1 << k) < m]
-    i = np.arange(m)
-    rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
-    cols = np.concatenate([(i + o) % m for o in offsets]) if offsets else np.array([], dtype=int)
-    return _from_edges(m, rows, cols, symmetric=symmetric)
+    return _offsets(m, [1 << k for k in range(max(1, math.ceil(math.log2(m)))) if (1 << k) < m], symmetric)
 
 
 def full(m: int) -> sp.csr_matrix:
@@ -138,11 +141,7 @@ def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
     (Huo et al., Sec. V: ``{(i, (i +- j) mod n) | j = 1, 2, 3}``, i.e. ``neighbours = 7``). The
     offsets wrap around, so ``neighbours > m`` gives the complete graph."""
     check_integer("number of nodes", m, 1)
-    h = (int(neighbours) - 1) // 2
-    i = np.arange(m)
-    rows = np.concatenate([i for _ in range(h)]) if h else np.array([], dtype=int)
-    cols = np.concatenate([(i + j) % m for j in range(1, h + 1)]) if h else np.array([], dtype=int)
-    return _from_edges(m, rows, cols)
+    return _offsets(m, list(range(1, (int(neighbours) - 1) // 2 + 1)))
 
 
 def erdos_renyi(m: int, rng: np.random.Generator, p: float = 0.1) -> sp.csr_matrix:
