@@ -47,7 +47,7 @@ from ..core.messages import Reply, numeric_metrics
 from ..core.validation import Rejection, check_integer, check_number
 from ..sampling import PartitionIdMissing, resolve_partitions
 from .method import CoreFactory, MethodAdapter
-from .recorder import RoundSession, evaluation_sample
+from .recorder import evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view, payload_bytes
 
 __all__ = ["LegacyStrategy"]
@@ -160,6 +160,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         ``num_examples_clipped`` metric. None (default): counts are trusted, as Flower does.
     """
 
+    flower_names = ("fraction_fit", "fraction_evaluate", "min_fit_clients", "on_fit_config_fn")
+
     def __init__(
         self, *, fraction_fit: float = 1.0, fraction_evaluate: float = 1.0, min_fit_clients: int = 2,
         min_evaluate_clients: int = 2, min_available_clients: int = 2, evaluate_fn: LegacyEvalFn | None = None,
@@ -197,10 +199,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         self.evaluate_metrics_aggregation_fn = evaluate_metrics_aggregation_fn
         self.inplace = True
         self._init_method(hyperparameters=hyperparameters, seed=seed, on_bad_reply=on_bad_reply,
-                          core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout)
-        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
-        if self.core_cls is not None:
-            self._check_flower_arguments(self.core_cls, **self._fractions())
+                          core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout,
+                          max_num_examples=max_num_examples)
         self.initial_parameters: Parameters | None = None
         self._returned: Parameters | None = None  # the model Flower holds from this strategy
         if initial_parameters is not None:
@@ -220,17 +220,6 @@ class LegacyStrategy(MethodAdapter, Strategy):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(core={getattr(self, 'core', None)!r})"
-
-    # ------------------------------------------------------------------ MethodAdapter
-    def sampling(self) -> tuple[float, int]:
-        return self.fraction_fit, self.min_fit_clients
-
-    def train_config_fn(self):
-        return self.on_fit_config_fn
-
-    def _fractions(self) -> dict[str, Any]:
-        return {"fraction_train": self.fraction_fit, "fraction_evaluate": self.fraction_evaluate,
-                "names": ("fraction_fit", "fraction_evaluate")}
 
     # ------------------------------------------------------------------ clients
     def _proxies(self, client_manager: ClientManager) -> dict[int, ClientProxy]:
@@ -413,16 +402,7 @@ class LegacyStrategy(MethodAdapter, Strategy):
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         if self.evaluate_fn is None:
             return None
-        if self.core is None or (server_round == 0 and self.core.server_round == 0):
-            # before round 1: the model Flower starts from, as Flower's own strategies score it
-            if self._pending_state is not None or (self.core is not None and self.round_offset):
-                return None  # resuming: the checkpoint's round was evaluated by the run that saved it
-            rnd = int(server_round)
-            res = self.evaluate_fn(rnd, parameters_to_ndarrays(parameters), {})
-        else:
-            rnd = self.method_round(server_round)
-            self._follow(parameters, rnd)
-            if not self.core.should_evaluate(rnd):
-                return None
-            res = self.core.evaluate(rnd, lambda r, arrays: self.evaluate_fn(r, arrays, {}))
+        rnd, res = self._evaluate_central(server_round, parameters,
+                                          lambda r: self.evaluate_fn(r, parameters_to_ndarrays(parameters), {}),
+                                          lambda r, arrays: self.evaluate_fn(r, arrays, {}))
         return self.session.evaluated(rnd, res)

@@ -42,7 +42,7 @@ from ..core.server import ConfigFn
 from ..core.validation import Rejection, SettingError, check_integer, check_number
 from .liveness import UnreachableNodes
 from .method import CoreFactory, MethodAdapter
-from .recorder import RoundSession, evaluation_sample
+from .recorder import evaluation_sample
 from .wire import NUMPY_STYPE, npy_bytes, npy_view
 
 __all__ = ["MessageStrategy", "PARTITION_QUERY", "config_record", "NodeDirectory", "reply_names"]
@@ -317,10 +317,8 @@ class MessageStrategy(MethodAdapter, Strategy):
         if self.fraction_evaluate == 0.0:
             self.min_evaluate_nodes = 0  # as Flower's FedAvg
         self._init_method(hyperparameters=hyperparameters, seed=seed, on_bad_reply=on_bad_reply,
-                          core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout)
-        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
-        if self.core_cls is not None:
-            self._check_flower_arguments(self.core_cls, **self._fractions())
+                          core_factory=core_factory, on_round_end=on_round_end, wait_timeout=wait_timeout,
+                          max_num_examples=max_num_examples)
         self.nodes = NodeDirectory(self.min_available_nodes, self.wait_timeout, configrecord_key)
         self._returned: ArrayRecord | None = None
         self._sent: dict[int, list[tuple[Any, int]]] = {}  # round -> (pushed message's metadata, partition)
@@ -328,17 +326,6 @@ class MessageStrategy(MethodAdapter, Strategy):
         self._left_out: dict[int, list[int]] = {}  # round -> partitions left out as unreachable
         self._layouts: dict[int, dict[int, list[str]]] = {}  # round -> partition -> array names sent
         self._central = False
-
-    # ------------------------------------------------------------------ MethodAdapter
-    def sampling(self) -> tuple[float, int]:
-        return self.fraction_train or 1.0, max(1, self.min_train_nodes)  # fraction 0: no round samples
-
-    def train_config_fn(self):
-        return self.on_train_config_fn
-
-    def _fractions(self) -> dict[str, Any]:
-        return {"fraction_train": self.fraction_train, "fraction_evaluate": self.fraction_evaluate,
-                "names": ("fraction_train", "fraction_evaluate")}
 
     def summary(self) -> None:
         """Log summary configuration of the strategy."""
@@ -587,19 +574,11 @@ class MessageStrategy(MethodAdapter, Strategy):
             metrics = dict(out)
             return float(metrics.get("loss", float("nan"))), metrics
 
-        def as_pair(r: int, arrays: list[np.ndarray]):
-            return pair(evaluate_fn(r, self._array_record(arrays, True)))
-
         def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            if self.core is None:  # before round 1: the model Flower starts from
-                if self._pending_state is not None:
-                    return None  # resuming: the checkpoint's round was evaluated by the run that saved it
-                rnd = int(server_round)
-                res = pair(evaluate_fn(rnd, arrays))
-            else:
-                rnd = self.method_round(server_round)
-                self._follow(arrays, rnd)
-                res = self.core.evaluate(rnd, as_pair) if self.core.should_evaluate(rnd) else None
+            rnd, res = self._evaluate_central(server_round, arrays, lambda r: pair(evaluate_fn(r, arrays)),
+                                              lambda r, model: pair(evaluate_fn(r, self._array_record(model, True))))
+            if rnd is None:
+                return None
             self.history.record(rnd)
             res = self.session.evaluated(rnd, res)
             self.history.finish()

@@ -46,10 +46,10 @@ import numpy as np
 from flwr.common import log
 
 from ..common import CLIENT_STATE_KEPT, CLIENT_STATE_KEY, CLIENT_STATE_RESUMED
-from ..core.declare import declared
-from ..core.server import ExternalModelError, ServerCore
-from ..core.validation import check_policy
-from .recorder import RoundRecorder
+from ..core.declare import declared, field_default
+from ..core.server import EvalFn, ExternalModelError, ServerCore
+from ..core.validation import check_integer, check_policy, is_int
+from .recorder import RoundRecorder, RoundSession
 
 __all__ = ["MethodAdapter", "LazyCore", "REQUIRED", "build_configs", "class_kwargs", "CoreFactory", "HYPERPARAMETERS", "hyperparameter_section", "method_signature"]
 
@@ -68,16 +68,10 @@ def _fields(config: Any) -> list[str]:
 
 
 def _default(config: Any, name: str) -> Any:
-    """The method's default of field ``name`` of ``config`` (a dataclass, or an instance holding the
-    method's own defaults); ``inspect.Parameter.empty`` for a field without one."""
-    if not isinstance(config, type):
-        return getattr(config, name)
-    field = next(f for f in dataclasses.fields(config) if f.name == name)
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return inspect.Parameter.empty
+    """:func:`~flwr_strategies.core.declare.field_default` of field ``name`` of ``config``;
+    ``inspect.Parameter.empty`` for a field without one."""
+    default = field_default(config, next(f for f in dataclasses.fields(config) if f.name == name))
+    return inspect.Parameter.empty if default is dataclasses.MISSING else default
 
 
 def _owners(cls: type) -> dict[str, str]:
@@ -269,6 +263,10 @@ class MethodAdapter:
     renamed: ClassVar[Mapping[str, str]] = {}
     #: Why the method refuses federated evaluation (``fraction_evaluate > 0``); None: it allows it.
     federated_evaluation: ClassVar[str | None] = None
+    #: The API's names (attributes; errors name them) of its training and evaluation fractions, its
+    #: minimum of training clients and its per-round training config function.
+    flower_names: ClassVar[tuple[str, str, str, str]] = ("fraction_train", "fraction_evaluate", "min_train_nodes",
+                                                         "on_train_config_fn")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give every strategy class its full signature (:func:`method_signature`) and its
@@ -282,15 +280,14 @@ class MethodAdapter:
     # ------------------------------------------------------------------ construction
     def _init_method(self, *, hyperparameters: dict[str, Any], seed: int, on_bad_reply: str,
                      core_factory: CoreFactory | None, on_round_end: Callable[[dict[str, Any]], None] | None,
-                     wait_timeout: float) -> None:
+                     wait_timeout: float, max_num_examples: int | Mapping[int, int] | None) -> None:
         name = type(self).__name__
         if core_factory is None and self.core_cls is None:
             raise TypeError(f"{name} is not a method: subclass it with a core_cls, or pass core_factory")
         if core_factory is not None and hyperparameters and self.core_cls is not None:
             raise TypeError(f"{name}() got unexpected keyword arguments {sorted(hyperparameters)} "
                             "(a strategy over core_factory has no hyperparameters of its own)")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"{name}: seed must be an integer >= 0, got {seed!r}")
+        check_integer(f"{name}: seed", seed, 0)
         if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float)) or not wait_timeout > 0:
             raise ValueError(f"{name}: wait_timeout must be a number of seconds > 0, got {wait_timeout!r}")
         self.seed = int(seed)
@@ -309,6 +306,9 @@ class MethodAdapter:
         self.client_state_key = secrets.token_hex(16)
         self._first_trained: dict[int, int] = {}  # partition -> the first method round it was sent to train
         self._names: list[str] | None = None
+        self.session = RoundSession(self.history, name, self.on_bad_reply, max_num_examples)
+        if self.core_cls is not None:
+            self._check_flower_arguments(self.core_cls)
 
     def _split(self, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The method's configs (``{core keyword: dataclass instance}``) and arguments from ``given``
@@ -332,11 +332,11 @@ class MethodAdapter:
         arguments = {k: given.get(k, default) for k, default in self.arguments.items()}
         return configs, arguments
 
-    def _check_flower_arguments(self, core_cls: type, *, fraction_train: float, fraction_evaluate: float,
-                                names: tuple[str, str]) -> None:
-        """Refuse Flower arguments the method cannot honour (``names``: the API's names of the two
-        fractions), with an error naming the user's class."""
-        name = type(self).__name__
+    def _check_flower_arguments(self, core_cls: type) -> None:
+        """Refuse Flower arguments the method cannot honour (the fractions of :attr:`flower_names`),
+        with an error naming the user's class."""
+        name, names = type(self).__name__, self.flower_names
+        fraction_train, fraction_evaluate = (getattr(self, n) for n in names[:2])
         if getattr(core_cls, "full_participation", False) and fraction_train != 1.0:
             raise ValueError(f"{name}: every peer of a decentralized method trains every round, so {names[0]} must "
                              f"be 1.0 (Flower's default), got {fraction_train!r}")
@@ -369,13 +369,14 @@ class MethodAdapter:
         kwargs: dict[str, Any] = dict(self.configs)
         arguments = self.resolve_arguments(dict(self.method_arguments), self._names)
         kwargs.update({self.renamed.get(k, k): v for k, v in arguments.items()})
+        fraction, _, minimum, config_fn = (getattr(self, n) for n in self.flower_names)
         kwargs["seed"] = self.seed
-        kwargs["on_train_config"] = self.train_config_fn()
+        kwargs["on_train_config"] = config_fn
         if peers or getattr(cls, "needs_num_partitions", False):
             kwargs["num_partitions"] = int(num_partitions)
-        if not peers:
-            kwargs["fraction_train"] = self.sampling()[0]
-            kwargs["min_train"] = self.sampling()[1]
+        if not peers:  # a fraction of 0 (Message API) samples in no round
+            kwargs["fraction_train"] = fraction or 1.0
+            kwargs["min_train"] = max(1, minimum)
         try:
             return cls(initial_arrays, **kwargs)
         except (TypeError, ValueError) as err:
@@ -387,26 +388,15 @@ class MethodAdapter:
         known). Default: unchanged."""
         return arguments
 
-    def sampling(self) -> tuple[float, int]:
-        """``(fraction, minimum)`` of clients sampled for training (the API's own names)."""
-        raise NotImplementedError
-
-    def train_config_fn(self) -> Callable[[int], dict[str, Any]] | None:
-        """The per-round training config function handed to the core."""
-        raise NotImplementedError
-
     def _install_core(self, core: ServerCore) -> ServerCore:
         if self.core_factory is not None:
-            self._check_flower_arguments(type(core), **self._fractions())
+            self._check_flower_arguments(type(core))
         if self._pending_state is not None:
             core.load_state_dict(self._pending_state)
             self._pending_state = None
         self.core = core
         self.round_offset = int(core.server_round)
         return core
-
-    def _fractions(self) -> dict[str, Any]:
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ checkpoints
     def method_name(self) -> str | None:
@@ -480,8 +470,7 @@ class MethodAdapter:
         if not isinstance(key, str) or len(key) != 32 or key.strip("0123456789abcdef"):
             raise ValueError(f"{name}: checkpoint 'client_state_key' must be 32 lowercase hex digits, got {key!r:.80}")
         trained = state.get("client_state_partitions", [])
-        if not isinstance(trained, list) or not all(
-                isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= 0 for p in trained):
+        if not isinstance(trained, list) or not all(is_int(p) and p >= 0 for p in trained):
             raise ValueError(f"{name}: checkpoint 'client_state_partitions' must be a list of partition ids, "
                              f"got {trained!r:.80}")
         core_state = {k: v for k, v in state.items()
@@ -517,6 +506,20 @@ class MethodAdapter:
     def method_round(self, server_round: int) -> int:
         """The method's round of Flower's ``server_round`` (they differ after a resume)."""
         return int(server_round) + self.round_offset
+
+    def _evaluate_central(self, server_round: int, model: Any, initial: Callable[[int], Any], evaluate_fn: EvalFn):
+        """``(round, (loss, metrics) | None)`` of central evaluation at Flower's ``server_round``,
+        ``model`` being what Flower passes: before round 1 ``initial(round)`` scores the model Flower
+        starts from, as Flower's own strategies do; then the core scores its model with
+        ``evaluate_fn`` in the rounds the method evaluates. ``(None, None)`` before round 1 of a
+        resumed run: the checkpoint's round was evaluated by the run that saved it."""
+        if self.core is None or (server_round == 0 and self.core.server_round == 0):
+            if self._pending_state is not None or (self.core is not None and self.round_offset):
+                return None, None
+            return int(server_round), initial(int(server_round))
+        rnd = self.method_round(server_round)
+        self._follow(model, rnd)
+        return rnd, self.core.evaluate(rnd, evaluate_fn) if self.core.should_evaluate(rnd) else None
 
     # ------------------------------------------------------------------ composition
     def sync_global(self, arrays: list[np.ndarray], server_round: int) -> None:

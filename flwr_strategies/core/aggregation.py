@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..common import PARTITION_KEY
+from .validation import check_choice, is_real
 
 __all__ = ["WEIGHTINGS", "aggregation_weights", "fedavg_average", "weighted_average", "weighted_mean_metrics"]
 
@@ -137,8 +138,7 @@ def aggregation_weights(num_examples: Sequence[int], weighting: str = "num_examp
     Raises ``ValueError`` for an unknown weighting, no clients, a negative or non-finite count, or
     all counts zero (the counts need a positive sum).
     """
-    if weighting not in WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    check_choice("weighting", weighting, WEIGHTINGS)
     counts = np.asarray(list(num_examples), dtype=np.float64)
     if counts.size == 0:
         raise ValueError("no client results to aggregate")
@@ -190,8 +190,7 @@ def weighted_mean_metrics(results: Sequence[tuple[float, Mapping[str, Any]]],
     total = sum(n for n, _ in results)
     if total == 0:
         return {}
-    keys = sorted({k for _, m in results for k, v in m.items()
-                   if k not in skip and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)})
+    keys = sorted({k for _, m in results for k, v in m.items() if k not in skip and is_real(v)})
     out: dict[str, float] = {}
     for key in keys:
         pairs = [(n, float(m[key])) for n, m in results if key in m]

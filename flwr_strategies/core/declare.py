@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["SOURCE_KINDS", "setting", "sourced", "declared"]
+__all__ = ["SOURCE_KINDS", "setting", "sourced", "declared", "field_default"]
 
 #: The kinds of source a default has: ``"KIND: where"``.
 SOURCE_KINDS = ("paper", "official code", "project")
@@ -59,18 +59,22 @@ def declared(config: Any, *, flatten: bool = True) -> dict[str, tuple[Any, str |
     config's fields instead (FedLi-LS's ``armijo``)."""
     out: dict[str, tuple[Any, str | None, str | None]] = {}
     for field in dataclasses.fields(config):
-        if isinstance(config, type):
-            if field.default is not dataclasses.MISSING:
-                default = field.default
-            elif field.default_factory is not dataclasses.MISSING:
-                default = field.default_factory()
-            else:
-                continue
-        else:
-            default = getattr(config, field.name)
+        default = field_default(config, field)
+        if default is dataclasses.MISSING:
+            continue
         if flatten and dataclasses.is_dataclass(default) and not isinstance(default, type):
             out.update(declared(default))
             continue
         source = getattr(config, "__sources__", {}).get(field.name, field.metadata.get("source"))
         out[field.name] = (default, field.metadata.get("range"), source)
     return out
+
+
+def field_default(config: Any, field: dataclasses.Field) -> Any:
+    """The default of ``field`` of ``config``: a dataclass's default (or its factory's value), or for
+    an instance holding a method's own defaults, its value; ``dataclasses.MISSING`` for none."""
+    if not isinstance(config, type):
+        return getattr(config, field.name)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default

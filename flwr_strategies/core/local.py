@@ -103,9 +103,7 @@ def batch_stream(data: Any, *, epochs: int | None = None, steps: int | None = No
             xb, yb = data.x[idx], data.y[idx]
             if augment is not None and generator is not None:
                 xb = augment(xb, generator)
-            if device is not None:
-                xb, yb = xb.to(device), yb.to(device)
-            yield xb, yb
+            yield _pair((xb, yb), device)
         return
     done, passes = 0, 0
     while epochs is None or passes < epochs:

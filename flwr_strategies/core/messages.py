@@ -123,9 +123,7 @@ def numeric_metrics(metrics: Mapping[str, Any] | None) -> dict[str, int | float]
     """The int/float entries of ``metrics`` (bools become ints; everything else is dropped)."""
     out: dict[str, int | float] = {}
     for k, v in (metrics or {}).items():
-        if isinstance(v, (bool, np.bool_)):
-            out[k] = int(v)
-        elif isinstance(v, (int, np.integer)):
+        if isinstance(v, (bool, np.bool_, int, np.integer)):
             out[k] = int(v)
         elif isinstance(v, (float, np.floating)):
             out[k] = float(v)

@@ -40,6 +40,7 @@ from .validation import (
     check_max_num_examples,
     check_number,
     check_policy,
+    is_int,
     nonfinite_problem,
     nonfinite_replies,
     screen,
@@ -410,8 +411,7 @@ class ServerCore(ABC):
             raise ValueError(f"checkpoint is from {state['core']!r}, not {name}")
         rnd = state["server_round"]
         horizon = num_rounds if num_rounds is not None else self.horizon()
-        if not isinstance(rnd, (int, np.integer)) or isinstance(rnd, (bool, np.bool_)) or rnd < 0 or (
-                horizon is not None and rnd > horizon):
+        if not is_int(rnd) or rnd < 0 or (horizon is not None and rnd > horizon):
             upper = f"..{int(horizon)}" if horizon is not None else " or more"
             raise ValueError(f"checkpoint server_round = {rnd!r}: must be an integer in 0{upper}")
         sampler = state["sampler"]
@@ -454,7 +454,7 @@ class ServerCore(ABC):
         """The last round this core can run, when it knows it (None: any number of rounds)."""
         for attr in ("num_rounds", "final_round"):
             value = getattr(self, attr, None)
-            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            if is_int(value):
                 return int(value)
         return None
 

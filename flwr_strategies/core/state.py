@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .validation import all_finite
+from .validation import all_finite, is_int, is_real
 
 __all__ = ["MAX_META_DEPTH", "MAX_STATE_BYTES", "atomic_write", "check_state_layout", "load_state", "save_state",
            "state_layout"]
@@ -299,18 +299,16 @@ def check_state_layout(value: Any, layout: Any, where: str = "state") -> None:
         empty = math.prod(layout.shape) == 0
         if (empty and value.ndim != len(layout.shape)) or (not empty and tuple(value.shape) != layout.shape):
             raise ValueError(f"checkpoint {where} has shape {tuple(value.shape)}, expected {layout.shape}")
-        if not all_finite(value):
-            raise ValueError(f"checkpoint {where} contains NaN or infinite values")
-        _check_not_negative(value, where)
+        _check_finite_anywhere(value, where)  # finite, and an integer array holds no negative count
         return
     if layout is float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if not is_real(value):
             raise ValueError(f"checkpoint {where} = {value!r:.80} is not a number")
         if not math.isfinite(float(value)):
             raise ValueError(f"checkpoint {where} = {value!r} is not finite")
         return
     if layout is int:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             raise ValueError(f"checkpoint {where} = {value!r:.80} is not an integer")
         _check_not_negative(value, where)
         return
@@ -324,7 +322,7 @@ def _check_not_negative(value: Any, where: str) -> None:
         if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
             at = tuple(int(i) for i in np.unravel_index(int(np.argmin(value)), value.shape))
             raise ValueError(f"checkpoint {where} holds {int(value.min())} at {at}: a count cannot be negative")
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value < 0:
+    elif is_int(value) and value < 0:
         raise ValueError(f"checkpoint {where} = {int(value)}: a count cannot be negative")
 
 

@@ -23,14 +23,8 @@ The policy is the same for every strategy (``on_bad_reply``):
 - ``"raise"``: a :class:`ReplyError` naming the partition and the problem is raised before any
   state changes.
 
-A reply's ``num_examples`` is the weight FedAvg-style methods give it, and it is the client's own
-claim: one client reporting ``2**31`` against honest counts of 20..200 owns the whole average
-(Flower's strategies trust it the same way). ``max_num_examples`` (:func:`check_max_num_examples`,
-:func:`cap_num_examples`) bounds it: a valid reply whose count is above its bound is aggregated
-with the bound as its count, and the round's ``num_examples_clipped`` metric counts such replies.
-The default (None) trusts the counts, as Flower does; the project's runner and ServerApp set one
-bound per partition from the partitions they built
-(:meth:`~flwr_strategies.setup.ServerSetup.max_num_examples`).
+A reply's ``num_examples`` is the weight FedAvg-style methods give it, and the client's own claim:
+``max_num_examples`` bounds it (:func:`check_max_num_examples`, :func:`cap_num_examples`).
 """
 
 from __future__ import annotations
@@ -128,9 +122,7 @@ class Rejection:
 
 def check_policy(on_bad_reply: str) -> str:
     """Validate an ``on_bad_reply`` setting (``"drop"`` or ``"raise"``) and return it."""
-    if on_bad_reply not in BAD_REPLY_POLICIES:
-        raise ValueError(f"on_bad_reply must be one of {BAD_REPLY_POLICIES}, got {on_bad_reply!r}")
-    return on_bad_reply
+    return check_choice("on_bad_reply", on_bad_reply, BAD_REPLY_POLICIES)
 
 
 class SettingError(ValueError):

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.declare import setting
-from .topology import Topology, canonical_topology
+from ..core.validation import check_choice, check_integer, is_int
+from .topology import Topology, canonical_topology, check_neighbours
 
 __all__ = ["GraphConfig", "WEIGHTS", "FAILURE_POLICIES"]
 
@@ -27,10 +28,6 @@ WEIGHTS = ("auto", "uniform", "metropolis_hastings", "mh")
 #: renormalised, or the lost weight given to themselves, see :func:`~.mixing.restrict_to_alive`),
 #: or the run stops
 FAILURE_POLICIES = ("renormalize", "self", "stop")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -101,19 +98,14 @@ class GraphConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topology", canonical_topology(self.topology))
-        if not _is_int(self.neighbours) or self.neighbours < 2:
-            raise ValueError(f"neighbours must be an integer >= 2 (a peer's neighbourhood, itself included; "
-                             f"fewer gives a graph with no links), got {self.neighbours!r}")
-        if self.topology == "circulant" and self.neighbours % 2 == 0:
-            raise ValueError(f"the circulant graph links i to i +- 1..h, so neighbours = 2h + 1 must be odd, "
-                             f"got neighbours={self.neighbours!r}")
+        object.__setattr__(self, "neighbours", check_neighbours(self.topology, self.neighbours))
         p = self.topology_p
         if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) or math.isinf(p) or p > 1.0:
             raise ValueError(f"topology_p must be a probability in [0, 1] (negative: generator default), got {p!r}")
         if self.topology == "erdos_renyi" and p == 0.0:
             raise ValueError("topology_p = 0 gives an Erdos-Renyi graph with no links: the peers would never "
                              "communicate; use a probability in (0, 1]")
-        if not _is_int(self.ws_k) or self.ws_k < 2 or self.ws_k % 2:
+        if not is_int(self.ws_k) or self.ws_k < 2 or self.ws_k % 2:
             raise ValueError(f"ws_k must be an even integer >= 2, got {self.ws_k!r}")
         w = self.weights.lower().replace("-", "_") if isinstance(self.weights, str) else self.weights
         if w not in WEIGHTS:
@@ -123,12 +115,9 @@ class GraphConfig:
             raise ValueError(f"allow_row_stochastic must be a bool, got {self.allow_row_stochastic!r}")
         if self.allow_disconnected is not None and not isinstance(self.allow_disconnected, bool):
             raise ValueError(f"allow_disconnected must be None, True or False, got {self.allow_disconnected!r}")
-        if self.failure_policy not in FAILURE_POLICIES:
-            raise ValueError(f"failure_policy must be one of {FAILURE_POLICIES}, got {self.failure_policy!r}")
-        if not _is_int(self.client_eval_every) or self.client_eval_every < 0:
-            raise ValueError(f"client_eval_every must be an integer >= 0, got {self.client_eval_every!r}")
-        if not _is_int(self.client_eval_max) or self.client_eval_max < 0:
-            raise ValueError(f"client_eval_max must be an integer >= 0, got {self.client_eval_max!r}")
+        check_choice("failure_policy", self.failure_policy, FAILURE_POLICIES)
+        check_integer("client_eval_every", self.client_eval_every, 0)
+        check_integer("client_eval_max", self.client_eval_max, 0)
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "GraphConfig":
@@ -144,27 +133,22 @@ class GraphConfig:
             kw["allow_disconnected"] = table[low]
         return cls(**kw)
 
-    def generator_params(self) -> dict[str, Any]:
-        """Keyword arguments of this config's topology generator."""
-        name = self.topology
-        kw: dict[str, Any] = {}
+    def build(self, num_nodes: int, seed: int = 0) -> Topology:
+        """The seeded :class:`Topology` on ``num_nodes`` peers (>= 2)."""
+        if not is_int(num_nodes) or num_nodes < 2:
+            raise ValueError(f"a decentralized run needs at least 2 peers, got {num_nodes!r}")
+        if self.topology == "fixed":
+            raise ValueError("topology 'fixed' needs its adjacency: pass topology=Topology.from_adjacency(A)")
+        if self.topology == "watts_strogatz" and not self.ws_k < num_nodes:
+            raise ValueError(f"ws_k = {self.ws_k} must be < the number of peers ({num_nodes})")
+        name, kw = self.topology, {}  # the generator's keyword arguments
         if name in ("random", "random_code", "circulant"):
             kw["neighbours"] = int(self.neighbours)
         if name in ("erdos_renyi", "watts_strogatz") and self.topology_p >= 0:
             kw["p"] = float(self.topology_p)
         if name == "watts_strogatz":
             kw["k"] = int(self.ws_k)
-        return kw
-
-    def build(self, num_nodes: int, seed: int = 0) -> Topology:
-        """The seeded :class:`Topology` on ``num_nodes`` peers (>= 2)."""
-        if not _is_int(num_nodes) or num_nodes < 2:
-            raise ValueError(f"a decentralized run needs at least 2 peers, got {num_nodes!r}")
-        if self.topology == "fixed":
-            raise ValueError("topology 'fixed' needs its adjacency: pass topology=Topology.from_adjacency(A)")
-        if self.topology == "watts_strogatz" and not self.ws_k < num_nodes:
-            raise ValueError(f"ws_k = {self.ws_k} must be < the number of peers ({num_nodes})")
-        return Topology(self.topology, int(num_nodes), seed=int(seed), **self.generator_params())
+        return Topology(name, int(num_nodes), seed=int(seed), **kw)
 
     def disconnected_ok(self, topology: Topology) -> bool:
         """Whether a disconnected round is accepted for ``topology`` (see ``allow_disconnected``)."""

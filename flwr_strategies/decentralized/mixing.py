@@ -175,11 +175,9 @@ def second_eigenvalue_modulus(W: sp.spmatrix) -> float:
         ev = np.linalg.eigvalsh(A)
     else:
         ev = np.linalg.eigvals(A)
-    mod = np.sort(np.abs(ev))[::-1]
     # drop one eigenvalue closest to 1 (the consensus direction)
     k = int(np.argmin(np.abs(ev - 1.0)))
-    rest = np.abs(np.delete(ev, k))
-    return float(rest.max()) if rest.size else float(mod[0] * 0)
+    return float(np.abs(np.delete(ev, k)).max())
 
 
 def spectral_gap(W: sp.spmatrix) -> float:
@@ -221,14 +219,7 @@ def mix(W: sp.spmatrix, X: np.ndarray, out: np.ndarray | None = None, block: int
         Xb = Xt[:, s0:e0]
         Ob = tmp[:, : e0 - s0] if inplace else Ot[:, s0:e0]
         for i in range(m):
-            a, b = indptr[i], indptr[i + 1]
-            o = Ob[i]
-            if a == b:
-                o.zero_()
-                continue
-            torch.mul(Xb[int(indices[a])], float(data[a]), out=o)
-            for k in range(a + 1, b):
-                o.add_(Xb[int(indices[k])], alpha=float(data[k]))
+            _combine(Xb, indices, data, indptr[i], indptr[i + 1], Ob[i])
         if inplace:
             Ot[:, s0:e0].copy_(Ob)
     return out
@@ -253,17 +244,22 @@ def mix_row(W: sp.spmatrix, X: np.ndarray, i: int, out: np.ndarray | None = None
         out = np.empty(d, dtype=X.dtype)
     elif out.shape != (d,) or out.dtype != X.dtype:
         raise ValueError(f"out must have shape ({d},) and dtype {X.dtype}")
-    Xt = torch.from_numpy(np.ascontiguousarray(X))
-    o = torch.from_numpy(out)
-    a, b = W.indptr[i], W.indptr[i + 1]
-    data = W.data.astype(np.float64)
-    if a == b:
-        o.zero_()
-        return out
-    torch.mul(Xt[int(W.indices[a])], float(data[a]), out=o)
-    for k in range(a + 1, b):
-        o.add_(Xt[int(W.indices[k])], alpha=float(data[k]))
+    _combine(torch.from_numpy(np.ascontiguousarray(X)), W.indices, W.data.astype(np.float64), W.indptr[i],
+             W.indptr[i + 1], torch.from_numpy(out))
     return out
+
+
+def _combine(X, indices: np.ndarray, data: np.ndarray, a: int, b: int, out) -> None:
+    """``out = sum_k data[k] X[indices[k]]`` over ``k = a..b-1`` (a CSR row's slice; ``X`` and ``out``
+    torch tensors): one multiply, then axpys in column order; zero for an empty row."""
+    import torch
+
+    if a == b:
+        out.zero_()
+        return
+    torch.mul(X[int(indices[a])], float(data[a]), out=out)
+    for k in range(a + 1, b):
+        out.add_(X[int(indices[k])], alpha=float(data[k]))
 
 
 def restrict_to_alive(W: sp.spmatrix, alive: np.ndarray, policy: str = "renormalize") -> sp.csr_matrix:

@@ -343,10 +343,6 @@ class GossipCore(DecentralizedCore):
         return {}
 
     # ------------------------------------------------------------------ rows and averages
-    def row_arrays(self, pid: int) -> list[np.ndarray]:
-        """Peer ``pid``'s mixed model in the layout of the initial arrays (a copy)."""
-        return self.layout.unflatten(self.models.data[pid])
-
     def network_average(self) -> list[np.ndarray]:
         """``x_bar = (1/m) sum_i x_i`` in the layout of the initial arrays."""
         if self._xbar is None or self._xbar[0] != self._version:
@@ -436,7 +432,7 @@ class GossipCore(DecentralizedCore):
             ids = range(self.num_partitions if not most else min(self.num_partitions, most))
             accs = []
             for i in ids:
-                r = evaluate_fn(server_round, self.row_arrays(i))
+                r = evaluate_fn(server_round, self.models.row_arrays(i))  # peer i's own mixed model
                 if r is not None and "accuracy" in r[1]:
                     accs.append(float(r[1]["accuracy"]))
             if accs:

@@ -86,4 +86,5 @@ class ModelTable:
         return t
 
     def row_arrays(self, i: int) -> list[np.ndarray]:
+        """Row ``i`` as arrays of the layout (a copy)."""
         return self.layout.unflatten(self.data[i])

@@ -52,7 +52,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.validation import check_integer
+from ..core.validation import check_integer, is_int
 
 __all__ = [
     "Topology",
@@ -65,7 +65,6 @@ __all__ = [
     "erdos_renyi",
     "watts_strogatz",
     "random_k",
-    "random_code",
     "round_rng",
     "ALIASES",
     "canonical_topology",
@@ -95,24 +94,24 @@ def _from_edges(m: int, rows, cols, symmetric: bool = True) -> sp.csr_matrix:
     return a
 
 
+def _offsets(m: int, offsets: list[int], symmetric: bool = True) -> sp.csr_matrix:
+    """``i`` linked to ``(i + o) mod m`` for every offset ``o`` (both ways when ``symmetric``)."""
+    i = np.arange(m)
+    rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
+    cols = np.concatenate([(i + o) % m for o in offsets]) if offsets else np.array([], dtype=int)
+    return _from_edges(m, rows, cols, symmetric=symmetric)
+
+
 def ring(m: int) -> sp.csr_matrix:
     """Undirected ring: ``i`` linked to ``i-1`` and ``i+1`` (mod m)."""
     check_integer("number of nodes", m, 1)
-    i = np.arange(m)
-    return _from_edges(m, i, (i + 1) % m)
-
-
-def _square_factor(m: int) -> int:
-    r = int(math.isqrt(m))
-    while m % r:
-        r -= 1
-    return r
+    return _offsets(m, [1])
 
 
 def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
     """2-D torus (up/down/left/right, wrapping). ``rows`` must divide ``m``."""
     check_integer("number of nodes", m, 1)
-    r = _square_factor(m) if rows is None else int(rows)
+    r = next(r for r in range(math.isqrt(m), 0, -1) if m % r == 0) if rows is None else int(rows)
     if r <= 0 or m % r:
         raise ValueError(f"grid rows={rows!r} must be a positive divisor of m={m}")
     c = m // r
@@ -127,11 +126,7 @@ def grid(m: int, rows: int | None = None) -> sp.csr_matrix:
 def exponential(m: int, symmetric: bool = False) -> sp.csr_matrix:
     """Exponential graph: offsets ``2^k < m``; one-sided (directed) unless ``symmetric``."""
     check_integer("number of nodes", m, 1)
-    offsets = [1 << k for k in range(max(1, math.ceil(math.log2(m)))) if (1 << k) < m]
-    i = np.arange(m)
-    rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
-    cols = np.concatenate([(i + o) % m for o in offsets]) if offsets else np.array([], dtype=int)
-    return _from_edges(m, rows, cols, symmetric=symmetric)
+    return _offsets(m, [1 << k for k in range(max(1, math.ceil(math.log2(m)))) if (1 << k) < m], symmetric)
 
 
 def full(m: int) -> sp.csr_matrix:
@@ -146,11 +141,7 @@ def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
     (Huo et al., Sec. V: ``{(i, (i +- j) mod n) | j = 1, 2, 3}``, i.e. ``neighbours = 7``). The
     offsets wrap around, so ``neighbours > m`` gives the complete graph."""
     check_integer("number of nodes", m, 1)
-    h = (int(neighbours) - 1) // 2
-    i = np.arange(m)
-    rows = np.concatenate([i for _ in range(h)]) if h else np.array([], dtype=int)
-    cols = np.concatenate([(i + j) % m for j in range(1, h + 1)]) if h else np.array([], dtype=int)
-    return _from_edges(m, rows, cols)
+    return _offsets(m, list(range(1, (int(neighbours) - 1) // 2 + 1)))
 
 
 def erdos_renyi(m: int, rng: np.random.Generator, p: float = 0.1) -> sp.csr_matrix:
@@ -212,12 +203,6 @@ def random_k(m: int, rng: np.random.Generator | np.random.RandomState, neighbour
     return _from_edges(m, np.concatenate(rows), np.concatenate(cols))
 
 
-def random_code(m: int, rng: np.random.RandomState, neighbours: int = 10) -> sp.csr_matrix:
-    """:func:`random_k` drawn from a legacy ``RandomState`` exactly as the official DFedCata code
-    does (one ``choice(m, neighbours - 1, replace=False)`` per node, in node order)."""
-    return random_k(m, rng, neighbours)
-
-
 @dataclass(frozen=True)
 class _Gen:
     fn: Callable[..., sp.csr_matrix]
@@ -237,7 +222,9 @@ TOPOLOGIES: dict[str, _Gen] = {
     "erdos_renyi": _Gen(erdos_renyi, True, True, {"p": 0.1}),
     "watts_strogatz": _Gen(watts_strogatz, True, False, {"k": 8, "p": 0.02}),
     "random": _Gen(random_k, True, True, {"neighbours": 10}),
-    "random_code": _Gen(random_code, True, True, {"neighbours": 10}, legacy_seed=True),
+    # random_k from a legacy RandomState exactly as the official DFedCata code draws it (one
+    # choice(m, neighbours - 1, replace=False) per node, in node order)
+    "random_code": _Gen(random_k, True, True, {"neighbours": 10}, legacy_seed=True),
 }
 
 
@@ -254,7 +241,7 @@ def canonical_topology(name: str) -> str:
 
 def check_neighbours(name: str, neighbours: Any) -> int:
     """Validate the ``neighbours`` setting of topology ``name`` (an integer >= 2; odd for ``circulant``)."""
-    if isinstance(neighbours, bool) or not isinstance(neighbours, (int, np.integer)) or neighbours < 2:
+    if not is_int(neighbours) or neighbours < 2:
         raise ValueError(f"neighbours must be an integer >= 2 (the peer itself and at least one other), "
                          f"got neighbours={neighbours!r}")
     if name == "circulant" and neighbours % 2 == 0:
