@@ -39,6 +39,7 @@ from flwr.common import Scalar
 from torch import nn
 
 from flwr_strategies.core.local import train_steps
+from flwr_strategies.core.validation import check_choice, check_number
 from flwr_strategies.fedmezo.engine import MeZOEngine, StepResult, trainable_named_params
 from flwr_strategies.fedmezo.local import cursor_indices
 from flwr_strategies.fedmezo.replay import encode_pairs
@@ -107,8 +108,7 @@ class MeZO(torch.optim.Optimizer):
     def __init__(self, params: nn.Module | Iterable, lr: float = 1e-5, mu: float = 1e-3, *, weight_decay: float = 0.0,
                  num_perturbations: int = 1, restore_mode: str = "snapshot", z_device: str = "cpu",
                  seed: int | Sequence[int] = 0, variant: str = "paper") -> None:
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        check_number("lr", lr, "a finite number > 0", lambda v: v > 0)
         module = params if isinstance(params, nn.Module) else None
         if module is not None:
             named = trainable_named_params(module)
@@ -192,9 +192,7 @@ def cast_adapters(model: nn.Module, dtype: str | torch.dtype) -> nn.Module:
     default keeps adapters in fp32.
     """
     if isinstance(dtype, str):
-        if dtype not in ADAPTER_DTYPES:
-            raise ValueError(f"adapter_dtype must be one of {tuple(ADAPTER_DTYPES)}, got {dtype!r}")
-        dtype = ADAPTER_DTYPES[dtype]
+        dtype = ADAPTER_DTYPES[check_choice("adapter_dtype", dtype, ADAPTER_DTYPES)]
     for _, p in trainable_named_params(model):
         p.data = p.data.to(dtype)
     return model

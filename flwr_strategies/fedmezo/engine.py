@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..core.validation import check_choice, check_range
 from .config import RESTORE_MODES, VARIANTS, Z_DEVICES
 from .zseed import derive_seed, iter_z
 
@@ -137,18 +138,13 @@ class MeZOEngine:
             named = [(str(n), t) for n, t in params]
             if not named:
                 raise ValueError("MeZOEngine needs at least one tensor to tune")
-        if not (isinstance(mu, (int, float)) and math.isfinite(mu) and mu > 0):
-            raise ValueError(f"mu (perturbation scale) must be a finite number > 0, got {mu!r}")
-        if restore_mode not in RESTORE_MODES:
-            raise ValueError(f"restore_mode must be one of {RESTORE_MODES}, got {restore_mode!r}")
-        if z_device not in Z_DEVICES:
-            raise ValueError(f"z_device must be one of {Z_DEVICES}, got {z_device!r}")
-        if not (math.isfinite(weight_decay) and weight_decay >= 0):
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        check_range("mu", mu, 0.0, low_open=True)
+        check_choice("restore_mode", restore_mode, RESTORE_MODES)
+        check_choice("z_device", z_device, Z_DEVICES)
+        check_range("weight_decay", weight_decay, 0.0)
         if int(num_perturbations) != num_perturbations or num_perturbations < 1:
             raise ValueError(f"num_perturbations must be an integer >= 1, got {num_perturbations!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        check_choice("variant", variant, VARIANTS)
         self.names = [n for n, _ in named]
         self.tensors = [t for _, t in named]
         self.mu = float(mu)
@@ -220,8 +216,7 @@ class MeZOEngine:
         ``derive_seed(seed, 0, 0, 0, j)`` for ``j >= 1`` and ``seed`` itself for ``j = 0``.
         ``projected_grad_override`` replaces ``g`` (testing hook: ``0.0`` leaves theta unchanged).
         """
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr (learning rate) must be a finite number > 0, got {lr!r}")
+        check_range("lr", lr, 0.0, low_open=True)
         was_training = self.module.training if self.module is not None else None
         if self.module is not None:
             self.module.eval()

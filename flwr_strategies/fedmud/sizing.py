@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from ..core.validation import check_choice
 from .config import DECOMPS, PATTERNS, validate_ratio
 from .kron import bkd_blocks
 
@@ -56,10 +57,8 @@ class UnreachableRatioError(ValueError):
 
 
 def _scheme(decomp: str, pattern: str) -> str:
-    if decomp not in DECOMPS:
-        raise ValueError(f"decomp must be one of {DECOMPS}, got {decomp!r}")
-    if pattern not in PATTERNS:
-        raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+    check_choice("decomp", decomp, DECOMPS)
+    check_choice("pattern", pattern, PATTERNS)
     if decomp == "hadamard" and pattern != "ab":
         raise ValueError(f"decomp='hadamard' (FedPara) supports only pattern='ab', got {pattern!r}")
     return f"{decomp}-{pattern}"
