@@ -69,10 +69,6 @@ class DFedCataConfig:
 
     def __post_init__(self) -> None:
         check_flag("sequential_inplace", self.sequential_inplace)
-        if isinstance(self.beta, bool) or isinstance(self.lam, bool):
-            raise ValueError(f"beta and lam must be numbers, got beta={self.beta!r}, lam={self.lam!r}")
-        if self.lr is not None:
-            check_number("lr", self.lr, "a finite number")
         validate_dfedcata(self.beta, self.lam, self.lr, self.extrapolation_anchor)
 
     def check_lr(self, lr: float, server_round: int) -> None:
