@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..core.validation import check_choice, check_range
+from ..core.validation import check_choice, check_integer, check_range
 from .config import RESTORE_MODES, VARIANTS, Z_DEVICES
 from .zseed import derive_seed, iter_z
 
@@ -142,8 +142,7 @@ class MeZOEngine:
         check_choice("restore_mode", restore_mode, RESTORE_MODES)
         check_choice("z_device", z_device, Z_DEVICES)
         check_range("weight_decay", weight_decay, 0.0)
-        if int(num_perturbations) != num_perturbations or num_perturbations < 1:
-            raise ValueError(f"num_perturbations must be an integer >= 1, got {num_perturbations!r}")
+        check_integer("num_perturbations", num_perturbations, 1)
         check_choice("variant", variant, VARIANTS)
         self.names = [n for n, _ in named]
         self.tensors = [t for _, t in named]

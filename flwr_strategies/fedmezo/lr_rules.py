@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..core.validation import check_choice, check_range
+from ..core.validation import check_choice, check_integer, check_range
 
 LR_STRATEGIES = ("frozen", "random", "round-wise", "five-round", "model-diff")
 
@@ -81,8 +81,7 @@ class PersonalisedLR:
         check_choice("lr_strategy", strategy, LR_STRATEGIES)
         check_range("eta0", eta0, 0.0, low_open=True)
         check_range("lr_alpha", alpha, 0.0, float(eta0), high_open=True)
-        if int(window) != window or window < 1:
-            raise ValueError(f"lr_window must be an integer >= 1, got {window!r}")
+        check_integer("lr_window", window, 1)
         self.strategy, self.eta0, self.alpha, self.window, self.seed = strategy, float(eta0), float(alpha), int(window), int(seed)
         self.loss_history: dict[int, list[tuple[int, float]]] = {}
         self.diff_signal: dict[int, tuple[int, float]] = {}
