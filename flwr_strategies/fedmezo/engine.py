@@ -92,31 +92,15 @@ class StepResult:
 
 
 class MeZOEngine:
-    """Zeroth-order optimiser over a fixed, ordered set of tensors.
+    """Zeroth-order optimiser over a fixed, ordered set of tensors (the step of
+    :class:`flwr_strategies.clients.fedmezo.MeZO`).
 
-    Parameters
-    ----------
-    params : nn.Module or sequence of (name, tensor)
-        The tensors to tune, in canonical order. A module contributes its parameters with
-        ``requires_grad=True`` (e.g. only the LoRA adapters of a peft model).
-    mu : float (default: 1e-3)
-        Perturbation scale (MeZO's epsilon, the code's ``zo_eps``). Must be > 0.
-    restore_mode : str (default: "snapshot")
-        ``"snapshot"`` clones the tensors before perturbing and copies them back (bit-exact);
-        ``"regenerate"`` restores by adding ``+mu z`` again (MeZO's way, not bit-exact).
-    z_device : str (default: "cpu")
-        Where ``z`` is drawn, see :mod:`.zseed`. ``"cpu"`` is portable across machines.
-    weight_decay : float (default: 0.0)
-        Decoupled L2 term ``lr*wd*theta`` added to the update, except for tensors whose name
-        contains bias/layer_norm/layernorm (see :func:`decays`). Must be >= 0.
-    num_perturbations : int (default: 1)
-        Number n of independent directions per step (n-SPSA, 2n forward passes). Must be >= 1.
-    module : nn.Module, optional
-        Put into ``eval()`` during a step (dropout off, as in the reference) and back afterwards.
-        Defaults to ``params`` when that is a module.
-    variant : str (default: "paper")
-        The update rule: ``"paper"`` or ``"code"`` (the official code's arithmetic; see the module
-        docstring).
+    ``params``: a module (its parameters with ``requires_grad=True``, e.g. only the LoRA adapters
+    of a peft model) or ``(name, tensor)`` pairs, in canonical order. ``mu``, ``restore_mode``
+    (``"regenerate"`` restores by adding ``+mu z`` again, MeZO's way, not bit-exact), ``z_device``,
+    ``weight_decay`` (see :func:`decays`), ``num_perturbations`` and ``variant`` as ``MeZO``'s.
+    ``module`` (default: ``params`` when it is a module) is put into ``eval()`` during a step
+    (dropout off, as in the reference) and back afterwards.
     """
 
     def __init__(
