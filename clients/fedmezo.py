@@ -336,21 +336,21 @@ class _LoRAClient(TorchClient):
 
     def with_defaults(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The server's ``config`` over this client's ``ClientSetup.train`` settings (used when a
-        strategy other than FedMeZO's sends fewer keys)."""
+        strategy other than FedMeZO's sends fewer keys), with the round as ``server_round``."""
         t = self.setup.train
         rnd = int(config.get("server-round", config.get("server_round", 1)))
         base = {"lr": t.lr_at(rnd), "local_steps": int(t.local_steps or 0), "local_epochs": int(t.local_epochs or 0),
                 "batch_size": int(t.batch_size), "weight_decay": float(t.weight_decay), "momentum": float(t.momentum),
-                "run_seed": int(self.setup.seed), "server_round": rnd}
+                "run_seed": int(self.setup.seed)}
         if t.grad_clip is not None:
             base["grad_clip"] = float(t.grad_clip)
-        return {**base, **dict(config)}
+        return {**base, **dict(config), "server_round": rnd}
 
     def _batches(self, config: Mapping[str, Any]) -> tuple[int, int, Iterator[Batch]]:
         B = int(config.get("batch_size") or 1)
         H = round_steps(config, self.setup.train_data, B)
-        it = round_batches(self.setup.train_data, H, B, run_seed=int(config.get("run_seed", self.setup.seed)),
-                           server_round=int(config.get("server-round", config.get("server_round", 1))), partition_id=self.partition_id)
+        it = round_batches(self.setup.train_data, H, B, run_seed=int(config["run_seed"]), server_round=config["server_round"],
+                           partition_id=self.partition_id)
         return H, B, (_to(b, self.setup.device) for b in it)
 
     def evaluate(self, parameters, config):
@@ -421,8 +421,7 @@ class LoRAFedAvgClient(_LoRAClient):
         hooks = [lambda: nn.utils.clip_grad_norm_(params, float(clip))] if clip else []
         H, B, batches = self._batches(config)
         dev = torch.device(self.setup.device) if self.setup.device is not None else torch.device("cpu")
-        seed = derive_seed(int(config.get("run_seed", self.setup.seed)), int(config.get("server-round", config.get("server_round", 1))),
-                           self.partition_id, 0, 1)
+        seed = derive_seed(int(config["run_seed"]), config["server_round"], self.partition_id, 0, 1)
         sizes: list[int] = []
 
         def pairs() -> Iterator[tuple[Batch, None]]:
