@@ -1,31 +1,13 @@
 """Local rules of DFedCata and the decentralized baselines, as small torch pieces (no Flower).
 
-Pieces that work on the user's own ``nn.Module`` and training loop, in the style of
-``torch.optim`` and ``torch.nn.utils.parametrize``:
-
-- :class:`MoreauEnvelope`: DFedCata's proximal term ``lam/2 ||x - x_0||^2`` around the point the
-  peer received (the extrapolated start point, which is also the anchor). As a context manager it
-  adds ``lam (x - x_0)`` to every parameter's gradient after each ``backward()``, so the user's
-  unchanged ``train()`` and optimizer minimise the Moreau envelope::
-
-      with MoreauEnvelope(model, lam=config["lam"]):
-          train(model, trainloader, epochs, lr)
-
-  ``penalty()`` gives the same term as a loss to add instead.
-- :class:`LocalSGD`: a ``torch.optim.Optimizer`` for the exact local step of every method of the
-  paper's comparison: ``d = clip(g) + wd x + lam (x - x_0)``, then plain SGD ``x <- x - lr d`` or
-  DFedAvgM's heavy ball ``v <- mu v - lr d; x <- x + v`` (reset with the optimizer each round). Its
-  ``clip_scope="official"`` reproduces the official code's order instead:
-  ``d = clip(g - lam x_0) + (lam + wd) x``.
-- :class:`SAM`: sharpness-aware minimisation around any optimizer (DFedSAM, FedSAM):
-  ``step(closure)`` perturbs the parameters by ``e = rho g / ||g||``, re-evaluates the gradient on
-  the same minibatch through ``closure`` and steps with it.
-
-:func:`run_local` runs those pieces over any iterable of ``(x, y)`` batches on the one local loop
-(:func:`flwr_strategies.core.local.train_steps`); :func:`local_update` is the seeded in-memory
-version (minibatch order and augmentation from one ``torch.Generator``). One run of either:
-DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvgM
-(``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
+The pieces work on the user's own ``nn.Module`` and training loop, in the style of ``torch.optim``
+and ``torch.nn.utils.parametrize`` (their use: :mod:`flwr_strategies.clients.dfedcata`, which
+re-exports them): :class:`MoreauEnvelope` (DFedCata's proximal term), :class:`LocalSGD` (the exact
+local step of every method of the paper's comparison) and :class:`SAM` (sharpness-aware steps around
+any optimizer). :func:`run_local` runs them over any iterable of ``(x, y)`` batches on the one local
+loop (:func:`flwr_strategies.core.local.train_steps`); :func:`local_update` is the seeded in-memory
+version. One run of either: DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``),
+DFedAvgM (``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
 """
 
 from __future__ import annotations
