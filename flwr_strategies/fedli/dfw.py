@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.declare import setting
-from ..core.validation import check_range
+from ..core.validation import check_range, require_finite
 
 import numpy as np
 
-from .aggregation import check_finite_arrays, is_float_array
+from .aggregation import is_float_array
 
 __all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma", "dfw_step"]
 
@@ -111,8 +111,8 @@ def dfw_step(
     cfg = config
     if len(global_arrays) != len(average):
         raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
-    check_finite_arrays(global_arrays, "global model")
-    check_finite_arrays(average, "aggregated client models")
+    require_finite("global model", global_arrays)
+    require_finite("aggregated client models", average)
     idx = [j for j, w in enumerate(global_arrays)
            if is_float_array(w) and (float_mask is None or bool(float_mask[j]))]
     if not idx:

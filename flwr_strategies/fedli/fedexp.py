@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core.validation import check_range
-from .aggregation import check_finite_arrays, is_float_array
+from ..core.validation import check_range, require_finite
+from .aggregation import is_float_array
 
 __all__ = ["fedexp_server_step", "fedexp_step_size"]
 
@@ -80,11 +80,11 @@ def fedexp_server_step(
     """
     if len(client_models) == 0:
         raise ValueError("FedExP needs at least one client model")
-    check_finite_arrays(global_arrays, "global model")
+    require_finite("global model", global_arrays)
     for i, m in enumerate(client_models):
         if len(m) != len(global_arrays):
             raise ValueError(f"client {i} sent {len(m)} arrays, expected {len(global_arrays)}")
-        check_finite_arrays(m, f"client {i} model")
+        require_finite(f"client {i} model", m)
     s = len(client_models)
     p = np.full(s, 1.0 / s) if weights is None else _check_weights(weights, s)
     idx = [j for j, w in enumerate(global_arrays) if is_float_array(w)]
