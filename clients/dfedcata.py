@@ -29,11 +29,13 @@ two must agree), ``grad_clip`` (scope ``clip_scope``). Nothing persists between 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 from flwr.common import Scalar
 
+from flwr_strategies.adapters.method import hyperparameter_section
 from flwr_strategies.clients.base import TorchClient, train_settings
 from flwr_strategies.core.local import batch_stream
 from flwr_strategies.dfedcata.config import LocalRuleConfig
@@ -50,21 +52,12 @@ class DecentralizedClient(TorchClient):
     """The local rule of DFedCata, DFedAvg(M), DFedSAM, D-PSGD and FedSAM (see the module docstring).
 
     It loads the weights it receives (its own start point, sent by the peer-emulating strategy),
-    which are also the Moreau-envelope anchor, and runs :func:`run_local`.
-
-    Parameters (``params``, validated by :class:`~flwr_strategies.dfedcata.config.LocalRuleConfig`)
-    -------------------------------------------------------------------------------------------------
-    lam : float (default 0.0)
-        Moreau-envelope penalty when the config carries no ``"lam"`` (DFedCata's server sends it), >= 0.
-    local_momentum : float (default 0.0)
-        DFedAvgM's heavy-ball coefficient, in [0, 1).
-    rho : float (default 0.0)
-        SAM radius (DFedSAM, FedSAM: 0.1), >= 0.
-    steps_per_round : int (default 0)
-        If > 0, exactly this many minibatch steps (D-PSGD: 1) instead of the epochs/steps setting.
-    clip_scope : str (default "data")
-        ``"data"`` or ``"official"`` (see :class:`LocalSGD`).
+    which are also the Moreau-envelope anchor, and runs :func:`run_local`. Its ``params`` are the
+    fields of :class:`~flwr_strategies.dfedcata.config.LocalRuleConfig` (below), which validates them.
     """
+
+    #: what ``params`` holds (the docstring's "Hyperparameters" section lists its fields)
+    hyperparameters = {"params": LocalRuleConfig}
 
     def __init__(self, setup: ClientSetup, params: dict[str, Any] | None = None) -> None:
         super().__init__(setup, params)
@@ -88,3 +81,6 @@ class DecentralizedClient(TorchClient):
             clip_scope=self.rule.clip_scope,
         )
         return {"train_loss": float(out["train_loss"]), "steps": int(out["steps"])}
+
+
+DecentralizedClient.__doc__ = inspect.getdoc(DecentralizedClient) + hyperparameter_section(DecentralizedClient)

@@ -32,7 +32,6 @@ are moved to the model's device).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -188,7 +187,6 @@ class ScaffoldClient(TorchClient):
         in_clip = bool(config.get("scaffold_correction_in_clip", self.params.get("correction_in_clip", False)))
         apply = session.correction.apply
         stats = local_sgd(self.model, self.setup.train_data, generator=self.generator(config), device=self.setup.device,
-                          before_clip=apply if in_clip else None, before_step=None if in_clip else apply, **s)
-        if not math.isfinite(float(stats["train_loss"])):
-            raise FloatingPointError("SCAFFOLD client: non-finite training loss")
+                          before_clip=apply if in_clip else None, before_step=None if in_clip else apply,
+                          check_finite="SCAFFOLD client", **s)
         return session.finish(s["lr"], int(stats["steps"])), self.num_train(), {**self.base_metrics(), **stats}

@@ -39,6 +39,7 @@ from flwr.common import Scalar
 from torch import nn
 
 from flwr_strategies.core.local import train_steps
+from flwr_strategies.core.validation import check_choice, check_number
 from flwr_strategies.fedmezo.engine import MeZOEngine, StepResult, trainable_named_params
 from flwr_strategies.fedmezo.local import cursor_indices
 from flwr_strategies.fedmezo.replay import encode_pairs
@@ -107,8 +108,7 @@ class MeZO(torch.optim.Optimizer):
     def __init__(self, params: nn.Module | Iterable, lr: float = 1e-5, mu: float = 1e-3, *, weight_decay: float = 0.0,
                  num_perturbations: int = 1, restore_mode: str = "snapshot", z_device: str = "cpu",
                  seed: int | Sequence[int] = 0, variant: str = "paper") -> None:
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        check_number("lr", lr, "a finite number > 0", lambda v: v > 0)
         module = params if isinstance(params, nn.Module) else None
         if module is not None:
             named = trainable_named_params(module)
@@ -192,9 +192,7 @@ def cast_adapters(model: nn.Module, dtype: str | torch.dtype) -> nn.Module:
     default keeps adapters in fp32.
     """
     if isinstance(dtype, str):
-        if dtype not in ADAPTER_DTYPES:
-            raise ValueError(f"adapter_dtype must be one of {tuple(ADAPTER_DTYPES)}, got {dtype!r}")
-        dtype = ADAPTER_DTYPES[dtype]
+        dtype = ADAPTER_DTYPES[check_choice("adapter_dtype", dtype, ADAPTER_DTYPES)]
     for _, p in trainable_named_params(model):
         p.data = p.data.to(dtype)
     return model
@@ -338,21 +336,21 @@ class _LoRAClient(TorchClient):
 
     def with_defaults(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The server's ``config`` over this client's ``ClientSetup.train`` settings (used when a
-        strategy other than FedMeZO's sends fewer keys)."""
+        strategy other than FedMeZO's sends fewer keys), with the round as ``server_round``."""
         t = self.setup.train
         rnd = int(config.get("server-round", config.get("server_round", 1)))
         base = {"lr": t.lr_at(rnd), "local_steps": int(t.local_steps or 0), "local_epochs": int(t.local_epochs or 0),
                 "batch_size": int(t.batch_size), "weight_decay": float(t.weight_decay), "momentum": float(t.momentum),
-                "run_seed": int(self.setup.seed), "server_round": rnd}
+                "run_seed": int(self.setup.seed)}
         if t.grad_clip is not None:
             base["grad_clip"] = float(t.grad_clip)
-        return {**base, **dict(config)}
+        return {**base, **dict(config), "server_round": rnd}
 
     def _batches(self, config: Mapping[str, Any]) -> tuple[int, int, Iterator[Batch]]:
         B = int(config.get("batch_size") or 1)
         H = round_steps(config, self.setup.train_data, B)
-        it = round_batches(self.setup.train_data, H, B, run_seed=int(config.get("run_seed", self.setup.seed)),
-                           server_round=int(config.get("server-round", config.get("server_round", 1))), partition_id=self.partition_id)
+        it = round_batches(self.setup.train_data, H, B, run_seed=int(config["run_seed"]), server_round=config["server_round"],
+                           partition_id=self.partition_id)
         return H, B, (_to(b, self.setup.device) for b in it)
 
     def evaluate(self, parameters, config):
@@ -423,8 +421,7 @@ class LoRAFedAvgClient(_LoRAClient):
         hooks = [lambda: nn.utils.clip_grad_norm_(params, float(clip))] if clip else []
         H, B, batches = self._batches(config)
         dev = torch.device(self.setup.device) if self.setup.device is not None else torch.device("cpu")
-        seed = derive_seed(int(config.get("run_seed", self.setup.seed)), int(config.get("server-round", config.get("server_round", 1))),
-                           self.partition_id, 0, 1)
+        seed = derive_seed(int(config["run_seed"]), config["server_round"], self.partition_id, 0, 1)
         sizes: list[int] = []
 
         def pairs() -> Iterator[tuple[Batch, None]]:

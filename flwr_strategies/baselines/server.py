@@ -7,6 +7,7 @@ clients and sampling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,13 @@ from ..core.validation import ReplyError, require_finite
 from .config import FedAdamConfig, FedAvgConfig, FedProxConfig
 
 __all__ = ["FedAvgServer", "FedProxServer", "FedAdamServer"]
+
+#: Stores what a server step computed besides the new model (it cannot fail).
+Commit = Callable[[], None]
+
+
+def _no_commit() -> None:
+    return None
 
 
 class FedAvgServer(ServerCore):
@@ -38,6 +46,8 @@ class FedAvgServer(ServerCore):
     aggregate_reveals_nonfinite = True
     #: The method's config dataclass (``config=None``: its defaults).
     config_cls: type = FedAvgConfig
+    #: ``"num_examples"`` (``p_i = n_i / sum_j n_j``, Flower's FedAvg) or ``"uniform"``.
+    weighting: str = "num_examples"
 
     def __init__(self, initial_arrays, *, config: Any = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, **kwargs)
@@ -53,22 +63,32 @@ class FedAvgServer(ServerCore):
         return [Instruction(pid, self.current, dict(cfg)) for pid in partition_ids]
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
-        if reply.num_examples == 0:
+        if self.weighting == "num_examples" and reply.num_examples == 0:
             raise ReplyError(f"partition {reply.partition_id} reported num_examples = 0 (no weight in the average)")
 
-    def server_update(self, server_round: int, average: list[np.ndarray]) -> list[np.ndarray]:
-        """The new global model from the weighted average (FedAvg: the average itself). An
-        override that keeps more state checks it finite before storing it
-        (:func:`~flwr_strategies.core.validation.require_finite`)."""
-        return average
+    def counts(self, replies: list[Reply]) -> list[int]:
+        """Integer weights of the average: ``n_i`` or all 1 (uniform)."""
+        return [int(r.num_examples) for r in replies] if self.weighting == "num_examples" else [1] * len(replies)
+
+    def average(self, replies: list[Reply]) -> list[np.ndarray]:
+        """``sum_i p_i w_i`` with the arithmetic of Flower's ``aggregate_inplace`` (bit-identical to
+        Flower's FedAvg for ``n_i`` weights)."""
+        return fedavg_average([r.arrays for r in replies], self.counts(replies))
+
+    def server_step(self, server_round: int, replies: list[Reply]) -> tuple[list[np.ndarray], dict[str, Any], Commit]:
+        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state,
+        which the step has checked finite (:func:`~flwr_strategies.core.validation.require_finite`).
+        ``w_{t+1}`` is checked by the caller. FedAvg: the weighted average, nothing else to store."""
+        return self.average(replies), {}, _no_commit
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         if not replies:
             return {}
-        average = fedavg_average([r.arrays for r in replies], [r.num_examples for r in replies])
-        metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
-        new = self.server_update(server_round, average)
+        new, info, commit = self.server_step(server_round, replies)
         require_finite(f"{type(self).__name__}'s new global model", new)
+        metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
+        metrics.update(info)
+        commit()
         self.current = new
         return metrics
 
@@ -112,8 +132,9 @@ class FedAdamServer(FedAvgServer):
         self.m_t: list[np.ndarray] | None = None
         self.v_t: list[np.ndarray] | None = None
 
-    def server_update(self, server_round: int, average: list[np.ndarray]) -> list[np.ndarray]:
+    def server_step(self, server_round: int, replies: list[Reply]):
         c = self.config
+        average = self.average(replies)
         delta = [x - y for x, y in zip(average, self.current)]
         m_prev = self.m_t if self.m_t is not None else [np.zeros_like(x) for x in delta]
         v_prev = self.v_t if self.v_t is not None else [np.zeros_like(x) for x in delta]
@@ -124,10 +145,12 @@ class FedAdamServer(FedAvgServer):
         # NumPy float64), which Flower's legacy FedAdam returns as the new model
         new = [(x + eta_norm * y / (np.sqrt(z) + c.tau)).astype(x.dtype, copy=False)
                for x, y, z in zip(self.current, m_t, v_t)]
-        require_finite("FedAdam's new global model", new)
         require_finite("FedAdam's moments", {"m_t": m_t, "v_t": v_t})
-        self.m_t, self.v_t = m_t, v_t
-        return new
+
+        def commit() -> None:
+            self.m_t, self.v_t = m_t, v_t
+
+        return new, {}, commit
 
     def extra_state(self) -> dict[str, Any]:
         out = super().extra_state()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.declare import setting
-from ..core.validation import check_number
+from ..core.validation import check_choice, check_flag, check_integer, check_number, check_range
 from .params import ANCHORS, validate_dfedcata
 
 __all__ = ["DFedCataConfig", "LocalRuleConfig", "CLIP_SCOPES", "CODE_OPTIONS"]
@@ -68,12 +68,7 @@ class DFedCataConfig:
                                "front; every round's ``lr`` is checked again when the round is configured.")
 
     def __post_init__(self) -> None:
-        if not isinstance(self.sequential_inplace, bool):
-            raise ValueError(f"sequential_inplace must be a bool, got {self.sequential_inplace!r}")
-        if isinstance(self.beta, bool) or isinstance(self.lam, bool):
-            raise ValueError(f"beta and lam must be numbers, got beta={self.beta!r}, lam={self.lam!r}")
-        if self.lr is not None:
-            check_number("lr", self.lr, "a finite number")
+        check_flag("sequential_inplace", self.sequential_inplace)
         validate_dfedcata(self.beta, self.lam, self.lr, self.extrapolation_anchor)
 
     def check_lr(self, lr: float, server_round: int) -> None:
@@ -111,19 +106,11 @@ class LocalRuleConfig:
                               ":data:`CLIP_SCOPES`). Only matters when clipping is on and ``lam > 0``.")
 
     def __post_init__(self) -> None:
-        lam = check_number("lam", self.lam, "a finite number")
-        if lam < 0:
-            raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {self.lam!r}")
-        mom = check_number("local_momentum", self.local_momentum, "a finite number")
-        if not 0.0 <= mom < 1.0:
-            raise ValueError(f"local_momentum must be in [0, 1), got {self.local_momentum!r}")
-        rho = check_number("rho", self.rho, "a finite number")
-        if rho < 0:
-            raise ValueError(f"rho (SAM radius) must be >= 0, got {self.rho!r}")
-        if isinstance(self.steps_per_round, bool) or not isinstance(self.steps_per_round, int) or self.steps_per_round < 0:
-            raise ValueError(f"steps_per_round must be an integer >= 0, got {self.steps_per_round!r}")
-        if self.clip_scope not in CLIP_SCOPES:
-            raise ValueError(f"clip_scope must be one of {CLIP_SCOPES}, got {self.clip_scope!r}")
+        for name in ("lam", "rho"):
+            check_range(name, getattr(self, name), 0.0)
+        check_range("local_momentum", self.local_momentum, 0.0, 1.0, high_open=True)
+        check_integer("steps_per_round", self.steps_per_round, 0)
+        check_choice("clip_scope", self.clip_scope, CLIP_SCOPES)
 
     def momentum(self, train_momentum: float) -> float:
         """The heavy-ball coefficient to use given the experiment's ``momentum`` setting."""

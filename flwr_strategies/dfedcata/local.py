@@ -1,31 +1,13 @@
 """Local rules of DFedCata and the decentralized baselines, as small torch pieces (no Flower).
 
-Pieces that work on the user's own ``nn.Module`` and training loop, in the style of
-``torch.optim`` and ``torch.nn.utils.parametrize``:
-
-- :class:`MoreauEnvelope`: DFedCata's proximal term ``lam/2 ||x - x_0||^2`` around the point the
-  peer received (the extrapolated start point, which is also the anchor). As a context manager it
-  adds ``lam (x - x_0)`` to every parameter's gradient after each ``backward()``, so the user's
-  unchanged ``train()`` and optimizer minimise the Moreau envelope::
-
-      with MoreauEnvelope(model, lam=config["lam"]):
-          train(model, trainloader, epochs, lr)
-
-  ``penalty()`` gives the same term as a loss to add instead.
-- :class:`LocalSGD`: a ``torch.optim.Optimizer`` for the exact local step of every method of the
-  paper's comparison: ``d = clip(g) + wd x + lam (x - x_0)``, then plain SGD ``x <- x - lr d`` or
-  DFedAvgM's heavy ball ``v <- mu v - lr d; x <- x + v`` (reset with the optimizer each round). Its
-  ``clip_scope="official"`` reproduces the official code's order instead:
-  ``d = clip(g - lam x_0) + (lam + wd) x``.
-- :class:`SAM`: sharpness-aware minimisation around any optimizer (DFedSAM, FedSAM):
-  ``step(closure)`` perturbs the parameters by ``e = rho g / ||g||``, re-evaluates the gradient on
-  the same minibatch through ``closure`` and steps with it.
-
-:func:`run_local` runs those pieces over any iterable of ``(x, y)`` batches on the one local loop
-(:func:`flwr_strategies.core.local.train_steps`); :func:`local_update` is the seeded in-memory
-version (minibatch order and augmentation from one ``torch.Generator``). One run of either:
-DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``), DFedAvgM
-(``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
+The pieces work on the user's own ``nn.Module`` and training loop, in the style of ``torch.optim``
+and ``torch.nn.utils.parametrize`` (their use: :mod:`flwr_strategies.clients.dfedcata`, which
+re-exports them): :class:`MoreauEnvelope` (DFedCata's proximal term), :class:`LocalSGD` (the exact
+local step of every method of the paper's comparison) and :class:`SAM` (sharpness-aware steps around
+any optimizer). :func:`run_local` runs them over any iterable of ``(x, y)`` batches on the one local
+loop (:func:`flwr_strategies.core.local.train_steps`); :func:`local_update` is the seeded in-memory
+version. One run of either: DFedAvg / D-PSGD (``lam = momentum = rho = 0``), DFedCata (``lam > 0``),
+DFedAvgM (``momentum > 0``), DFedSAM / FedSAM (``rho > 0``).
 """
 
 from __future__ import annotations
@@ -37,7 +19,7 @@ from typing import Any
 import torch
 
 from ..core.local import Objective, batch_stream, train_steps
-from ..core.validation import check_number
+from ..core.validation import check_choice, check_number, check_range
 from .config import CLIP_SCOPES
 
 __all__ = [
@@ -87,10 +69,7 @@ class MoreauEnvelope:
     """
 
     def __init__(self, model: torch.nn.Module | Iterable[torch.Tensor], lam: float) -> None:
-        lam = check_number("lam", lam, "a finite number")
-        if lam < 0:
-            raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
-        self.lam = lam
+        self.lam = check_range("lam", lam, 0.0)
         self.params = _trainable(model)
         self.anchor: list[torch.Tensor] = []
         self._hooks: list[Any] = []
@@ -180,19 +159,12 @@ class LocalSGD(torch.optim.Optimizer):
         clip_scope: str = "data",
         moreau: MoreauEnvelope | None = None,
     ) -> None:
-        lr = check_number("lr", lr, "a finite number")
-        if lr <= 0:
-            raise ValueError(f"lr must be > 0, got {lr!r}")
-        momentum = check_number("momentum", momentum, "a finite number")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-        weight_decay = check_number("weight_decay", weight_decay, "a finite number")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        lr = check_range("lr", lr, 0.0, low_open=True)
+        momentum = check_range("momentum", momentum, 0.0, 1.0, high_open=True)
+        weight_decay = check_range("weight_decay", weight_decay, 0.0)
         if clip_norm is not None and not (check_number("clip_norm", clip_norm, "a finite number") > 0):
             raise ValueError(f"clip_norm must be > 0 or None, got {clip_norm!r}")
-        if clip_scope not in CLIP_SCOPES:
-            raise ValueError(f"clip_scope must be one of {CLIP_SCOPES}, got {clip_scope!r}")
+        check_choice("clip_scope", clip_scope, CLIP_SCOPES)
         params = list(params)
         lam = 0.0 if moreau is None else moreau.lam
         if lam > 0 and lr * lam >= 1.0:
@@ -279,11 +251,8 @@ class SAM:
     closure = "gradient"
 
     def __init__(self, optimizer: torch.optim.Optimizer, rho: float) -> None:
-        rho = check_number("rho", rho, "a finite number")
-        if rho < 0:
-            raise ValueError(f"rho (SAM radius) must be >= 0, got {rho!r}")
         self.optimizer = optimizer
-        self.rho = rho
+        self.rho = check_range("rho", rho, 0.0)
 
     @property
     def param_groups(self):
@@ -321,9 +290,7 @@ def run_local(model: torch.nn.Module, batches: Iterable[tuple[torch.Tensor, torc
     start point and the proximal anchor. Built from :class:`MoreauEnvelope`, :class:`LocalSGD` and
     :class:`SAM`. ``loss_fn(model, x, y)`` defaults to the cross-entropy of ``model(x)``. Returns
     ``{"train_loss": mean minibatch loss (at x, before the step), "steps": number of steps}``."""
-    lam = check_number("lam", lam, "a finite number")
-    if lam < 0:
-        raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
+    lam = check_range("lam", lam, 0.0)
     params = _trainable(model)
     moreau = MoreauEnvelope(params, lam) if lam > 0 else None
     opt = LocalSGD(params, lr, momentum=momentum, weight_decay=weight_decay, clip_norm=clip_norm,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+from ..core.validation import check_choice, check_range
 
 __all__ = ["validate_dfedcata", "ANCHORS", "lr_at_round"]
 
@@ -13,17 +13,11 @@ ANCHORS = ("prev_mixed", "prev_local")
 
 def validate_dfedcata(beta: float, lam: float, lr: float | None = None, anchor: str = "prev_mixed") -> None:
     """Raise ``ValueError`` unless ``0 <= beta < 1``, ``lam >= 0``, ``lr * lam < 1``."""
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and 0.0 <= beta < 1.0):
-        raise ValueError(f"beta (extrapolation) must be in [0, 1), got {beta!r}")
-    if not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam >= 0.0):
-        raise ValueError(f"lam (Moreau-envelope penalty) must be >= 0, got {lam!r}")
-    if lr is not None:
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be > 0, got {lr!r}")
-        if lr * lam >= 1.0:
-            raise ValueError(f"lr * lam must be < 1 (geometric weights (1 - lr*lam)^k), got lr={lr!r}, lam={lam!r}")
-    if anchor not in ANCHORS:
-        raise ValueError(f"extrapolation_anchor must be one of {ANCHORS}, got {anchor!r}")
+    check_range("beta", beta, 0.0, 1.0, high_open=True)
+    check_range("lam", lam, 0.0)
+    if lr is not None and check_range("lr", lr, 0.0, low_open=True) * lam >= 1.0:
+        raise ValueError(f"lr * lam must be < 1 (geometric weights (1 - lr*lam)^k), got lr={lr!r}, lam={lam!r}")
+    check_choice("extrapolation_anchor", anchor, ANCHORS)
 
 
 def lr_at_round(lr0: float, decay: float, t: int) -> float:

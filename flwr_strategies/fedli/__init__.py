@@ -21,8 +21,7 @@ Baselines: FedExP (Jhunjhunwala, Wang, Joshi, ICLR 2023), SCAFFOLD (Karimireddy 
 from .. import lazy_exports
 
 __getattr__, _EXPORTS = lazy_exports(__name__, {
-    ".aggregation": ("aggregate_delta", "aggregation_weights", "check_finite_arrays", "function_sync",
-                     "weighted_average"),
+    ".aggregation": ("aggregate_delta", "aggregation_weights", "function_sync", "weighted_average"),
     ".armijo": ("ArmijoConfig", "ArmijoStepResult", "armijo_step", "reset_step_size"),
     ".armijo_optim": ("ArmijoSGD",),
     ".armijo_training": ("armijo_local_train", "make_closure"),

@@ -13,7 +13,6 @@ from ..core.aggregation import aggregation_weights, weighted_average
 __all__ = [
     "aggregate_delta",
     "aggregation_weights",
-    "check_finite_arrays",
     "function_sync",
     "is_float_array",
     "weighted_average",
@@ -23,13 +22,6 @@ __all__ = [
 def is_float_array(a: np.ndarray) -> bool:
     """Whether the server-side update rules apply to this array (floating dtype)."""
     return np.issubdtype(np.asarray(a).dtype, np.floating)
-
-
-def check_finite_arrays(arrays: Sequence[np.ndarray], what: str = "arrays") -> None:
-    """Raise ``FloatingPointError`` naming ``what`` if any floating array holds NaN or inf."""
-    for j, a in enumerate(arrays):
-        if is_float_array(a) and not np.all(np.isfinite(a)):
-            raise FloatingPointError(f"{what}: array {j} contains non-finite values")
 
 
 def aggregate_delta(global_arrays: Sequence[np.ndarray], average: Sequence[np.ndarray]) -> list[np.ndarray]:

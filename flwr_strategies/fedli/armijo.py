@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.declare import setting
-from ..core.validation import SettingError, check_integer, check_number
+from ..core.validation import SettingError, check_choice, check_integer, check_number
 
 if TYPE_CHECKING:  # armijo_step imports torch, so that reading ArmijoConfig (FedLi's settings) does not
     import torch
@@ -93,8 +93,7 @@ class ArmijoConfig:
         check_integer("max_backtracks", self.max_backtracks, 1)
         check_number("fallback_step", self.fallback_step, "a finite number >= 0", lambda v: v >= 0)
         check_number("grad_tol", self.grad_tol, "a finite number >= 0", lambda v: v >= 0)
-        if self.growth_rule not in GROWTH_RULES:
-            raise SettingError("growth_rule", self.growth_rule, f"one of {GROWTH_RULES}")
+        check_choice("growth_rule", self.growth_rule, GROWTH_RULES)
         check_integer("sls_batches_per_epoch", self.sls_batches_per_epoch, 1)
 
     @classmethod

@@ -21,12 +21,12 @@ comes from ``generator`` (seeded runs are bit-reproducible) instead of ``sls``'s
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from ..core.validation import check_range
 from .armijo import ArmijoConfig, ArmijoStepResult, armijo_step
 
 __all__ = ["ArmijoSGD"]
@@ -85,12 +85,9 @@ class ArmijoSGD(torch.optim.Optimizer):
             if unknown:
                 raise TypeError(f"ArmijoSGD got unknown settings {sorted(unknown)}")
             config = dataclasses.replace(config, **overrides)
-        if isinstance(batch_fraction, bool) or not isinstance(batch_fraction, (int, float)) \
-                or not math.isfinite(batch_fraction) or batch_fraction <= 0:
-            raise ValueError(f"`batch_fraction` (b / n_i) must be finite and > 0, got {batch_fraction!r}")
+        self.batch_fraction = check_range("batch_fraction", batch_fraction, 0.0, low_open=True)  # b / n_i
         super().__init__(params, {})
         self.config = config
-        self.batch_fraction = float(batch_fraction)
         self.generator = generator
         self.last_result: ArmijoStepResult | None = None
         self.reset()

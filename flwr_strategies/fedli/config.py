@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..core.aggregation import WEIGHTINGS
 from ..core.declare import setting
-from ..core.validation import check_choice, check_flag, check_range
+from ..core.validation import check_choice, check_flag, check_integer, check_range
 from .armijo import ArmijoConfig
 from .dfw import DFW_PRESETS, DFWConfig
 from .server_ls import validate_step_size_sync
@@ -179,9 +179,8 @@ class ScaffoldConfig:
         check_choice("control_state", self.control_state, CONTROL_STATES)
         check_choice("weighting", self.weighting, WEIGHTINGS)
         check_flag("correction_in_clip", self.correction_in_clip)
-        if self.total_examples is not None and (isinstance(self.total_examples, bool) or int(self.total_examples) != self.total_examples
-                                                or self.total_examples < 1):
-            raise ValueError(f"total_examples must be an integer >= 1, got {self.total_examples!r}")
+        if self.total_examples is not None:
+            check_integer("total_examples", self.total_examples, 1)
         if self.weighting == "num_examples" and self.total_examples is None:
             raise ValueError("weighting='num_examples' needs total_examples (training examples over all clients)")
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.declare import setting
+from ..core.validation import check_range, require_finite
 
 import numpy as np
 
-from .aggregation import check_finite_arrays, is_float_array
+from .aggregation import is_float_array
 
 __all__ = ["DFW_PRESETS", "DFWConfig", "DFWServerStep", "dfw_gamma", "dfw_step"]
 
@@ -45,18 +46,10 @@ class DFWConfig:
                              "Stabiliser added to the denominator (> 0 keeps ``Delta_t = 0`` safe).")
 
     def __post_init__(self) -> None:
-        for name in ("server_eta", "server_weight_decay", "server_momentum", "dfw_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"`{name}` must be a number, got {value!r}")
-        if not (math.isfinite(self.server_eta) and self.server_eta > 0):
-            raise ValueError(f"`server_eta` must be finite and > 0, got {self.server_eta!r}")
-        if not (math.isfinite(self.server_weight_decay) and self.server_weight_decay >= 0):
-            raise ValueError(f"`server_weight_decay` must be finite and >= 0, got {self.server_weight_decay!r}")
-        if not (math.isfinite(self.server_momentum) and 0 <= self.server_momentum < 1):
-            raise ValueError(f"`server_momentum` must lie in [0, 1), got {self.server_momentum!r}")
-        if not (math.isfinite(self.dfw_eps) and self.dfw_eps > 0):
-            raise ValueError(f"`dfw_eps` must be finite and > 0, got {self.dfw_eps!r}")
+        for name in ("server_eta", "dfw_eps"):
+            check_range(name, getattr(self, name), 0.0, low_open=True)
+        check_range("server_weight_decay", self.server_weight_decay, 0.0)
+        check_range("server_momentum", self.server_momentum, 0.0, 1.0, high_open=True)
 
     @classmethod
     def preset(cls, name: str) -> DFWConfig:
@@ -118,8 +111,8 @@ def dfw_step(
     cfg = config
     if len(global_arrays) != len(average):
         raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
-    check_finite_arrays(global_arrays, "global model")
-    check_finite_arrays(average, "aggregated client models")
+    require_finite("global model", global_arrays)
+    require_finite("aggregated client models", average)
     idx = [j for j, w in enumerate(global_arrays)
            if is_float_array(w) and (float_mask is None or bool(float_mask[j]))]
     if not idx:

@@ -23,16 +23,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .aggregation import check_finite_arrays, is_float_array
+from ..core.validation import check_range, require_finite
+from .aggregation import is_float_array
 
-__all__ = ["fedexp_server_step", "fedexp_step_size", "validate_eps"]
-
-
-def validate_eps(eps: float) -> float:
-    """FedExP's ``eps`` must be finite and >= 0 (paper grid {1e-3, 10^-2.5, 1e-2, 10^-1.5, 1e-1})."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"FedExP `eps` must be finite and >= 0, got {eps!r}")
-    return float(eps)
+__all__ = ["fedexp_server_step", "fedexp_step_size"]
 
 
 def _check_weights(weights: Sequence[float], s: int) -> np.ndarray:
@@ -50,7 +44,7 @@ def fedexp_step_size(deltas: Sequence[np.ndarray], eps: float = 1e-3, weights: S
     ``weights`` None: the paper's uniform form; otherwise ``p_i`` (normalised here). Always >= 1.
     All-zero deltas give 1 (no extrapolation, no division by zero even with eps = 0).
     """
-    eps = validate_eps(eps)
+    eps = check_range("eps", eps, 0.0)
     if len(deltas) == 0:
         raise ValueError("FedExP needs at least one client delta")
     d = [np.asarray(x, dtype=np.float64).ravel() for x in deltas]
@@ -86,11 +80,11 @@ def fedexp_server_step(
     """
     if len(client_models) == 0:
         raise ValueError("FedExP needs at least one client model")
-    check_finite_arrays(global_arrays, "global model")
+    require_finite("global model", global_arrays)
     for i, m in enumerate(client_models):
         if len(m) != len(global_arrays):
             raise ValueError(f"client {i} sent {len(m)} arrays, expected {len(global_arrays)}")
-        check_finite_arrays(m, f"client {i} model")
+        require_finite(f"client {i} model", m)
     s = len(client_models)
     p = np.full(s, 1.0 / s) if weights is None else _check_weights(weights, s)
     idx = [j for j, w in enumerate(global_arrays) if is_float_array(w)]
@@ -106,7 +100,7 @@ def fedexp_server_step(
             acc += p[i] * d
         dbar[j] = acc
     dbar_sq = float(sum(float(np.vdot(v, v)) for v in dbar.values()))
-    eps = validate_eps(eps)
+    eps = check_range("eps", eps, 0.0)
     if not np.all(np.isfinite(norms)) or not math.isfinite(dbar_sq):
         raise FloatingPointError("FedExP: non-finite client update")
     num = 0.5 * float(np.dot(p, norms))

@@ -80,10 +80,6 @@ CODE_TRAIN: dict[str, dict[str, Any]] = {
 }
 
 
-def _total_examples(setup: ServerSetup | None) -> int | None:
-    return (sum(int(n) for n in setup.num_examples.values()) or None) if setup is not None else None
-
-
 def code_variant(strategy: str):
     """``derive`` of a FedLi-family method: under ``variant=code``, the official code's value
     (``Config.code()``) of every setting left at its paper default; a setting given explicitly with
@@ -94,7 +90,7 @@ def code_variant(strategy: str):
         from ..registry import load_object
 
         config = load_object(_STRATEGY + strategy).hyperparameters["config"]
-        total = _total_examples(setup)
+        total = (sum(int(n) for n in setup.num_examples.values()) or None) if setup is not None else None
         out: dict[str, Any] = {}
         if params["variant"] == "code":
             code = declared(config.code(total or 1) if strategy == "Scaffold" else config.code())

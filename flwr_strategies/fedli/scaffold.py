@@ -20,7 +20,6 @@ Server (S sampled clients out of N, uniform means)::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -28,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from ..core.aggregation import fedavg_average
 from ..core.local import criterion, train_steps, watch_steps
-from .aggregation import check_finite_arrays, is_float_array
+from ..core.validation import check_range, require_finite
+from .aggregation import is_float_array
 
 #: The largest heavy-ball SGD step ``lr / (1 - momentum)`` (momentum > 0) measured to learn as FedAvg does
 #: with the correction: on Flower's quickstart-pytorch CNN (4 nodes, 5 rounds of 2 epochs, three
@@ -98,8 +98,8 @@ class ScaffoldCorrection:
         for j, (p, cg, cl) in enumerate(zip(params, self.c_global, self.c_local)):
             if tuple(cg.shape) != tuple(p.shape) or tuple(cl.shape) != tuple(p.shape):
                 raise ValueError(f"control {j} has shapes {cg.shape} / {cl.shape}, parameter has {tuple(p.shape)}")
-        check_finite_arrays(self.c_global, "SCAFFOLD global control")
-        check_finite_arrays(self.c_local, "SCAFFOLD client control")
+        require_finite("SCAFFOLD global control", self.c_global)
+        require_finite("SCAFFOLD client control", self.c_local)
         self.start = [p.detach().cpu().numpy().copy() for p in params]
         self.diff = [
             torch.as_tensor(cg, device=p.device).to(p.dtype) - torch.as_tensor(cl, device=p.device).to(p.dtype)
@@ -204,8 +204,7 @@ def scaffold_local_sgd(
     corrected one with ``correction_in_clip``. Returns ``{"train_loss": mean minibatch loss, "steps":
     K}``. Raises ``FloatingPointError`` on a non-finite minibatch loss.
     """
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"SCAFFOLD local learning rate must be finite and > 0, got {lr!r}")
+    check_range("lr", lr, 0.0, low_open=True)
     corr = ScaffoldCorrection(model, c_global, c_local)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
     hooks: list[Callable[[], None]] = [corr.apply] if correction_in_clip else []
@@ -229,8 +228,7 @@ def scaffold_client_control_update(
 
     With ``steps == 0`` (no local data) the control is left unchanged and ``dc_i = 0``.
     """
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"SCAFFOLD local learning rate must be finite and > 0, got {lr!r}")
+    check_range("lr", lr, 0.0, low_open=True)
     scale = 1.0 / (max(steps, 1) * lr)
     targets = (np.asarray(ci, np.float64) - np.asarray(c, np.float64)
                + (np.asarray(wt, np.float64) - np.asarray(wi, np.float64)) * scale
@@ -256,7 +254,7 @@ def scaffold_client_control_from_gradients(
         d = (np.asarray(g, np.float64) - ci64).astype(dtype)
         diff.append(d)
         new.append((ci64 + d.astype(np.float64)).astype(dtype))
-    check_finite_arrays(new, "SCAFFOLD client control variate")
+    require_finite("SCAFFOLD client control variate", new)
     return new, diff
 
 
@@ -287,11 +285,10 @@ def scaffold_server_update(
         raise ValueError(f"{s} client models but {len(client_dcs)} control updates")
     if num_clients < s:
         raise ValueError(f"num_clients ({num_clients}) is smaller than the number of results ({s})")
-    if not (math.isfinite(eta_g) and eta_g > 0):
-        raise ValueError(f"SCAFFOLD server step `eta_g` must be finite and > 0, got {eta_g!r}")
+    check_range("eta_g", eta_g, 0.0, low_open=True)
     for i, (m, dc) in enumerate(zip(client_models, client_dcs)):
-        check_finite_arrays(m, f"client {i} model")
-        check_finite_arrays(dc, f"client {i} control update")
+        require_finite(f"client {i} model", m)
+        require_finite(f"client {i} control update", dc)
     if num_examples is None:
         counts = [1] * s
     else:

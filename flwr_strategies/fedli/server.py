@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..baselines.server import FedAvgServer
-from ..core.aggregation import fedavg_average, weighted_mean_metrics
+from ..baselines.server import FedAvgServer, _no_commit
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.server import EvalFn
 from ..core.validation import ReplyError, require_finite
@@ -39,13 +37,6 @@ from .server_ls import gd_server_step, step_size_sync
 
 __all__ = ["FedLiLSServer", "FedLiLUServer", "FedExPServer", "ScaffoldServer"]
 
-Commit = Callable[[], None]
-
-
-def _no_commit() -> None:
-    return None
-
-
 def _norm(arrays: list[np.ndarray]) -> float:
     return float(np.sqrt(sum(float(np.sum(np.asarray(a, np.float64) ** 2)) for a in arrays if is_float_array(a))))
 
@@ -56,10 +47,6 @@ class _DeltaServer(FedAvgServer):
     #: metrics every reply must carry (present, numeric, finite)
     required_metrics: tuple[str, ...] = ()
 
-    def __init__(self, initial_arrays, *, config: Any, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, **kwargs)
-        self.config = config
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config}, num_partitions={self.num_partitions}, fraction_train={self.fraction_train})"
 
@@ -68,43 +55,12 @@ class _DeltaServer(FedAvgServer):
         """``"num_examples"`` or ``"uniform"``."""
         return self.config.weighting
 
-    # ------------------------------------------------------------------ replies
     def reply_spec(self, server_round: int, partition_id: int) -> ReplySpec:
         return ReplySpec(self.model_spec, self.required_metrics)
-
-    def check_reply(self, server_round: int, reply: Reply) -> None:
-        if self.weighting == "num_examples" and reply.num_examples == 0:
-            raise ReplyError(f"partition {reply.partition_id} reported num_examples = 0 (no weight in the average)")
-
-    def counts(self, replies: list[Reply]) -> list[int]:
-        """Integer weights of the average: ``n_i`` or all 1 (uniform)."""
-        return [int(r.num_examples) for r in replies] if self.weighting == "num_examples" else [1] * len(replies)
 
     def weights(self, replies: list[Reply]) -> np.ndarray:
         """``p_i`` (float64, summing to 1)."""
         return aggregation_weights(self.counts(replies), "num_examples")
-
-    def average(self, replies: list[Reply]) -> list[np.ndarray]:
-        """``sum_i p_i w_i`` with FedAvg's arithmetic (bit-identical to Flower's FedAvg for ``n_i`` weights)."""
-        return fedavg_average([r.arrays for r in replies], self.counts(replies))
-
-    # ------------------------------------------------------------------ the round
-    def server_step(self, server_round: int, replies: list[Reply]) -> tuple[list[np.ndarray], dict[str, Any], Commit]:
-        """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state,
-        which the step has checked finite (:func:`~flwr_strategies.core.validation.require_finite`).
-        ``w_{t+1}`` is checked by the caller."""
-        raise NotImplementedError
-
-    def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
-        if not replies:
-            return {}
-        new, info, commit = self.server_step(server_round, replies)
-        require_finite(f"{type(self).__name__}'s new global model", new)
-        metrics = weighted_mean_metrics([(r.num_examples, r.metrics) for r in replies])
-        metrics.update(info)
-        commit()
-        self.current = new
-        return metrics
 
 
 class FedLiLSServer(_DeltaServer):
@@ -115,24 +71,15 @@ class FedLiLSServer(_DeltaServer):
     size its line search accepted last (``step_size`` > 0). With ``step_size_sync="unit"`` (default)
     the new model is exactly FedAvg's weighted average of the Armijo clients' models.
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        Initial global model.
-    config : FedLiLSConfig (default: FedLiLSConfig())
-        ``step_size_sync``, ``weighting`` and the clients' ``armijo`` constants.
-    **kwargs
-        :class:`~flwr_strategies.core.server.ServerCore` arguments (num_partitions, fraction_train,
-        min_train, seed, on_train_config).
+    Parameters as :class:`~flwr_strategies.baselines.server.FedAvgServer`, ``config`` a
+    :class:`FedLiLSConfig` (``step_size_sync``, ``weighting`` and the clients' ``armijo`` constants).
 
     Metrics per round: ``eta_g``, ``effective_scale``, ``client_step_max``, ``client_step_mean``,
     ``delta_norm`` and the clients' weighted means (``train_loss``, ``n_backtracks``...).
     """
 
+    config_cls = FedLiLSConfig
     required_metrics = ("step_size",)
-
-    def __init__(self, initial_arrays, *, config: FedLiLSConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, config=config if config is not None else FedLiLSConfig(), **kwargs)
 
     def client_config(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config.armijo)
@@ -178,23 +125,18 @@ class FedLiLUServer(_DeltaServer):
     takes FedAvg's step plus the server weight decay ``eta lambda w``; with ``lambda = 0`` it is FedAvg
     bit for bit. Its accuracy follows the client learning rate, which still needs tuning.
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        Initial global model.
-    config : FedLiLUConfig (default: FedLiLUConfig())
-        The DFW constants, ``loss_report`` (sent to the clients) and ``weighting``.
-    **kwargs
-        :class:`~flwr_strategies.core.server.ServerCore` arguments.
+    Parameters as :class:`FedLiLSServer`, ``config`` a :class:`FedLiLUConfig` (the DFW constants,
+    ``loss_report``, sent to the clients, and ``weighting``).
 
     Metrics per round: ``train_loss`` (= ``f``), ``gamma``, ``gamma_raw`` (before clipping),
     ``polyak_ratio``, ``effective_scale``, ``delta_norm``, ``f_g``.
     """
 
+    config_cls = FedLiLUConfig
     required_metrics = ("train_loss",)
 
-    def __init__(self, initial_arrays, *, config: FedLiLUConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, config=config if config is not None else FedLiLUConfig(), **kwargs)
+    def __init__(self, initial_arrays, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
         self.momentum: np.ndarray | None = None
         self._warned = False
 
@@ -243,20 +185,16 @@ class FedExPServer(_DeltaServer):
     ``eps``); :meth:`FedExPConfig.code` gives the official code's (``S * eps`` decayed by ``0.998**2``
     per round, ``n_i`` weights, last-two average evaluated). Clients run plain SGD.
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        Initial global model.
-    config : FedExPConfig (default: FedExPConfig())
-        ``eps``, ``eps_scaling``, ``eps_decay``, ``weighting``, ``eval_last2_avg``.
-    **kwargs
-        :class:`~flwr_strategies.core.server.ServerCore` arguments.
+    Parameters as :class:`FedLiLSServer`, ``config`` a :class:`FedExPConfig` (``eps``,
+    ``eps_scaling``, ``eps_decay``, ``weighting``, ``eval_last2_avg``).
 
     Metrics per round: ``eta_g``, ``eps`` (the value used), ``delta_norm``.
     """
 
-    def __init__(self, initial_arrays, *, config: FedExPConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, config=config if config is not None else FedExPConfig(), **kwargs)
+    config_cls = FedExPConfig
+
+    def __init__(self, initial_arrays, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
         self.previous: list[np.ndarray] | None = None
         self.updates = 0
 
@@ -274,16 +212,14 @@ class FedExPServer(_DeltaServer):
 
         return new, {"eta_g": float(info["eta_g"]), "eps": float(eps), "delta_norm": float(info["delta_norm"])}, commit
 
-    def evaluation_arrays(self) -> list[np.ndarray]:
-        """The model central evaluation scores: the global model, or with ``eval_last2_avg`` the
-        average of the last two global models (once there are two)."""
-        if not self.config.eval_last2_avg or self.previous is None:
-            return self.current
-        return [((a.astype(np.float64) + b.astype(np.float64)) / 2).astype(a.dtype) if is_float_array(a) else a
-                for a, b in zip(self.current, self.previous)]
-
     def evaluate(self, server_round: int, evaluate_fn: EvalFn):
-        return evaluate_fn(server_round, self.evaluation_arrays())
+        """Central evaluation of the global model, or with ``eval_last2_avg`` of the average of the
+        last two global models (once there are two)."""
+        arrays = self.current
+        if self.config.eval_last2_avg and self.previous is not None:
+            arrays = [((a.astype(np.float64) + b.astype(np.float64)) / 2).astype(a.dtype) if is_float_array(a) else a
+                      for a, b in zip(self.current, self.previous)]
+        return evaluate_fn(server_round, arrays)
 
     def extra_state(self) -> dict[str, Any]:
         out = super().extra_state()
@@ -311,34 +247,23 @@ class ScaffoldServer(_DeltaServer):
     Server step: ``w_{t+1} = w_t + eta_g sum_i p_i (w_i - w_t)``, ``c <- c + (S/N) mean_i dc_i``
     (paper, uniform) or ``c <- c + sum_i (n_i / n) dc_i`` (the code, ``weighting="num_examples"``).
 
-    Parameters
-    ----------
-    initial_arrays : list[np.ndarray]
-        Initial global model.
-    config : ScaffoldConfig (default: ScaffoldConfig())
-        ``server_lr``, ``control_state``, ``weighting``, ``total_examples``, ``correction_in_clip``
-        (sent to the clients as ``scaffold_correction_in_clip``).
-    num_partitions : int
-        N, the number of clients (the ``S/N`` factor); required.
-    **kwargs
-        Other :class:`~flwr_strategies.core.server.ServerCore` arguments.
+    Parameters as :class:`FedLiLSServer`, ``config`` a :class:`ScaffoldConfig` (``server_lr``,
+    ``control_state``, ``weighting``, ``total_examples``, ``correction_in_clip``, sent to the clients
+    as ``scaffold_correction_in_clip``); ``num_partitions`` (N, the ``S/N`` factor) is required.
 
     Metrics per round: ``control_norm`` (``||c||``) and the clients' weighted means.
     """
 
     #: N enters the control-variate step (``S/N``): the adapters pass the number of clients.
     needs_num_partitions = True
+    config_cls = ScaffoldConfig
 
-    def __init__(self, initial_arrays, *, config: ScaffoldConfig | None = None, **kwargs: Any) -> None:
-        super().__init__(initial_arrays, config=config if config is not None else ScaffoldConfig(), **kwargs)
+    def __init__(self, initial_arrays, **kwargs: Any) -> None:
+        super().__init__(initial_arrays, **kwargs)
         if self.num_partitions is None:
             raise ValueError("SCAFFOLD needs num_partitions (N, the number of clients, for its S/N control step)")
         self.c_global: list[np.ndarray] = [np.zeros_like(a) for a in self.initial_arrays]
         self.client_controls: dict[int, list[np.ndarray]] = {}
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.initial_arrays)
 
     def client_config(self) -> dict[str, Any]:
         return {"scaffold_correction_in_clip": bool(self.config.correction_in_clip)}
@@ -357,7 +282,7 @@ class ScaffoldServer(_DeltaServer):
 
     def server_step(self, server_round: int, replies: list[Reply]):
         cfg = self.config
-        n_layers = self.num_layers
+        n_layers = len(self.initial_arrays)
         models = [r.arrays[:n_layers] for r in replies]
         dcs = [r.arrays[n_layers:] for r in replies]
         counts = [int(r.num_examples) for r in replies] if cfg.weighting == "num_examples" else None

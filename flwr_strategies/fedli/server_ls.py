@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..core.validation import check_number, check_range
 from .aggregation import is_float_array
 
 __all__ = ["gd_server_step", "step_size_sync", "validate_step_size_sync"]
@@ -23,9 +24,7 @@ def validate_step_size_sync(mode: str | float) -> str | float:
             mode = float(mode)
         except ValueError:
             raise ValueError(f'`step_size_sync` must be "unit", "max" or a float > 0, got {mode!r}') from None
-    if isinstance(mode, bool) or not isinstance(mode, (int, float)) or not math.isfinite(mode) or mode <= 0:
-        raise ValueError(f'`step_size_sync` must be "unit", "max" or a finite float > 0, got {mode!r}')
-    return float(mode)
+    return check_number("step_size_sync", mode, '"unit", "max" or a finite float > 0', lambda v: v > 0)
 
 
 def step_size_sync(step_sizes: Sequence[float], mode: str | float = "unit") -> float:
@@ -61,8 +60,7 @@ def gd_server_step(
     With ``eta_g == 1`` the weighted average itself is returned (bit-identical to FedAvg). Non-float
     arrays (e.g. counters) always take the average.
     """
-    if not math.isfinite(eta_g) or eta_g <= 0:
-        raise ValueError(f"server step size `eta_g` must be finite and > 0, got {eta_g!r}")
+    check_range("eta_g", eta_g, 0.0, low_open=True)
     if len(global_arrays) != len(average):
         raise ValueError(f"global model has {len(global_arrays)} arrays, average has {len(average)}")
     if eta_g == 1.0:

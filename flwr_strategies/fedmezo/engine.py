@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..core.validation import check_choice, check_integer, check_range
 from .config import RESTORE_MODES, VARIANTS, Z_DEVICES
 from .zseed import derive_seed, iter_z
 
@@ -91,31 +92,15 @@ class StepResult:
 
 
 class MeZOEngine:
-    """Zeroth-order optimiser over a fixed, ordered set of tensors.
+    """Zeroth-order optimiser over a fixed, ordered set of tensors (the step of
+    :class:`flwr_strategies.clients.fedmezo.MeZO`).
 
-    Parameters
-    ----------
-    params : nn.Module or sequence of (name, tensor)
-        The tensors to tune, in canonical order. A module contributes its parameters with
-        ``requires_grad=True`` (e.g. only the LoRA adapters of a peft model).
-    mu : float (default: 1e-3)
-        Perturbation scale (MeZO's epsilon, the code's ``zo_eps``). Must be > 0.
-    restore_mode : str (default: "snapshot")
-        ``"snapshot"`` clones the tensors before perturbing and copies them back (bit-exact);
-        ``"regenerate"`` restores by adding ``+mu z`` again (MeZO's way, not bit-exact).
-    z_device : str (default: "cpu")
-        Where ``z`` is drawn, see :mod:`.zseed`. ``"cpu"`` is portable across machines.
-    weight_decay : float (default: 0.0)
-        Decoupled L2 term ``lr*wd*theta`` added to the update, except for tensors whose name
-        contains bias/layer_norm/layernorm (see :func:`decays`). Must be >= 0.
-    num_perturbations : int (default: 1)
-        Number n of independent directions per step (n-SPSA, 2n forward passes). Must be >= 1.
-    module : nn.Module, optional
-        Put into ``eval()`` during a step (dropout off, as in the reference) and back afterwards.
-        Defaults to ``params`` when that is a module.
-    variant : str (default: "paper")
-        The update rule: ``"paper"`` or ``"code"`` (the official code's arithmetic; see the module
-        docstring).
+    ``params``: a module (its parameters with ``requires_grad=True``, e.g. only the LoRA adapters
+    of a peft model) or ``(name, tensor)`` pairs, in canonical order. ``mu``, ``restore_mode``
+    (``"regenerate"`` restores by adding ``+mu z`` again, MeZO's way, not bit-exact), ``z_device``,
+    ``weight_decay`` (see :func:`decays`), ``num_perturbations`` and ``variant`` as ``MeZO``'s.
+    ``module`` (default: ``params`` when it is a module) is put into ``eval()`` during a step
+    (dropout off, as in the reference) and back afterwards.
     """
 
     def __init__(
@@ -137,18 +122,12 @@ class MeZOEngine:
             named = [(str(n), t) for n, t in params]
             if not named:
                 raise ValueError("MeZOEngine needs at least one tensor to tune")
-        if not (isinstance(mu, (int, float)) and math.isfinite(mu) and mu > 0):
-            raise ValueError(f"mu (perturbation scale) must be a finite number > 0, got {mu!r}")
-        if restore_mode not in RESTORE_MODES:
-            raise ValueError(f"restore_mode must be one of {RESTORE_MODES}, got {restore_mode!r}")
-        if z_device not in Z_DEVICES:
-            raise ValueError(f"z_device must be one of {Z_DEVICES}, got {z_device!r}")
-        if not (math.isfinite(weight_decay) and weight_decay >= 0):
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        if int(num_perturbations) != num_perturbations or num_perturbations < 1:
-            raise ValueError(f"num_perturbations must be an integer >= 1, got {num_perturbations!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        check_range("mu", mu, 0.0, low_open=True)
+        check_choice("restore_mode", restore_mode, RESTORE_MODES)
+        check_choice("z_device", z_device, Z_DEVICES)
+        check_range("weight_decay", weight_decay, 0.0)
+        check_integer("num_perturbations", num_perturbations, 1)
+        check_choice("variant", variant, VARIANTS)
         self.names = [n for n, _ in named]
         self.tensors = [t for _, t in named]
         self.mu = float(mu)
@@ -220,8 +199,7 @@ class MeZOEngine:
         ``derive_seed(seed, 0, 0, 0, j)`` for ``j >= 1`` and ``seed`` itself for ``j = 0``.
         ``projected_grad_override`` replaces ``g`` (testing hook: ``0.0`` leaves theta unchanged).
         """
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr (learning rate) must be a finite number > 0, got {lr!r}")
+        check_range("lr", lr, 0.0, low_open=True)
         was_training = self.module.training if self.module is not None else None
         if self.module is not None:
             self.module.eval()

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..core.validation import check_choice, check_integer, check_range
+
 LR_STRATEGIES = ("frozen", "random", "round-wise", "five-round", "model-diff")
 
 
@@ -76,14 +78,10 @@ class PersonalisedLR:
 
     def __init__(self, strategy: str = "frozen", eta0: float = 1e-5, alpha: float = 5e-6,
                  window: int = 5, seed: int = 0) -> None:
-        if strategy not in LR_STRATEGIES:
-            raise ValueError(f"lr_strategy must be one of {LR_STRATEGIES}, got {strategy!r}")
-        if not (math.isfinite(eta0) and eta0 > 0):
-            raise ValueError(f"eta0 (base learning rate) must be > 0, got {eta0!r}")
-        if not (math.isfinite(alpha) and 0 <= alpha < eta0):
-            raise ValueError(f"lr_alpha must satisfy 0 <= alpha < eta0={eta0}, got {alpha!r}")
-        if int(window) != window or window < 1:
-            raise ValueError(f"lr_window must be an integer >= 1, got {window!r}")
+        check_choice("lr_strategy", strategy, LR_STRATEGIES)
+        check_range("eta0", eta0, 0.0, low_open=True)
+        check_range("lr_alpha", alpha, 0.0, float(eta0), high_open=True)
+        check_integer("lr_window", window, 1)
         self.strategy, self.eta0, self.alpha, self.window, self.seed = strategy, float(eta0), float(alpha), int(window), int(seed)
         self.loss_history: dict[int, list[tuple[int, float]]] = {}
         self.diff_signal: dict[int, tuple[int, float]] = {}

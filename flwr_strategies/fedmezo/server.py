@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core.aggregation import aggregation_weights
 from ..core.messages import ArraySpec, Instruction, Reply, ReplySpec
 from ..core.server import ExternalModelError, ServerCore, check_model_arrays
 from ..core.validation import ReplyError, require_finite
+from ..fedmud.aggregation import weighted_mean
 from .config import FedMeZOConfig, LoRAFedAvgConfig
 from .engine import direction_seed
 from .lr_rules import PersonalisedLR, model_diff_signal
@@ -137,26 +139,12 @@ class LoRAServer(ServerCore):
         return reply.arrays
 
     # ------------------------------------------------------------------ aggregation
-    def mean(self, arrays: list[list[np.ndarray]], num_examples: list[int]) -> list[np.ndarray]:
-        """Per-array mean (uniform, or weighted by examples) in float64, cast to the adapters' dtype."""
-        if self.config.weighting == "uniform":
-            w = np.full(len(arrays), 1.0 / len(arrays))
-        else:
-            n = np.asarray(num_examples, dtype=np.float64)
-            w = n / n.sum()
-        out = []
-        for k, ref in enumerate(self.current):
-            acc = np.zeros(ref.shape, dtype=np.float64)
-            for wi, a in zip(w, arrays):
-                acc += wi * np.asarray(a[k], dtype=np.float64)
-            out.append(acc.astype(ref.dtype))
-        return out
-
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         if not replies:
             return {}
         arrays = [self.client_arrays(r) for r in replies]
-        new = self.mean(arrays, [r.num_examples for r in replies])
+        # per-array mean (uniform, or weighted by examples) in float64, cast to the adapters' dtype
+        new = weighted_mean(arrays, aggregation_weights([r.num_examples for r in replies], self.config.weighting))
         require_finite(f"{type(self).__name__}'s averaged adapters", new)
         pids = [r.partition_id for r in replies]
         losses = {p: float(r.metrics["train_loss"]) for p, r in zip(pids, replies) if "train_loss" in r.metrics}

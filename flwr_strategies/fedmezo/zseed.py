@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..core.validation import check_choice
 from .config import Z_DEVICES
 
 _SEED_MAX = 2**63 - 1
@@ -48,18 +49,13 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return gen
 
 
-def _check_mode(z_device: str) -> None:
-    if z_device not in Z_DEVICES:
-        raise ValueError(f"z_device must be one of {Z_DEVICES}, got {z_device!r}")
-
-
 def iter_z(tensors: Sequence[torch.Tensor], seed: int, z_device: str = "cpu") -> Iterator[torch.Tensor]:
     """Yield ``z`` for each tensor in order, one tensor at a time (never all of ``z`` at once).
 
     A new generator is seeded at every call, so two calls with the same seed, tensor order,
     shapes, dtypes and devices give bit-identical directions.
     """
-    _check_mode(z_device)
+    check_choice("z_device", z_device, Z_DEVICES)
     gens: dict[str, torch.Generator] = {}
     for p in tensors:
         if z_device == "cpu":

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ..core.aggregation import WEIGHTINGS
 from ..core.declare import setting, sourced
-from ..core.validation import check_flag, check_integer, check_number
+from ..core.validation import check_choice, check_flag, check_integer, check_number
 from .schedule import validate_reset_interval
 
 __all__ = ["FedMUDConfig", "METHOD_CONFIGS", "BASE_INITS", "VARIANTS",
@@ -149,10 +149,8 @@ class FedMUDConfig:
                           "``pattern=\"ab\"``, ``zero_base=True``, ``reset_interval=None``.")
 
     def __post_init__(self) -> None:
-        if self.decomp not in DECOMPS:
-            raise ValueError(f"decomp must be one of {DECOMPS}, got {self.decomp!r}")
-        if self.pattern not in PATTERNS:
-            raise ValueError(f"pattern must be one of {PATTERNS}, got {self.pattern!r}")
+        check_choice("decomp", self.decomp, DECOMPS)
+        check_choice("pattern", self.pattern, PATTERNS)
         if self.decomp == "hadamard" and self.pattern != "ab":
             raise ValueError(f"decomp='hadamard' (FedPara) supports only pattern='ab', got pattern={self.pattern!r}")
         object.__setattr__(self, "target_ratio", validate_ratio(self.target_ratio, "target_ratio"))
@@ -161,8 +159,7 @@ class FedMUDConfig:
         if self.init_scale is not None and self.init_scale != "auto":
             object.__setattr__(self, "init_scale",
                                check_number("init_scale", self.init_scale, "a finite number > 0", lambda v: v > 0))
-        if self.init_dist not in INIT_DISTS:
-            raise ValueError(f"init_dist must be one of {INIT_DISTS}, got {self.init_dist!r}")
+        check_choice("init_dist", self.init_dist, INIT_DISTS)
         if self.reset_interval is not None:
             try:
                 object.__setattr__(self, "reset_interval", validate_reset_interval(self.reset_interval))
@@ -171,10 +168,8 @@ class FedMUDConfig:
                                  f"got {self.reset_interval!r}") from None
         object.__setattr__(self, "skip_first", check_integer("skip_first", self.skip_first))
         object.__setattr__(self, "skip_last", check_integer("skip_last", self.skip_last))
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
-        if self.base_init not in BASE_INITS:
-            raise ValueError(f"base_init must be one of {BASE_INITS}, got {self.base_init!r}")
+        check_choice("weighting", self.weighting, WEIGHTINGS)
+        check_choice("base_init", self.base_init, BASE_INITS)
         object.__setattr__(self, "base_std",
                            check_number("base_std", self.base_std, "a finite number > 0", lambda v: v > 0))
         for name in ("zero_base", "random_right", "strict_ratio", "fedhm"):

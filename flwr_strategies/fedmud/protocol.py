@@ -133,16 +133,12 @@ def dm_set(dm: DecomposedModel, keys: Sequence[str], arrays: Sequence[np.ndarray
         state[k].copy_(torch.as_tensor(np.asarray(a)).reshape(state[k].shape))
 
 
-def _structure_key(model: nn.Module) -> tuple:
-    return tuple((k, tuple(v.shape)) for k, v in model.state_dict().items())
-
-
 _PLAN_CACHE: dict[tuple, ModelPlan] = {}
 
 
 def plan_from_wire(model: nn.Module, config: FedMUDConfig, rho_layer: float) -> ModelPlan:
     """The server's plan rebuilt from its per-layer ratio (no search; cached per model structure)."""
-    key = (config, float(rho_layer), _structure_key(model))
+    key = (config, float(rho_layer), tuple((k, tuple(v.shape)) for k, v in model.state_dict().items()))
     if key not in _PLAN_CACHE:
         if len(_PLAN_CACHE) > 64:
             _PLAN_CACHE.clear()

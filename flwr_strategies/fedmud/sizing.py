@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from ..core.validation import check_choice
 from .config import DECOMPS, PATTERNS, validate_ratio
 from .kron import bkd_blocks
 
@@ -56,10 +57,8 @@ class UnreachableRatioError(ValueError):
 
 
 def _scheme(decomp: str, pattern: str) -> str:
-    if decomp not in DECOMPS:
-        raise ValueError(f"decomp must be one of {DECOMPS}, got {decomp!r}")
-    if pattern not in PATTERNS:
-        raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+    check_choice("decomp", decomp, DECOMPS)
+    check_choice("pattern", pattern, PATTERNS)
     if decomp == "hadamard" and pattern != "ab":
         raise ValueError(f"decomp='hadamard' (FedPara) supports only pattern='ab', got {pattern!r}")
     return f"{decomp}-{pattern}"
@@ -136,10 +135,6 @@ class LayerPlan:
     side: int
     payload: int
 
-    @property
-    def numel(self) -> int:
-        return self.m * self.n
-
     def factor_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Shapes of the left (U / A) and right (V / B) factor."""
         if self.decomp == "kron":
@@ -192,16 +187,6 @@ class ModelPlan:
     def ratio(self) -> float:
         return self.p_payload / self.p_dense
 
-    def layer(self, name: str) -> LayerPlan:
-        for lp in self.layers:
-            if lp.name == name:
-                return lp
-        raise KeyError(name)
-
-
-def _trainable_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
 
 def plan_at_rho(
     model: nn.Module,
@@ -223,7 +208,7 @@ def plan_at_rho(
         m, n = layer_view(name, module)
         plans.append(plan_layer(name, tuple(module.weight.shape), m, n, decomp, pattern, rho))
         compressed += module.weight.numel()
-    p_dense = _trainable_count(model)
+    p_dense = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return ModelPlan(decomp, pattern, float(target_ratio if target_ratio is not None else rho), rho,
                      tuple(plans), p_dense, p_dense - compressed)
 

@@ -176,6 +176,3 @@ class DecomposedModel:
             if tuple(a.shape) != tuple(t.shape):
                 raise ValueError(f"payload entry {k!r} has shape {a.shape}, expected {tuple(t.shape)}")
             t.copy_(torch.as_tensor(a, dtype=t.dtype))
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.model.parameters() if p.requires_grad]
