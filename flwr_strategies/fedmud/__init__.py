@@ -27,6 +27,6 @@ __getattr__, _EXPORTS = lazy_exports(__name__, {
     ".server": ("FedMUDServer",),
     ".sizing": ("LayerPlan", "ModelPlan", "UnreachableRatioError", "compressible_layers", "layer_view",
                 "plan_at_rho", "plan_model", "smallest_reachable_ratio", "validate_ratio"),
-    ".wrap": ("DecomposedModel", "default_init_scale"),
+    ".wrap": ("DecomposedModel",),
 })
 __all__ = sorted(_EXPORTS)

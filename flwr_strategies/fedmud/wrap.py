@@ -18,17 +18,13 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from .config import DEFAULT_INIT_SCALE
 from .delta import AUTO, UpdateDecomposition
 from .sizing import ModelPlan
 
-__all__ = ["DecomposedModel", "default_init_scale"]
+__all__ = ["DecomposedModel"]
 
 _PMARK = ".parametrizations."
-
-
-def default_init_scale(decomp: str) -> float:
-    """Init scale when none is given: 5.0 for ``kron`` (the released script's BKD+AAD), else 0.1."""
-    return 5.0 if decomp == "kron" else 0.1
 
 
 class DecomposedModel:
@@ -44,8 +40,9 @@ class DecomposedModel:
     seed : int (>= 0, default 0)
         Shared seed of the initial factors (round-1 reset).
     init_scale : float or "auto", optional
-        ``a`` of ``Uniform(-a, a)``; default 0.1 (mat) / 5.0 (kron); ``"auto"`` sizes every factor
-        from its layer (:func:`~flwr_strategies.fedmud.delta.auto_variances`).
+        ``a`` of ``Uniform(-a, a)``; default: the strategy's, :data:`~flwr_strategies.fedmud.config.DEFAULT_INIT_SCALE`
+        for the plan's ``decomp`` (5.0 kron, 1.0 otherwise); ``"auto"`` sizes every factor from its layer
+        (:func:`~flwr_strategies.fedmud.delta.auto_variances`).
     init_dist : {"uniform", "normal"} (default "uniform")
     random_right : bool (default False)
         Draw the right factor at random too (FedLMT/FedHM init).
@@ -57,7 +54,7 @@ class DecomposedModel:
                  init_dist: str = "uniform", random_right: bool = False, zero_base: bool = False):
         self.model = model
         self.plan = plan
-        scale = init_scale if init_scale is not None else default_init_scale(plan.decomp)
+        scale = init_scale if init_scale is not None else DEFAULT_INIT_SCALE[plan.decomp]
         self.init_scale = scale if scale == AUTO else float(scale)
         self.plain_keys = list(model.state_dict().keys())
         self._names = [lp.name for lp in plan.layers]
