@@ -68,10 +68,6 @@ def _nonfinite(rejection: Rejection) -> bool:
     return "NaN or infinite" in rejection.reason or "non-finite" in rejection.reason
 
 
-def _no_reply(error: str) -> bool:
-    return any(m in error for m in ("no reply", "did not return within", "unreachable", "timed out", "Timeout"))
-
-
 def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
     """The likely cause and fix of a round in which no client update was aggregated:
     ``rejections`` are its rejected replies, ``failures`` the errors of its failed clients (as in
@@ -92,7 +88,8 @@ def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
         return (f"The replies lack the metric '{key}' that weights the average: return it from the client, e.g. "
                 f"MetricRecord({{'{key}': len(trainloader.dataset), ...}}) (or set weighted_by_key to the metric "
                 "your clients send).")
-    raised = [f for f in failures if not _no_reply(f)]
+    raised = [f for f in failures
+              if not any(m in f for m in ("no reply", "did not return within", "unreachable", "timed out", "Timeout"))]
     blown = [f for f in raised if any(m in f for m in ("FloatingPointError", "NaN", "non-finite", "not finite"))]
     if blown:
         return (f"The clients' local training diverged and raised; the first: {blown[0]}. Lower the learning rate "
