@@ -33,7 +33,7 @@ from ..common import PARTITION_KEY
 from ..core.messages import Instruction, Reply
 from ..core.validation import Rejection, ReplyError, check_max_num_examples, check_policy
 
-__all__ = ["RoundRecorder", "RoundSession", "NoProgressError", "arrays_nbytes", "bytes_entries", "evaluation_sample"]
+__all__ = ["RoundRecorder", "RoundSession", "NoProgressError", "payload_nbytes", "evaluation_sample"]
 
 log = logging.getLogger("flwr").log  # Flower's logger (flwr.common.log), without importing Flower
 
@@ -54,14 +54,11 @@ class NoProgressError(RuntimeError):
         self.failure_log = list(failure_log or [])
 
 
-def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
-    """Total ``nbytes`` of ``arrays``."""
-    return int(sum(int(np.asarray(a).nbytes) for a in arrays))
-
-
-def bytes_entries(values: Mapping[str, Any] | None) -> int:
-    """Bytes of the ``bytes``-valued entries of a config or metrics mapping."""
-    return int(sum(len(v) for v in (values or {}).values() if isinstance(v, (bytes, bytearray))))
+def payload_nbytes(arrays: Iterable[np.ndarray], values: Mapping[str, Any] | None) -> int:
+    """Bytes of one message's payload: the total ``nbytes`` of ``arrays`` plus the ``bytes``-valued
+    entries of its config or metrics ``values``."""
+    return int(sum(int(np.asarray(a).nbytes) for a in arrays)
+               + sum(len(v) for v in (values or {}).values() if isinstance(v, (bytes, bytearray))))
 
 
 def _nonfinite(rejection: Rejection) -> bool:
@@ -286,7 +283,7 @@ class RoundSession:
             config = {**(base or {}), "server-round": server_round, **ins.config,
                       **(per_partition(ins.partition_id, server_round) if per_partition else {}),
                       PARTITION_KEY: int(ins.partition_id)}
-            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
+            rec["bytes_down"] += payload_nbytes(ins.arrays, config)
             out.append(send(ins, config))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
         core.instructions_sent(server_round)
@@ -299,8 +296,7 @@ class RoundSession:
         out: tuple[list, list, list] = ([], [], [])
         for item in items:
             out[0 if isinstance(item, Reply) else 1 if isinstance(item, Rejection) else 2].append(item)
-        self.history.record(server_round)["bytes_up"] += sum(arrays_nbytes(r.arrays) + bytes_entries(r.metrics)
-                                                             for r in out[0])
+        self.history.record(server_round)["bytes_up"] += sum(payload_nbytes(r.arrays, r.metrics) for r in out[0])
         if out[1] and self.on_bad_reply == "raise":
             raise ReplyError(f"{self.name} round {server_round}: {out[1][0]}")
         return out
