@@ -300,7 +300,6 @@ def parse_value(default: Any, text: str) -> Any:
                 return cast(text)
             except ValueError:
                 pass
-        return None if text.lower() == "none" else text
     return text
 
 
