@@ -81,12 +81,8 @@ class MethodSpec:
         :data:`PROVENANCES`. They apply unless the user sets the value. A value may depend on the
         dataset: ``({"cifar10": 0.1, "*": 0.05}, "paper")`` (``"*"`` for any other dataset), and an
         entry may carry its own provenance: ``({"digits": (1.0, "project"), "*": (0.01, "paper")}, "paper")``.
-    build_client : Callable | None
-        Client builder; defaults to the factory named by :attr:`client`.
     task : str
         Workload the method runs on: ``"classification"`` (default) or a registered task name.
-    decentralized : bool
-        True for peer-graph methods emulated inside the strategy.
     settings : tuple[type | str, ...]
         Further config dataclasses (or their ``"module:Class"``) whose fields are ``--set`` keys the
         strategy class does not take (the clients' own settings, e.g. DFedAvgM's ``local_momentum``),
@@ -112,9 +108,7 @@ class MethodSpec:
     derive: Callable[..., dict] | None = None
     client: str | Callable[..., Any] | None = None
     train_defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
-    build_client: Callable[..., Any] | None = None
     task: str = "classification"
-    decentralized: bool = False
     settings: tuple[type | str, ...] = ()
     overrides: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     derived: Mapping[str, str] = field(default_factory=dict)
@@ -124,18 +118,15 @@ class MethodSpec:
         for key, item in self.train_defaults.items():
             if not (isinstance(item, tuple) and len(item) == 2 and str(item[1]).split(":")[0] in PROVENANCES):
                 raise ValueError(f"method '{self.name}': train_defaults['{key}'] must be (value, one of {PROVENANCES})")
-        if self.build_client is None:
-            if self.client is None:
-                raise ValueError(f"method '{self.name}' needs a client factory")
-            object.__setattr__(self, "build_client", self._client_from_path)
+        if self.client is None:
+            raise ValueError(f"method '{self.name}' needs a client factory")
 
     def declaration(self) -> dict[str, tuple[Any, str | None, str | None]]:
         """``{key: (default, range, source)}`` of every ``--set`` key, as the strategy class and
         :attr:`settings` declare them (before :attr:`overrides`)."""
         configs = list(load_object(self.strategy).hyperparameters.values())
         out: dict[str, tuple[Any, str | None, str | None]] = {}
-        settings = [load_object(c) if isinstance(c, str) else c for c in self.settings]
-        for config in configs + settings:  # the strategy's own declaration first
+        for config in configs + [load_object(c) for c in self.settings]:  # the strategy's own declaration first
             for key, entry in declared(config).items():
                 out.setdefault(key, entry)
         for key in self.derived:
@@ -177,7 +168,7 @@ class MethodSpec:
         from .adapters.method import class_kwargs
 
         for config in self.settings:
-            config = load_object(config) if isinstance(config, str) else config
+            config = load_object(config)
             config(**{k: params[k] for k in config.__dataclass_fields__ if k in params})
         values = {**params, **(self.derive(dict(params), setup) if self.derive else {})}
         return class_kwargs(load_object(self.strategy), values)
@@ -194,9 +185,9 @@ class MethodSpec:
         kwargs = self.core_arguments(setup, params) if self.core_arguments else core_kwargs(setup)
         return load_object(self.strategy).core_cls(setup.initial_parameters, **self.configs(params, setup), **kwargs)
 
-    def _client_from_path(self, setup: Any, params: dict) -> Any:
-        factory = load_object(self.client) if isinstance(self.client, str) else self.client
-        return factory(setup, params)
+    def build_client(self, setup: Any, params: dict) -> Any:
+        """The method's client for ``(setup, params)``, built by :attr:`client` (imported on first use)."""
+        return load_object(self.client)(setup, params)
 
     def _factory(self, setup: Any, params: dict):
         """``(initial_arrays, num_partitions) -> core`` for the adapters; the first core is built
@@ -309,7 +300,6 @@ def parse_value(default: Any, text: str) -> Any:
                 return cast(text)
             except ValueError:
                 pass
-        return None if text.lower() == "none" else text
     return text
 
 

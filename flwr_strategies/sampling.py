@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
 
 import numpy as np
 from flwr.common import Code, GetPropertiesIns
@@ -86,7 +85,6 @@ class PartitionClientManager(SimpleClientManager):
         self.wait_timeout = int(wait_timeout)
         self._rng = np.random.default_rng(seed)
         self._sample_lock = threading.Lock()
-        self.ready_at: float | None = None  # perf_counter() when all clients were first connected
 
     def sample(
         self,
@@ -100,8 +98,6 @@ class PartitionClientManager(SimpleClientManager):
             raise TimeoutError(
                 f"only {self.num_available()} of {needed} clients connected after {self.wait_timeout}s"
             )
-        if self.ready_at is None:
-            self.ready_at = time.perf_counter()
         with self._sample_lock:
             by_partition = resolve_partitions(self)
             candidates = [

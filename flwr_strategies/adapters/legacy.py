@@ -273,17 +273,24 @@ class LegacyStrategy(MethodAdapter, Strategy):
         chosen = {proxy.cid for proxy in sample}
         return {pid: proxy for pid, proxy in proxies.items() if proxy.cid in chosen}
 
-    def _learn_partitions(self, client_manager: ClientManager) -> tuple[int, dict[int, ClientProxy]]:
-        """The number of clients: those connected once ``min_available_clients`` are, when their
-        partition ids are ``0..N-1`` (waits for missing ids up to ``wait_timeout``)."""
+    # ------------------------------------------------------------------ Flower API
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return self.initial_parameters
+
+    def _global(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> None:
+        """Build the core in the first round (from ``parameters``) or follow ``parameters``. The
+        number of clients is those connected once ``min_available_clients`` are, when their
+        partition ids are ``0..N-1`` (missing ids are waited for up to ``wait_timeout``)."""
+        if self.core is not None:
+            self._follow(parameters, self.method_round(server_round))
+            return
         deadline = time.monotonic() + self.wait_timeout
         said = 0.0
         while True:
-            proxies = self._proxies(client_manager)
-            ids = sorted(proxies)
+            ids = sorted(self._proxies(client_manager))
             missing = sorted(set(range(max(ids) + 1)) - set(ids)) if ids else []
             if ids and not missing:
-                return len(ids), proxies
+                break
             now = time.monotonic()
             if now > deadline:
                 raise TimeoutError(
@@ -294,23 +301,13 @@ class LegacyStrategy(MethodAdapter, Strategy):
                 log(INFO, "%s: waiting for partitions %s (%d clients connected)", type(self).__name__, missing[:10], len(ids))
                 said = now
             time.sleep(0.2)
-
-    # ------------------------------------------------------------------ Flower API
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return self.initial_parameters
-
-    def _global(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> None:
-        """Build the core in the first round (from ``parameters``) or follow ``parameters``."""
-        if self.core is None:
-            n, _ = self._learn_partitions(client_manager)
-            core = self.build_core(parameters_to_ndarrays(parameters), n)
-            if core.full_participation and self.min_fit_clients > n:
-                raise ValueError(f"{type(self).__name__}: min_fit_clients={self.min_fit_clients} but only {n} peers "
-                                 "connected (every peer trains every round)")
-            self._install_core(core)
-            self._returned = parameters
-        else:
-            self._follow(parameters, self.method_round(server_round))
+        n = len(ids)
+        core = self.build_core(parameters_to_ndarrays(parameters), n)
+        if core.full_participation and self.min_fit_clients > n:
+            raise ValueError(f"{type(self).__name__}: min_fit_clients={self.min_fit_clients} but only {n} peers "
+                             "connected (every peer trains every round)")
+        self._install_core(core)
+        self._returned = parameters
 
     def _follow(self, parameters: Parameters, rnd: int) -> None:
         """Continue from ``parameters`` when they are not the model this strategy gave Flower."""

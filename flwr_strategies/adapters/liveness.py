@@ -65,12 +65,10 @@ class UnreachableNodes:
         self.recheck_message = recheck_message
         self.nodes: dict[int, Unreachable] = {}
 
-    def note(self, server_round: int, sent: Iterable[tuple[Any, int]], replies: Iterable[Message]) -> list[int]:
+    def note(self, server_round: int, sent: Iterable[tuple[Any, int]], replies: Iterable[Message]) -> None:
         """Mark the nodes that ``sent`` (each pushed instruction's metadata and partition) reached
-        in vain: no reply among ``replies`` or the SuperLink's unavailability error. Returns the
-        partitions marked now."""
+        in vain: no reply among ``replies`` or the SuperLink's unavailability error."""
         by_instruction = {m.metadata.reply_to_message_id: m for m in replies}
-        marked = []
         for meta, pid in sent:
             node = int(meta.dst_node_id)
             reply = by_instruction.get(meta.message_id)
@@ -82,10 +80,8 @@ class UnreachableNodes:
                 continue
             if node not in self.nodes:
                 self.nodes[node] = Unreachable(int(pid), int(server_round), reason)
-                marked.append(int(pid))
                 log(WARNING, "Round %s: node %s (partition %s) is unreachable (%s); later rounds leave it out until "
                              "it answers again", server_round, node, pid, reason)
-        return marked
 
     def reachable(self, grid: Grid, connected: Iterable[int], server_round: int) -> set[int]:
         """``connected`` (Flower's node ids) less the nodes still unreachable, after re-checking

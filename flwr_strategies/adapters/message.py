@@ -60,12 +60,6 @@ def config_record(values: dict[str, Any]) -> ConfigRecord:
     return ConfigRecord({k: v.item() if isinstance(v, np.generic) else v for k, v in values.items() if v is not None})
 
 
-def _array(a: np.ndarray) -> Array:
-    """``Array(a)``, the same fields and bytes, with one copy of the data
-    (:func:`~flwr_strategies.adapters.wire.npy_bytes`)."""
-    return Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=NUMPY_STYPE, data=npy_bytes(a))
-
-
 def _arrays(record: ArrayRecord, names: list[str]) -> list[np.ndarray]:
     """The arrays of ``record`` named ``names``, in that order, as read-only views of the record's
     bytes (:func:`~flwr_strategies.adapters.wire.npy_view`): no copy, no memory of model size."""
@@ -171,7 +165,14 @@ class NodeDirectory:
                         expected = max(expected or 0, total)
                 unanswered.update(n for n in new if n not in answers)
             if len(nodes) >= self.min_available_nodes and not self.partition_of_node and unanswered:
-                return self._order_by_node_id(nodes)
+                log(WARNING, "The ClientApp does not answer the partition query: clients are ordered by node id, so "
+                             "sampling and peer roles are not reproducible across runs. Register "
+                             "flwr_strategies.clients.app.partition_query with app.query('partition').")
+                for pid, node in enumerate(sorted(nodes)):
+                    self.partition_of_node[node] = pid
+                    self.node_of_partition[pid] = node
+                self.num_partitions = len(nodes)
+                return dict(self.node_of_partition)
             if unanswered and self.partition_of_node:
                 raise RuntimeError(
                     f"nodes {sorted(unanswered)} did not answer the partition query while others did; register "
@@ -191,29 +192,6 @@ class NodeDirectory:
             if len(nodes) >= self.min_available_nodes and not asked:
                 continue  # ask the nodes not asked yet
             time.sleep(0.2 if len(nodes) >= self.min_available_nodes else 1.0)
-
-    def _order_by_node_id(self, nodes: list[int]) -> dict[int, int]:
-        log(WARNING, "The ClientApp does not answer the partition query: clients are ordered by node id, so "
-                     "sampling and peer roles are not reproducible across runs. Register "
-                     "flwr_strategies.clients.app.partition_query with app.query('partition').")
-        for pid, node in enumerate(sorted(nodes)):
-            self.partition_of_node[node] = pid
-            self.node_of_partition[pid] = node
-        self.num_partitions = len(nodes)
-        return dict(self.node_of_partition)
-
-
-def _release_arrays(replies: list[Message]) -> None:
-    """Drop the arrays of replies a decentralized core has taken into its tables. Flower's
-    ``Strategy.start()`` keeps a round's replies bound until the next round's replies arrive, so
-    without this the last round's models (one table: every peer sends its model) stay in memory
-    while the next round's messages are in flight. The metrics stay; nothing reads the arrays again
-    (decentralized methods refuse strategy wrappers, which could)."""
-    for msg in replies:
-        if msg.has_content():
-            for record in msg.content.values():
-                if isinstance(record, ArrayRecord):
-                    record.clear()
 
 
 class MessageStrategy(MethodAdapter, Strategy):
@@ -363,7 +341,9 @@ class MessageStrategy(MethodAdapter, Strategy):
     def _array_record(self, arrays: list[np.ndarray], model_layout: bool) -> ArrayRecord:
         names = self._names if model_layout and self._names is not None and len(self._names) == len(arrays) else None
         names = names or [str(i) for i in range(len(arrays))]
-        return ArrayRecord({k: _array(np.asarray(a)) for k, a in zip(names, arrays)})
+        # Array(a)'s fields and bytes, with one copy of the data (wire.npy_bytes)
+        return ArrayRecord({k: Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=NUMPY_STYPE,
+                                     data=npy_bytes(a)) for k, a in zip(names, map(np.asarray, arrays))})
 
     def global_array_record(self) -> ArrayRecord:
         """The core's global model (:meth:`~flwr_strategies.core.server.ServerCore.model_arrays`),
@@ -500,7 +480,13 @@ class MessageStrategy(MethodAdapter, Strategy):
             metrics.update(user)
             self.session.record(rnd, user, "fit_")
         if self.core.full_participation:
-            _release_arrays(replies)
+            # drop the arrays the decentralized core has taken into its tables: Flower's Strategy.start() keeps a
+            # round's replies until the next round's arrive, so the last round's models (every peer sends its own)
+            # would stay in memory while the next round's messages are in flight. The metrics stay; nothing reads
+            # the arrays again (decentralized methods refuse strategy wrappers, which could)
+            for record in (record for msg in replies if msg.has_content() for record in msg.content.values()):
+                if isinstance(record, ArrayRecord):
+                    record.clear()
         self._returned = self.global_array_record()
         return self._returned, MetricRecord(numeric_metrics(metrics))
 

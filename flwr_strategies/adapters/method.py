@@ -165,12 +165,6 @@ def hyperparameter_section(cls: type) -> str:
     return f"\n\n{HYPERPARAMETERS}\n" + "\n".join(lines) if lines else ""
 
 
-def _build(config: Any, values: dict[str, Any]) -> Any:
-    """``config(**values)`` for a dataclass, ``dataclasses.replace(config, **values)`` for an instance
-    (a method whose defaults differ from its dataclass's, e.g. FedLMT's FedMUDConfig)."""
-    return dataclasses.replace(config, **values) if not isinstance(config, type) else config(**values)
-
-
 def _plain(value: Any) -> Any:
     """``value`` as a checkpoint stores it (and gives it back): dataclasses as dicts, tuples as
     lists, NumPy scalars as Python numbers."""
@@ -224,8 +218,8 @@ def build_configs(cls: type, given: Mapping[str, Any]) -> dict[str, Any]:
                     _prefix(err, f"{name}: {field}")
                     raise
             values[field] = value
-        try:
-            configs[key] = _build(config, values)
+        try:  # an instance holds a method's own defaults (FedLMT's FedMUDConfig): the given fields replaced
+            configs[key] = config(**values) if isinstance(config, type) else dataclasses.replace(config, **values)
         except (TypeError, ValueError) as err:
             _prefix(err, name)
             raise

@@ -33,7 +33,7 @@ from ..common import PARTITION_KEY
 from ..core.messages import Instruction, Reply
 from ..core.validation import Rejection, ReplyError, check_max_num_examples, check_policy
 
-__all__ = ["RoundRecorder", "RoundSession", "NoProgressError", "arrays_nbytes", "bytes_entries", "evaluation_sample"]
+__all__ = ["RoundRecorder", "RoundSession", "NoProgressError", "payload_nbytes", "evaluation_sample"]
 
 log = logging.getLogger("flwr").log  # Flower's logger (flwr.common.log), without importing Flower
 
@@ -54,22 +54,15 @@ class NoProgressError(RuntimeError):
         self.failure_log = list(failure_log or [])
 
 
-def arrays_nbytes(arrays: Iterable[np.ndarray]) -> int:
-    """Total ``nbytes`` of ``arrays``."""
-    return int(sum(int(np.asarray(a).nbytes) for a in arrays))
-
-
-def bytes_entries(values: Mapping[str, Any] | None) -> int:
-    """Bytes of the ``bytes``-valued entries of a config or metrics mapping."""
-    return int(sum(len(v) for v in (values or {}).values() if isinstance(v, (bytes, bytearray))))
+def payload_nbytes(arrays: Iterable[np.ndarray], values: Mapping[str, Any] | None) -> int:
+    """Bytes of one message's payload: the total ``nbytes`` of ``arrays`` plus the ``bytes``-valued
+    entries of its config or metrics ``values``."""
+    return int(sum(int(np.asarray(a).nbytes) for a in arrays)
+               + sum(len(v) for v in (values or {}).values() if isinstance(v, (bytes, bytearray))))
 
 
 def _nonfinite(rejection: Rejection) -> bool:
     return "NaN or infinite" in rejection.reason or "non-finite" in rejection.reason
-
-
-def _no_reply(error: str) -> bool:
-    return any(m in error for m in ("no reply", "did not return within", "unreachable", "timed out", "Timeout"))
 
 
 def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
@@ -92,7 +85,8 @@ def diagnose(rejections: list[Rejection], failures: list[str] = ()) -> str:
         return (f"The replies lack the metric '{key}' that weights the average: return it from the client, e.g. "
                 f"MetricRecord({{'{key}': len(trainloader.dataset), ...}}) (or set weighted_by_key to the metric "
                 "your clients send).")
-    raised = [f for f in failures if not _no_reply(f)]
+    raised = [f for f in failures
+              if not any(m in f for m in ("no reply", "did not return within", "unreachable", "timed out", "Timeout"))]
     blown = [f for f in raised if any(m in f for m in ("FloatingPointError", "NaN", "non-finite", "not finite"))]
     if blown:
         return (f"The clients' local training diverged and raised; the first: {blown[0]}. Lower the learning rate "
@@ -289,7 +283,7 @@ class RoundSession:
             config = {**(base or {}), "server-round": server_round, **ins.config,
                       **(per_partition(ins.partition_id, server_round) if per_partition else {}),
                       PARTITION_KEY: int(ins.partition_id)}
-            rec["bytes_down"] += arrays_nbytes(ins.arrays) + bytes_entries(config)
+            rec["bytes_down"] += payload_nbytes(ins.arrays, config)
             out.append(send(ins, config))
         instructions = ins = None  # the start points may be views of a buffer the core now releases
         core.instructions_sent(server_round)
@@ -302,8 +296,7 @@ class RoundSession:
         out: tuple[list, list, list] = ([], [], [])
         for item in items:
             out[0 if isinstance(item, Reply) else 1 if isinstance(item, Rejection) else 2].append(item)
-        self.history.record(server_round)["bytes_up"] += sum(arrays_nbytes(r.arrays) + bytes_entries(r.metrics)
-                                                             for r in out[0])
+        self.history.record(server_round)["bytes_up"] += sum(payload_nbytes(r.arrays, r.metrics) for r in out[0])
         if out[1] and self.on_bad_reply == "raise":
             raise ReplyError(f"{self.name} round {server_round}: {out[1][0]}")
         return out

@@ -419,7 +419,9 @@ class ServerCore(ABC):
         if not isinstance(sampler, dict) or sampler.get("bit_generator") != own_sampler["bit_generator"] or set(
                 sampler) != set(own_sampler):
             raise ValueError(f"checkpoint sampler state is not a {own_sampler['bit_generator']} state: {sampler!r:.200}")
-        check_state_layout(state["method"], self._layout(), where="method")
+        if self._state_layout is None:
+            self._state_layout = state_layout(self.extra_state())
+        check_state_layout(state["method"], self._state_layout, where="method")
         before, was_updated = self.state_dict(), self.updated
         state = copy.deepcopy(state)
         try:
@@ -457,9 +459,3 @@ class ServerCore(ABC):
             if is_int(value):
                 return int(value)
         return None
-
-    def _layout(self):
-        """The layout of :meth:`extra_state` when a checkpoint was first loaded into this core."""
-        if self._state_layout is None:
-            self._state_layout = state_layout(self.extra_state())
-        return self._state_layout

@@ -53,10 +53,6 @@ class MixingError(ValueError):
     """Raised for an invalid mixing matrix or graph (disconnected, not doubly stochastic...)."""
 
 
-def _degrees(adj: sp.csr_matrix) -> np.ndarray:
-    return np.asarray(adj.sum(axis=1)).ravel()
-
-
 def is_connected(adj: sp.spmatrix) -> bool:
     """True when the graph is connected (strongly connected for a directed graph)."""
     m = adj.shape[0]
@@ -105,7 +101,7 @@ def mixing_matrix(
     w = weights.lower().replace("-", "_")
     if w == "mh":
         w = "metropolis_hastings"
-    deg = _degrees(adj)
+    deg = np.asarray(adj.sum(axis=1)).ravel()
     symmetric = (abs(adj - adj.T)).nnz == 0
     if w == "auto":
         in_deg = np.asarray(adj.sum(axis=0)).ravel()

@@ -109,7 +109,7 @@ for _name, _summary, _paper, _strategy in PEER_METHODS:
     register_method(MethodSpec(
         name=_name, summary=_summary, paper=_paper, strategy="flwr_strategies.dfedcata.strategy:" + _strategy,
         overrides=OVERRIDES[_name], derived=_DERIVED if _name == "dfedcata" else {}, settings=(_RULE,), client=CLIENT,
-        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS, decentralized=True, derive=peer_graph, core_arguments=_peers))
+        train_defaults=DECENTRALIZED_TRAIN_DEFAULTS, derive=peer_graph, core_arguments=_peers))
 register_method(MethodSpec(
     name="fedsam", summary="FedSAM: FedAvg with SAM local steps (rho=0.1)",
     paper="Qu et al., ICML 2022; Caldarola et al., ECCV 2022", strategy="flwr_strategies.baselines.strategy:FedSAM",

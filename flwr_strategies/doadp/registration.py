@@ -174,5 +174,5 @@ for _name, _summary, _paper, _strategy, _client, _overrides in METHODS:
     _private = _name != "dmsgd"
     register_method(MethodSpec(
         name=_name, summary=_summary, paper=_paper, strategy=_STRATEGY + _strategy, overrides=_overrides,
-        core_arguments=_agents(_name), client=_CLIENTS + _client, decentralized=True,
+        core_arguments=_agents(_name), client=_CLIENTS + _client,
         train_defaults=TRAIN_DEFAULTS if _private else DMSGD_TRAIN_DEFAULTS, extra={"auto_lr": True} if _private else {}))
