@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..core.validation import check_choice
 from .validation import check_clip, check_delta, check_epsilon, check_positive_int
 
 __all__ = [
@@ -99,9 +100,7 @@ _FRACTIONAL_STEP = 0.01
 def accountant_for(sampling: str) -> str:
     """The dp_accounting accountant that covers ``sampling`` under replace-one adjacency:
     ``"rdp"`` for ``"uniform"`` (sampling without replacement), ``"pld"`` for ``"poisson"``."""
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling must be one of {SAMPLINGS}, got sampling={sampling!r}")
-    return "rdp" if sampling == "uniform" else "pld"
+    return "rdp" if check_choice("sampling", sampling, SAMPLINGS) == "uniform" else "pld"
 
 
 @dataclass(frozen=True)
