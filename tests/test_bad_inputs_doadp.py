@@ -72,10 +72,10 @@ def _arrays():
 SERVER_ROWS = [
     (dict(config=DOADPConfig(k_frac=0.001)), "k_frac=0.001"),  # round(0.001 * 40) = 0 coordinates
     (dict(batch_size=Q + 1), "batch_size=51"),
-    (dict(alpha=0.0), "alpha=0.0"),
-    (dict(alpha=math.nan), "alpha=nan"),
-    (dict(num_rounds=0), "num_rounds=0"),
-    (dict(lr_decay=0.0), "lr_decay=0.0"),
+    (dict(alpha=0.0), "alpha must be positive and finite or 'auto', got 0.0"),
+    (dict(alpha=math.nan), "alpha must be positive and finite or 'auto', got nan"),
+    (dict(num_rounds=0), "num_rounds must be an integer >= 1, got 0"),
+    (dict(lr_decay=0.0), r"lr_decay must be in \(0, 1\], got 0.0"),
     (dict(graph=DOADPServer.default_graph(topology="random", neighbours=3)), "redrawn every round"),
     (dict(config=DOADPConfig(sigma=1e-3)), "above the target epsilon"),  # given noise certifies too little
 ]

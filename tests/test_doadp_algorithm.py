@@ -203,13 +203,13 @@ def test_learns_logistic_regression(small):
 
 
 def test_params_validation():
-    with pytest.raises(ValueError, match="p=0"):
+    with pytest.raises(ValueError, match=r"p must be in \(0, 1\], got 0"):
         DOADPParams(p=0)
-    with pytest.raises(ValueError, match="clip=0"):
+    with pytest.raises(ValueError, match="clip must be positive and finite or None, got 0"):
         DOADPParams(clip=0)
-    with pytest.raises(ValueError, match="beta=1.0"):
+    with pytest.raises(ValueError, match=r"beta must be in \[0, 1\), got 1.0"):
         DOADPParams(beta=1.0)
-    with pytest.raises(ValueError, match="k=0"):
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         DOADPParams(k=0)
     with pytest.raises(ValueError, match="k=20"):
         DOADPParams(k=20).check_dim(10)

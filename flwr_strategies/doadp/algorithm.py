@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..core.validation import check_choice, check_integer, check_number
 from .clipping import clip_per_sample
 from .rng import activation_coin, draw_batch
 from .sparsify import top_k
@@ -87,24 +88,16 @@ class DOADPParams:
     msg_dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.alpha) and self.alpha >= 0):
-            raise ValueError(f"alpha must be finite and >= 0, got alpha={self.alpha!r}")
-        if not 0.0 <= float(self.beta) < 1.0:
-            raise ValueError(f"beta must lie in [0, 1), got beta={self.beta!r}")
-        if not 0.0 < float(self.p) <= 1.0:
-            raise ValueError(f"p must lie in (0, 1], got p={self.p!r}")
-        if int(self.k) != self.k or int(self.k) < 1:
-            raise ValueError(f"k must be an integer >= 1, got k={self.k!r}")
-        if not (np.isfinite(self.sigma) and self.sigma >= 0):
-            raise ValueError(f"sigma must be finite and >= 0, got sigma={self.sigma!r}")
-        if self.clip is not None and not (np.isfinite(self.clip) and self.clip > 0):
-            raise ValueError(f"clip must be positive and finite or None, got clip={self.clip!r}")
-        if int(self.batch_size) != self.batch_size or int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got batch_size={self.batch_size!r}")
-        if self.sampling not in ("uniform", "poisson"):
-            raise ValueError(f"sampling must be 'uniform' or 'poisson', got sampling={self.sampling!r}")
-        if self.msg_dtype not in ("float64", "float32"):
-            raise ValueError(f"msg_dtype must be 'float64' or 'float32', got msg_dtype={self.msg_dtype!r}")
+        check_number("alpha", self.alpha, "finite and >= 0", lambda v: v >= 0)
+        check_number("beta", self.beta, "in [0, 1)", lambda v: 0 <= v < 1)
+        check_number("p", self.p, "in (0, 1]", lambda v: 0 < v <= 1)
+        check_integer("k", self.k, 1)
+        check_number("sigma", self.sigma, "finite and >= 0", lambda v: v >= 0)
+        if self.clip is not None:
+            check_number("clip", self.clip, "positive and finite or None", lambda v: v > 0)
+        check_integer("batch_size", self.batch_size, 1)
+        check_choice("sampling", self.sampling, ("uniform", "poisson"))
+        check_choice("msg_dtype", self.msg_dtype, ("float64", "float32"))
 
     @property
     def private(self) -> bool:

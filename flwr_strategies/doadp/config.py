@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..core.declare import setting
 from ..privacy.accountant import SAMPLINGS
+from ..privacy.validation import check_activation
 from ..core.validation import check_choice, check_flag, check_integer, check_number, check_range
 from .clipping import CLIP_MODES
 
@@ -163,9 +164,7 @@ class DOADPConfig:
         check_range("epsilon", self.epsilon, 0, low_open=True)
         _step_noise(self.step_noise_norm)
         check_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        p = check_range("p", self.p, 0, 1, low_open=True)
-        if p < 0.5 and not self.allow_low_p:
-            raise ValueError(f"p must lie in [1/2, 1] (pass allow_low_p=True to accept 0 < p < 1/2), got p={self.p!r}")
+        check_activation(self.p, allow_low_p=self.allow_low_p)
         check_range("k_frac", self.k_frac, 0, 1, low_open=True)
         check_range("gamma", self.gamma, 0, low_open=True)
         check_range("beta", self.beta, 0, 1, high_open=True)

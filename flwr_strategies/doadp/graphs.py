@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.validation import check_integer
 from ..decentralized.mixing import mixing_matrix
 from ..decentralized.topology import circulant
 
@@ -21,9 +22,7 @@ __all__ = ["circulant_mixing"]
 def circulant_mixing(n: int, hops: int = 3, iota: float | None = None) -> np.ndarray:
     """Dense W of the circulant graph ``(i +- 1..hops) mod n`` (neighbourhoods of ``2 hops + 1``; the
     offsets wrap around on small n); ``iota=None``: uniform weights (iota = d_max + 1)."""
-    if isinstance(hops, bool) or int(hops) != hops or hops < 1:
-        raise ValueError(f"hops must be an integer >= 1, got hops={hops!r}")
-    A = circulant(int(n), 2 * int(hops) + 1)
+    A = circulant(int(n), 2 * check_integer("hops", hops, 1) + 1)
     if iota is None:
         return mixing_matrix(A, "uniform").toarray()
     D = A.toarray()

@@ -41,7 +41,7 @@ import scipy.sparse as sp
 
 from ..core.messages import Reply, ReplySpec
 from ..core.server import EvalFn
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, check_integer, check_number
 from ..decentralized.server import DecentralizedCore
 from ..privacy.accountant import GaussianSteps, calibrate_sigma, composed_certified_epsilon
 from ..privacy.doadp_accountant import doadp_sigma
@@ -57,12 +57,6 @@ REPORT_KEY = "report_model"
 
 class DatasetSizeError(ValueError):
     """The agents sample from fewer records than declared, and the noise no longer certifies the target."""
-
-
-def _check_int(value: Any, name: str, low: int = 1) -> int:
-    if isinstance(value, bool) or int(value) != value or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {name}={value!r}")
-    return int(value)
 
 
 class PublicTableCore(DecentralizedCore):
@@ -123,13 +117,12 @@ class PublicTableCore(DecentralizedCore):
                 f"{name} needs floating-point parameters only (no integer buffers such as BatchNorm's "
                 f"counters); arrays {bad} are {[str(self.initial_arrays[j].dtype) for j in bad]}"
             )
-        self.num_rounds = _check_int(num_rounds, "num_rounds")
-        self.eval_every = _check_int(self.config.eval_every, "eval_every")
-        if alpha != "auto" and not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
-                                    and math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"alpha must be positive and finite or 'auto', got alpha={alpha!r}")
-        self.batch_size = _check_int(batch_size, "batch_size")
-        self.q = _check_int(dataset_size, "dataset_size")
+        self.num_rounds = check_integer("num_rounds", num_rounds, 1)
+        self.eval_every = check_integer("eval_every", self.config.eval_every, 1)
+        if alpha != "auto":
+            check_number("alpha", alpha, "positive and finite or 'auto'", lambda v: v > 0)
+        self.batch_size = check_integer("batch_size", batch_size, 1)
+        self.q = check_integer("dataset_size", dataset_size, 1)
         if self.batch_size > self.q:
             raise ValueError(f"batch_size={self.batch_size} exceeds the local dataset size q={self.q}")
         self.alpha = None if alpha == "auto" else float(alpha)  # "auto": the subclass's rule sets it

@@ -125,24 +125,18 @@ def check_train_settings(setup: ServerSetup, method: str) -> None:
         raise ValueError(f"{method} needs the clients' dataset sizes (ServerSetup.num_examples) to calibrate its noise")
 
 
-def _without_lr(fit_config):
-    """The experiment's round config without ``lr``: the step size travels as the method's own key
-    (``doadp_alpha``, ``dpdo_c``, ``cpgt_lr``), so an instruction carries one."""
-    def config(server_round: int) -> dict[str, Any]:
-        return {k: v for k, v in fit_config(server_round).items() if k != "lr"}
-
-    return config
-
-
 def _agents(method: str):
     """``core_arguments`` of ``method``: the experiment's agents, rounds, step and batch (after
-    :func:`check_train_settings`)."""
+    :func:`check_train_settings`), and its round config without ``lr``: the step size travels as the
+    method's own key (``doadp_alpha``, ``dpdo_c``, ``cpgt_lr``), so an instruction carries one."""
     def core_arguments(setup: ServerSetup, params: dict) -> dict[str, Any]:
         check_train_settings(setup, method)
+        fit_config = setup.fit_config
         return dict(num_partitions=setup.num_clients, num_rounds=setup.num_rounds,
                     dataset_size=int(min(setup.num_examples.values())), alpha=setup.train.lr,
                     batch_size=setup.train.batch_size, lr_decay=setup.train.lr_decay, seed=setup.seed,
-                    on_train_config=_without_lr(setup.fit_config))
+                    on_train_config=lambda server_round: {k: v for k, v in fit_config(server_round).items()
+                                                          if k != "lr"})
 
     return core_arguments
 

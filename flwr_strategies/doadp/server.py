@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..core.messages import Instruction, Reply
-from ..core.validation import ReplyError
+from ..core.validation import ReplyError, check_number
 from ..decentralized.mixing import mix
 from ..privacy.flower_accountant import AmplifiedAccountant, check_budget, doadp_event, privacy_config_for
 from ..privacy.doadp_accountant import doadp_privacy
@@ -100,9 +100,7 @@ class DOADPServer(GaussianLedger, PublicTableCore):
                  accountant: Any = None, **kwargs: Any) -> None:
         super().__init__(initial_arrays, num_partitions=num_partitions, num_rounds=num_rounds,
                          dataset_size=dataset_size, alpha=alpha, batch_size=batch_size, config=config, **kwargs)
-        if not (isinstance(lr_decay, (int, float)) and 0.0 < lr_decay <= 1.0):
-            raise ValueError(f"lr_decay must lie in (0, 1], got lr_decay={lr_decay!r}")
-        self.lr_decay = float(lr_decay)
+        self.lr_decay = check_number("lr_decay", lr_decay, "in (0, 1]", lambda v: 0 < v <= 1)
         self.init_ledger()
         self.k = resolve_k(self.config.k_frac, self.d)
         self.sigma = self._calibrate()

@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..core.validation import check_choice
 from .validation import check_clip, check_delta, check_epsilon, check_positive_int
 
 __all__ = [
@@ -99,9 +100,7 @@ _FRACTIONAL_STEP = 0.01
 def accountant_for(sampling: str) -> str:
     """The dp_accounting accountant that covers ``sampling`` under replace-one adjacency:
     ``"rdp"`` for ``"uniform"`` (sampling without replacement), ``"pld"`` for ``"poisson"``."""
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling must be one of {SAMPLINGS}, got sampling={sampling!r}")
-    return "rdp" if sampling == "uniform" else "pld"
+    return "rdp" if check_choice("sampling", sampling, SAMPLINGS) == "uniform" else "pld"
 
 
 @dataclass(frozen=True)
@@ -155,19 +154,37 @@ class GaussianSteps:
 
     def event(self, steps: int):
         """The ``dp_accounting`` event of ``steps`` compositions of this step."""
-        import dp_accounting
-
         steps = check_positive_int(steps, "steps")
-        gauss = dp_accounting.GaussianDpEvent(self.noise_multiplier)
-        if self.sampling == "uniform":
-            one = dp_accounting.SampledWithoutReplacementDpEvent(int(self.dataset_size), int(self.batch_size), gauss)
-        else:
-            one = dp_accounting.PoissonSampledDpEvent(int(self.batch_size) / int(self.dataset_size), gauss)
-        return dp_accounting.SelfComposedDpEvent(one, steps)
+        return _composed_event([(self.noise_multiplier, self.batch_size, self.dataset_size, steps)], self.sampling)
 
     def epsilon(self, steps: int, delta: float) -> float:
         """Certified epsilon after ``steps`` private steps at ``delta``."""
         return certified_epsilon(self, steps, delta)
+
+
+def _composed_event(parts, sampling: str | None):
+    """dp_accounting's event of ``n`` compositions of each Gaussian step ``(noise_multiplier, b, q, n)`` of
+    ``parts``, a batch of b of q records drawn by ``sampling``: ``"uniform"`` (without replacement),
+    ``"poisson"`` or None (every record, no amplification)."""
+    import dp_accounting
+
+    def one(z, b, q):
+        gauss = dp_accounting.GaussianDpEvent(float(z))
+        if sampling == "uniform":
+            return dp_accounting.SampledWithoutReplacementDpEvent(int(q), int(b), gauss)
+        if sampling == "poisson":
+            return dp_accounting.PoissonSampledDpEvent(int(b) / int(q), gauss)
+        return gauss
+
+    events = [dp_accounting.SelfComposedDpEvent(one(z, b, q), n) for z, b, q, n in parts]
+    return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+
+
+def _tightest(event, delta: float, accountant: str, relation=None) -> tuple[float, float | None]:
+    """(epsilon, RDP order or None) of ``event`` at ``delta``: :func:`_rdp_epsilon` or :func:`_pld_epsilon`."""
+    if accountant == "rdp":
+        return _rdp_epsilon(event, delta, relation)
+    return _pld_epsilon(event, delta, relation), None
 
 
 def _rdp_at(event, delta: float, orders, relation=None) -> tuple[float, float]:
@@ -306,10 +323,7 @@ def certified_epsilon(mechanism: GaussianSteps, steps: int, delta: float) -> flo
 
 @lru_cache(maxsize=4096)
 def _certified(mechanism: GaussianSteps, steps: int, delta: float) -> float:
-    event = mechanism.event(steps)
-    if mechanism.accountant == "rdp":
-        return _rdp_epsilon(event, delta)[0]
-    return _pld_epsilon(event, delta)
+    return _tightest(mechanism.event(steps), delta, mechanism.accountant)[0]
 
 
 def composed_certified_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta: float) -> float:
@@ -338,10 +352,9 @@ def composed_certified_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta
     if len(kinds) != 1:
         raise ValueError(f"cannot compose mechanisms of different accountants {sorted(kinds)} (sampling schemes "
                          f"{sorted({m.sampling for m, _ in merged})})")
-    import dp_accounting
-
-    event = dp_accounting.ComposedDpEvent([m.event(steps) for m, steps in merged])
-    return _rdp_epsilon(event, float(delta))[0] if kinds == {"rdp"} else _pld_epsilon(event, float(delta))
+    event = _composed_event([(m.noise_multiplier, m.batch_size, m.dataset_size, n) for m, n in merged],
+                           merged[0][0].sampling)
+    return _tightest(event, float(delta), kinds.pop())[0]
 
 
 def calibrate_sigma(

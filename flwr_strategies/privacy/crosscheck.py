@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from ..core.validation import check_choice, check_range
 from .doadp_accountant import doadp_privacy
 from .validation import check_clip, check_delta, check_positive_int
 
@@ -43,20 +44,14 @@ def subsampled_gaussian_epsilon(
     from dp_accounting import pld, rdp
 
     z = check_clip(noise_multiplier, name="noise_multiplier")
-    if not 0.0 < float(sampling_rate) <= 1.0:
-        raise ValueError(f"sampling_rate must lie in (0, 1], got sampling_rate={sampling_rate!r}")
+    check_range("sampling_rate", sampling_rate, 0, 1, low_open=True)
     steps = check_positive_int(steps, "steps")
     delta = check_delta(delta, name="delta")
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(float(sampling_rate), dp_accounting.GaussianDpEvent(z)),
         steps,
     )
-    if accountant == "rdp":
-        acc = rdp.RdpAccountant()
-    elif accountant == "pld":
-        acc = pld.PLDAccountant()
-    else:
-        raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got accountant={accountant!r}")
+    acc = rdp.RdpAccountant() if check_choice("accountant", accountant, ACCOUNTANTS) == "rdp" else pld.PLDAccountant()
     acc.compose(event)
     return float(acc.get_epsilon(delta))
 

@@ -40,6 +40,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+from ..core.validation import check_choice
 from .validation import (
     check_activation,
     check_clip,
@@ -85,10 +86,8 @@ def _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
     q = check_positive_int(q, "q")
     G = check_clip(G, name="G")
     b = check_positive_int(batch_size, "batch_size")
-    if clip_mode not in CLIP_MODES:
-        raise ValueError(f"clip_mode must be one of {CLIP_MODES}, got clip_mode={clip_mode!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
+    check_choice("clip_mode", clip_mode, CLIP_MODES)
+    check_choice("mode", mode, MODES)
     if p * b / q > 1.0:
         raise ValueError(
             f"sampling rate p*batch_size/q must be <= 1, got p={p}, batch_size={b}, q={q}"
@@ -165,10 +164,7 @@ def doadp_sigma(epsilon: float, delta0: float, T: int, p: float, k: int, d: int,
     float
         ``max(sigma_thm, sigma_floor)``.
     """
-    if noise_scaling not in NOISE_SCALINGS:
-        raise ValueError(
-            f"noise_scaling must be one of {NOISE_SCALINGS}, got noise_scaling={noise_scaling!r}"
-        )
+    check_choice("noise_scaling", noise_scaling, NOISE_SCALINGS)
     comp = doadp_sigma_components(epsilon, delta0, T, p, k, d, q, G, **options)
     if strict and not comp["theorem_applies"]:
         raise ValueError(
@@ -217,10 +213,7 @@ def doadp_privacy(sigma: float, delta0: float, T: int, p: float, k: int, d: int,
         ``eps_t, eps_prime_t, S, eps_tilde, delta_tilde, valid, reasons``. ``valid`` is False when a
         condition of the proof fails (``eps_t >= 1``, ``eps'_t > 0.9``, ``S > 1``, ``dhat > 1``).
     """
-    if amplification not in AMPLIFICATIONS:
-        raise ValueError(
-            f"amplification must be one of {AMPLIFICATIONS}, got amplification={amplification!r}"
-        )
+    check_choice("amplification", amplification, AMPLIFICATIONS)
     sigma = check_clip(sigma, name="sigma")
     c = _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
     eps_t = math.sqrt(2.0 * math.log(1.25 / c.delta0)) * c.sensitivity / sigma

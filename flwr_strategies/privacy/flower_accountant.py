@@ -40,10 +40,10 @@ from .accountant import (
     PLD_RELATIVE_GRID,
     RDP_ORDERS,
     GaussianSteps,
+    _composed_event,
     _pld_at,
-    _pld_epsilon,
     _rdp_at,
-    _rdp_epsilon,
+    _tightest,
 )
 from .validation import check_delta, check_positive_int
 
@@ -266,20 +266,9 @@ class AmplifiedAccountant:
         return [(e, n) for e, n, _ in self._compositions]
 
     def _event(self, pairs):
-        import dp_accounting
-
-        def one(e: GaussianPrivacyEvent):
-            gauss = dp_accounting.GaussianDpEvent(float(e.noise_multiplier))
-            method = self._config.sampling_method
-            if method is SamplingMethod.WITHOUT_REPLACEMENT:
-                return dp_accounting.SampledWithoutReplacementDpEvent(int(e.population_size), int(e.sample_size),
-                                                                      gauss)
-            if method is SamplingMethod.POISSON:
-                return dp_accounting.PoissonSampledDpEvent(int(e.sample_size) / int(e.population_size), gauss)
-            return gauss
-
-        events = [dp_accounting.SelfComposedDpEvent(one(e), n) for e, n in pairs]
-        return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+        sampling = {SamplingMethod.WITHOUT_REPLACEMENT: "uniform",
+                    SamplingMethod.POISSON: "poisson"}.get(self._config.sampling_method)
+        return _composed_event([(e.noise_multiplier, e.sample_size, e.population_size, n) for e, n in pairs], sampling)
 
     def _upper_bound(self, pairs, delta: float) -> float:
         """An epsilon at least :meth:`_epsilon`'s, fast: RDP on :data:`RDP_ORDERS` alone (no refinement), or
@@ -299,11 +288,7 @@ class AmplifiedAccountant:
                 merged.append([e, n])
         if not merged:
             return 0.0, None
-        event = self._event([(e, n) for e, n in merged])
-        if self.backend == "rdp":
-            eps, order = _rdp_epsilon(event, delta, self._relation())
-            return float(eps), float(order)
-        return float(_pld_epsilon(event, delta, self._relation())), None
+        return _tightest(self._event(merged), delta, self.backend, self._relation())
 
 
 def check_budget(accountant: Any, event: GaussianPrivacyEvent, what: str, count: int = 1) -> None:
