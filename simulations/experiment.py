@@ -26,11 +26,10 @@ from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
 from flwr_strategies.setup import AUTO_LR, ClientSetup, ServerSetup
 
-from .settings import BACKENDS, ExperimentConfig, config_from_run_config, experiment_budget, simulated_node_config
+from .settings import ExperimentConfig, experiment_budget, simulated_node_config
 from .tasks import Task, build_task
 
-__all__ = ["BACKENDS", "ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment",
-           "ClientFactory", "config_from_run_config"]
+__all__ = ["ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment", "ClientFactory"]
 
 
 class MethodSettingsError(ValueError):
