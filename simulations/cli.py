@@ -271,7 +271,7 @@ def resolved_step(method: str) -> str | None:
     from .experiment import Experiment  # loads the data and torch: only for a step derived from them
 
     exp = Experiment(cfg)
-    report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
+    report = exp.build_core().privacy_report()
     if "beta0_rule" in report:
         return f"lr auto on these defaults: beta0 = {report['beta0']:.6g} ({report['beta0_rule']})"
     return f"lr auto on these defaults: step {report['alpha']:.6g} ({report['alpha_rule']})"

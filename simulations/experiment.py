@@ -87,6 +87,10 @@ class Experiment:
     def build_strategy(self):
         return self.spec.legacy_strategy(self.server_setup(), dict(self.params))
 
+    def build_core(self):
+        """A fresh server core of the method."""
+        return self.spec.build_core(self.server_setup(), dict(self.params))
+
     def preflight(self) -> None:
         """Build the method's server core and one client
         now and discard them, so that a setting the method rejects fails before the first round.
@@ -99,7 +103,7 @@ class Experiment:
 
         with _preserved_rng():
             try:
-                self.spec.build_core(self.server_setup(), dict(self.params))
+                self.build_core()
                 self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
             except (ValueError, TypeError, KeyError) as err:
                 msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
