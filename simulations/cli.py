@@ -91,11 +91,9 @@ def _setting_type(name: str):
 
 def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
     """``{field: (value, source)}`` that ``method`` resolves to with no flags given."""
-    from .settings import RESOLVED, ExperimentConfig, describe
+    from .settings import PROJECT_DEFAULTS, RESOLVED, ExperimentConfig, describe
 
     if method is None:
-        from .settings import PROJECT_DEFAULTS
-
         return {name: (describe(PROJECT_DEFAULTS[name], name), "project") for name in RESOLVED}
     cfg = ExperimentConfig(method=method).resolve()
     return {name: (describe(cfg.provenance[name]["value"], name), cfg.provenance[name]["source"]) for name in RESOLVED}
