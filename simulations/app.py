@@ -105,9 +105,7 @@ def config_from_run_config(run_config: dict[str, Any], num_partitions: int | Non
             raise seed_in_run_config_error("experiment' -> 'client_seed", given["client_seed"])
         cfg = ExperimentConfig.from_dict({**given, "num_clients": n})
         return replace(cfg, out=None, progress=False).validate()
-    settings = {k: v for k, v in rc.items() if k not in APP_KEYS}
-    settings["num-clients"] = n
-    return settings_from_run_config(settings)
+    return settings_from_run_config({**rc, "num-clients": n}, ignore=APP_KEYS)
 
 
 # ------------------------------------------------------------------------------ results file

@@ -105,17 +105,11 @@ def _quiet_flower(verbose: bool) -> None:
         logger.setLevel(level)
 
 
-def build_core(cfg: ExperimentConfig):
-    """A fresh server core of ``cfg``'s method, built from the cached experiment."""
-    exp = get_experiment(cfg)
-    return exp.spec.build_core(exp.server_setup(), dict(exp.params))
-
-
 def run_driver(cfg: ExperimentConfig, on_round_end=None, state: dict | None = None) -> RunOutcome:
     """Run ``cfg``'s core and clients directly in this process (:class:`~.driver.CoreDriver`)."""
     exp = get_experiment(cfg)
     cfg = exp.cfg  # resolved: every setting filled in
-    driver = CoreDriver(build_core(cfg), exp.client_fit, PartitionContexts(cfg.num_clients),
+    driver = CoreDriver(exp.build_core(), exp.client_fit, PartitionContexts(cfg.num_clients),
                         evaluate_fn=exp.evaluate_fn, client_timeout=cfg.client_timeout,
                         max_num_examples=exp.spec.max_num_examples(exp.server_setup()), on_round_end=on_round_end)
     rounds = driver.run(cfg.rounds, state=state)

@@ -91,11 +91,9 @@ def _setting_type(name: str):
 
 def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
     """``{field: (value, source)}`` that ``method`` resolves to with no flags given."""
-    from .settings import RESOLVED, ExperimentConfig, describe
+    from .settings import PROJECT_DEFAULTS, RESOLVED, ExperimentConfig, describe
 
     if method is None:
-        from .settings import PROJECT_DEFAULTS
-
         return {name: (describe(PROJECT_DEFAULTS[name], name), "project") for name in RESOLVED}
     cfg = ExperimentConfig(method=method).resolve()
     return {name: (describe(cfg.provenance[name]["value"], name), cfg.provenance[name]["source"]) for name in RESOLVED}
@@ -271,7 +269,7 @@ def resolved_step(method: str) -> str | None:
     from .experiment import Experiment  # loads the data and torch: only for a step derived from them
 
     exp = Experiment(cfg)
-    report = exp.spec.build_core(exp.server_setup(), dict(exp.params)).privacy_report()
+    report = exp.build_core().privacy_report()
     if "beta0_rule" in report:
         return f"lr auto on these defaults: beta0 = {report['beta0']:.6g} ({report['beta0_rule']})"
     return f"lr auto on these defaults: step {report['alpha']:.6g} ({report['alpha_rule']})"

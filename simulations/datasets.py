@@ -41,10 +41,9 @@ if TYPE_CHECKING:  # torch loads inside the loaders, so `list` and `--help` star
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 #: Prefix of a dataset loaded through Flower Datasets (``hf:ylecun/mnist``, ``hf:path/to/parquet-folder``).
 HF_PREFIX = "hf:"
-#: Datasets ``--download`` fetches with torchvision.
-DOWNLOADABLE = ("mnist", "cifar10", "cifar100")
-#: The datasets read from ``data_dir``; the others (bundled or generated) take no files.
-READS_DATA_DIR = ("mnist", "cifar10", "cifar100")
+#: The datasets read from ``data_dir``, which ``--download`` fetches with torchvision; the others
+#: (bundled or generated) take no files.
+FILE_DATASETS = ("mnist", "cifar10", "cifar100")
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 DIGITS_MEAN, DIGITS_STD = 0.3053, 0.3760  # pixel mean/std of all 1,797 sklearn digits after /16
@@ -420,9 +419,9 @@ def download_dataset(name: str, data_dir: str | os.PathLike | None) -> Path:
     from torchvision import datasets as tv
 
     key = name.lower()
-    if key not in DOWNLOADABLE:
-        raise SettingError("download", True, f"used only with a dataset torchvision fetches ({', '.join(DOWNLOADABLE)}); "
-                                             f"'{name}' is not one")
+    if key not in FILE_DATASETS:
+        raise SettingError("download", True, f"used only with a dataset torchvision fetches "
+                                             f"({', '.join(FILE_DATASETS)}); '{name}' is not one")
     if data_dir is None:
         raise SettingError("data_dir", None, "the folder to download into (--download fetches the files there)")
     root = Path(data_dir)
@@ -572,9 +571,9 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
     no files (``digits``, ``synthetic``) raises :class:`~flwr_strategies.setup.SettingError` instead
     of being ignored."""
     key = name.lower()
-    if data_dir is not None and key in DATASETS and key not in READS_DATA_DIR:
+    if data_dir is not None and key in DATASETS and key not in FILE_DATASETS:
         raise SettingError("data_dir", str(data_dir), f"unset for dataset {name!r}, which reads no files (a data "
-                                                      f"folder is for {', '.join(READS_DATA_DIR)} and {HF_PREFIX} datasets)")
+                                                      f"folder is for {', '.join(FILE_DATASETS)} and {HF_PREFIX} datasets)")
     if download:
         download_dataset(key, data_dir)
     if name.startswith(HF_PREFIX):

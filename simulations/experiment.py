@@ -26,11 +26,10 @@ from flwr_strategies.clients.training import get_weights, set_weights
 from flwr_strategies.registry import MethodSpec, get_method
 from flwr_strategies.setup import AUTO_LR, ClientSetup, ServerSetup
 
-from .settings import BACKENDS, ExperimentConfig, config_from_run_config, experiment_budget, simulated_node_config
+from .settings import ExperimentConfig, experiment_budget, simulated_node_config
 from .tasks import Task, build_task
 
-__all__ = ["BACKENDS", "ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment",
-           "ClientFactory", "config_from_run_config"]
+__all__ = ["ExperimentConfig", "Experiment", "InjectedFailure", "MethodSettingsError", "get_experiment", "ClientFactory"]
 
 
 class MethodSettingsError(ValueError):
@@ -88,6 +87,10 @@ class Experiment:
     def build_strategy(self):
         return self.spec.legacy_strategy(self.server_setup(), dict(self.params))
 
+    def build_core(self):
+        """A fresh server core of the method."""
+        return self.spec.build_core(self.server_setup(), dict(self.params))
+
     def preflight(self) -> None:
         """Build the method's server core and one client
         now and discard them, so that a setting the method rejects fails before the first round.
@@ -100,7 +103,7 @@ class Experiment:
 
         with _preserved_rng():
             try:
-                self.spec.build_core(self.server_setup(), dict(self.params))
+                self.build_core()
                 self.spec.build_client(self.client_setup(0, RecordDict(), self.task.model_fn()), dict(self.params))
             except (ValueError, TypeError, KeyError) as err:
                 msg = err.args[0] if isinstance(err, KeyError) and err.args else str(err)

@@ -49,7 +49,7 @@ def check_faults_can_fire(exp) -> None:
     if not faults:
         return
     with _preserved_rng():
-        core = exp.spec.build_core(exp.server_setup(), dict(exp.params))
+        core = exp.build_core()
         sampled = {r: set(core.select(r, range(cfg.num_clients))) for r in range(1, cfg.rounds + 1)}
     for r, p in sorted(faults, key=lambda t: (t[0] or 0, t[1])):
         if r is not None and p not in sampled[r]:

@@ -500,7 +500,7 @@ def parse_failures(specs: list[str]) -> set[tuple[int | None, int]]:
 
 # -- the checks of a resolved config -------------------------------------------------------------
 def _check(cfg: ExperimentConfig) -> None:
-    from .datasets import DOWNLOADABLE, HF_PARTITIONERS, HF_PREFIX
+    from .datasets import FILE_DATASETS, HF_PARTITIONERS, HF_PREFIX
     from .tasks import task_choices
 
     spec = get_method(cfg.method)
@@ -513,8 +513,8 @@ def _check(cfg: ExperimentConfig) -> None:
     if hf and cfg.partition is not None and cfg.partition not in HF_PARTITIONERS:
         raise SettingError("partition", cfg.partition, f"one of {', '.join(HF_PARTITIONERS)} for a Flower Datasets "
                                                        "(hf:) dataset: Flower's partitioners")
-    if cfg.download and cfg.dataset not in DOWNLOADABLE:
-        raise SettingError("download", True, f"used only with {', '.join(DOWNLOADABLE)} (torchvision fetches those), "
+    if cfg.download and cfg.dataset not in FILE_DATASETS:
+        raise SettingError("download", True, f"used only with {', '.join(FILE_DATASETS)} (torchvision fetches those), "
                                              f"not with --dataset {cfg.dataset}")
     if cfg.download and cfg.data_dir is None:
         raise SettingError("data_dir", None, "the folder --download fetches the files into")

@@ -1,8 +1,5 @@
 """Bounded client calls for the in-process backend: a client that does not return in time fails.
 
-The default limit (``client_timeout="auto"``, :func:`auto_limit`) follows the run's own calls: ten
-times the slowest call that returned so far (at least 60 s; 600 s before any has returned).
-
 :class:`BoundedCaller` raises :class:`ClientTimeout` in the caller when a call overruns (the round
 counts that client as failed and goes on), in one of two ways:
 

@@ -44,7 +44,7 @@ def test_tiny_base_is_pretrained_and_loads_like_a_checkpoint(base_dir):
     assert model.config.model_type == "llama"
     assert sum(p.numel() for p in model.parameters()) == 115_520
     test = tokenize_records(generate_instructions(40, seed=99), tok)
-    loss, _ = evaluate_lm(model, test, tok.pad_token_id)  # mean per-example response loss
+    loss, _ = evaluate_lm(model, test)  # mean per-example response loss
     # a random byte model sits near ln(260) = 5.56; the pretrained base is far below
     assert loss < 0.8 * np.log(260)
     peft_model = apply_lora(model)

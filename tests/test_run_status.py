@@ -28,7 +28,6 @@ from flwr_strategies.baselines.server import FedAvgServer
 from flwr_strategies.core.messages import Reply
 from flwr_strategies.core.validation import Rejection, ReplyError, screen
 from flwr_strategies.simulations import cli
-from flwr_strategies.simulations.backends import build_core
 from flwr_strategies.simulations.driver import CoreDriver, PartitionContexts
 from flwr_strategies.simulations.experiment import ExperimentConfig, get_experiment
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
@@ -175,7 +174,7 @@ def test_a_round_without_a_successful_client_keeps_the_global_model(method, para
             raise ValueError(REFUSAL)
         return exp.client_fit(ctx, arrays, config)
 
-    driver = CoreDriver(build_core(cfg), client_fit, PartitionContexts(3), evaluate_fn=evaluate)
+    driver = CoreDriver(exp.build_core(), client_fit, PartitionContexts(3), evaluate_fn=evaluate)
     driver.run(3)
     same = lambda a, b: len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))  # noqa: E731
     assert same(seen[1], seen[0])  # round 1: every client failed, the model is the initial one

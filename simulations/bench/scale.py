@@ -77,7 +77,9 @@ def run_one(args: argparse.Namespace, backend: str) -> dict:
             get_experiment(cfg)
             built = time.perf_counter() - t0
             outcome, _ = run_inprocess(cfg)
-            state_bytes, with_state = _inprocess_state(outcome)
+            states = [ctx.state for ctx in outcome.contexts if len(ctx.state)]  # the clients that keep state
+            with_state = len(states)
+            state_bytes = sum(rec.count_bytes() for st in states for rec in st.array_records.values()) / 2**20
         else:
             built = None
             outcome, timing = run_ray(cfg)
@@ -93,19 +95,6 @@ def run_one(args: argparse.Namespace, backend: str) -> dict:
             "peak_rss_tree_mb": mem.peak_total_mb, "peak_rss_largest_process_mb": mem.peak_single_mb,
             "processes": mem.peak_processes, "contexts_with_state": with_state, "client_state_mb": state_bytes,
             "path": outcome.path}
-
-
-def _inprocess_state(outcome) -> tuple[float | None, int | None]:
-    contexts = getattr(outcome, "contexts", None)
-    if contexts is None:
-        return None, None
-    total, n = 0, 0
-    for ctx in contexts:
-        if len(ctx.state):
-            n += 1
-            for rec in ctx.state.array_records.values():
-                total += rec.count_bytes()
-    return total / 2**20, n
 
 
 def federated(args: argparse.Namespace, backend: str) -> dict:

@@ -49,11 +49,10 @@ def build_tiny_llama(seed: int = 0) -> nn.Module:
     return LlamaForCausalLM(LlamaConfig(**TINY_CONFIG))
 
 
-def pretrain_tiny_base(out_dir: str | Path, *, steps: int | None = None, verbose: bool = False) -> Path:
+def pretrain_tiny_base(out_dir: str | Path, *, verbose: bool = False) -> Path:
     """Backprop pre-training of the tiny base (AdamW) on 4 of the 8 generated categories; saves the
     model and tokenizer with ``save_pretrained`` into ``out_dir``."""
-    p = dict(PRETRAIN)
-    steps = p["steps"] if steps is None else int(steps)
+    p = PRETRAIN
     tok = build_byte_tokenizer()
     recs = generate_instructions(p["n_examples"], seed=p["data_seed"], categories=CATEGORIES[:4])
     data = tokenize_records(recs, tok, max_len=p["max_len"])
@@ -63,13 +62,13 @@ def pretrain_tiny_base(out_dir: str | Path, *, steps: int | None = None, verbose
     opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.0)
     gen = torch.Generator().manual_seed(p["base_seed"])
     t0 = time.time()
-    for s in range(steps):
+    for s in range(p["steps"]):
         idx = torch.randint(len(data), (p["batch_size"],), generator=gen)
         loss = model(**collate(data, idx, PAD_ID)).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if verbose and (s % 50 == 0 or s == steps - 1):
+        if verbose and (s % 50 == 0 or s == p["steps"] - 1):
             print(f"pretrain step {s} loss {loss.item():.3f} ({time.time() - t0:.1f}s)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

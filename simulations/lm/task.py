@@ -116,9 +116,7 @@ class CausalLMTask:
         self.base_dtype = BASE_DTYPES[s.base_dtype]
         self.adapter_dtype = ADAPTER_DTYPES[s.adapter_dtype]
         self.device = torch.device(cfg.device)
-        base, tok = self._base()
-        self.tokenizer = tok
-        self.pad_id = int(tok.pad_token_id)
+        tok = self._base()[1]
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
         if cfg.dataset == "instructions":
             recs = generate_instructions(s.n_examples, seed=7 + int(data_seed))
@@ -184,15 +182,13 @@ class CausalLMTask:
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module) -> tuple[float, dict[str, float]]:
-        return evaluate_lm(model, self.test, self.pad_id)
+        return evaluate_lm(model, self.test)
 
 
 @torch.no_grad()
-def evaluate_lm(model: torch.nn.Module, data: LMData, pad_id: int | None = None,
-                batch_size: int = 50) -> tuple[float, dict[str, float]]:
-    """(mean per-example response loss, {"accuracy": response next-token accuracy, "test_loss"})."""
-    if pad_id is not None and pad_id != data.pad_id:
-        data = LMData(data.ids, data.labels, data.categories, int(pad_id))
+def evaluate_lm(model: torch.nn.Module, data: LMData, batch_size: int = 50) -> tuple[float, dict[str, float]]:
+    """(mean per-example response loss, {"accuracy": response next-token accuracy, "test_loss"}); batches
+    are padded with the pad id ``data`` was tokenized with."""
     batches = (data.batch(range(s, min(len(data), s + batch_size))) for s in range(0, len(data), batch_size))
     loss, metrics = evaluate_causal_lm(model, batches)
     metrics.pop("num_examples")

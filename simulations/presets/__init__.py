@@ -24,7 +24,6 @@ _PRESET_MODULES: tuple[str, ...] = (
 )
 
 _PRESETS: dict[str, "Preset"] = {}
-_LOADED = False
 
 
 @dataclass(frozen=True)
@@ -79,19 +78,15 @@ class Preset:
     custom: Callable[[PresetContext], dict] | None = None
 
 
-def register_preset(preset: Preset) -> Preset:
+def register_preset(preset: Preset) -> None:
     """Add ``preset`` to the registry."""
     _PRESETS[preset.name] = preset
-    return preset
 
 
 def list_presets() -> dict[str, Preset]:
-    """All presets by name."""
-    global _LOADED
-    if not _LOADED:
-        for module in _PRESET_MODULES:
-            importlib.import_module(module)
-        _LOADED = True
+    """All presets by name (importing the modules that register them)."""
+    for module in _PRESET_MODULES:
+        importlib.import_module(module)
     return dict(sorted(_PRESETS.items()))
 
 
