@@ -4,13 +4,11 @@ adapters. ``run --method M --rounds 5`` on the default workload (the settings it
 and a lower test loss) is checked in ``tests/test_defaults_learn.py``, which makes that run."""
 
 import numpy as np
-import pytest
 
 from apiharness import legacy_run
 from flwr_strategies.fedmezo import FedMeZOConfig, LoRAFedAvgConfig
 from flwr_strategies.registry import get_method
 from flwr_strategies.simulations.experiment import ExperimentConfig
-from flwr_strategies.simulations.runner import run_experiment
 from flwr_strategies.simulations.settings import source_kind
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -34,7 +35,7 @@ from flwr.app import Context, RecordDict
 
 from flwr_strategies.core.state import load_state
 from flwr_strategies.simulations import app as project_app
-from flwr_strategies.simulations.deployment import HOST, FlowerProcesses, LocalDeployment, pid_alive
+from flwr_strategies.simulations.deployment import HOST, FlowerProcesses, LocalDeployment, descendants_of, pid_alive
 from flwr_strategies.simulations.experiment import ExperimentConfig
 from flwr_strategies.simulations.inprocess_grid import InProcessGrid
 
@@ -90,23 +91,7 @@ class RestartableDeployment(LocalDeployment):
             ])
         return self
 
-    def tree(self, pid: int) -> list[int]:
-        """``pid`` and every live process below it (children first collected, then the parent)."""
-        out, frontier = [], [pid]
-        while frontier:
-            p = frontier.pop()
-            out.append(p)
-            for entry in Path("/proc").iterdir():
-                if entry.name.isdigit():
-                    try:
-                        stat = (entry / "stat").read_text()
-                    except OSError:
-                        continue
-                    if int(stat.rsplit(")", 1)[1].split()[1]) == p:
-                        frontier.append(int(entry.name))
-        return out
-
-    def kill(self, pids: list[int]) -> None:
+    def kill(self, pids: set[int]) -> None:
         self.stopped_pids |= set(pids)
         for pid in pids:
             try:
@@ -117,7 +102,7 @@ class RestartableDeployment(LocalDeployment):
     def restart_superlink(self) -> None:
         """SIGKILL the SuperLink and everything it started (SuperExec, ServerApp), then start it again
         on the same port and database."""
-        self.kill(self.tree(self.procs["superlink"].pid))
+        self.kill(descendants_of({self.procs["superlink"].pid}))
         self.procs["superlink"].wait(timeout=30)
         self._spawn("superlink", self.superlink_command())
         self.wait_superlink()
@@ -126,7 +111,7 @@ class RestartableDeployment(LocalDeployment):
         """SIGKILL the ``flwr-serverapp`` process (the SuperLink goes on)."""
         pids = [p for p in self.descendants() if b"flwr-serverapp" in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert pids, "no flwr-serverapp process is running"
-        self.kill([q for p in pids for q in self.tree(p)])
+        self.kill(descendants_of(set(pids)))
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +164,7 @@ def wait_for_checkpoint(out: Path, proc: subprocess.Popen, dep, deadline_s: floa
 
 def interrupted_then_resumed(dep, method: str, out: Path, interrupt) -> tuple[int, dict]:
     run_config = {**RUN_CONFIGS[method], "out-dir": str(out)}
+    offsets = {i: len(dep.log(f"supernode-{i}", tail=10**9)) for i in range(N)}
     first = subprocess.Popen(["flwr", *dep.flwr_run_args(ROOT, run_config)], env=dep.env, cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -198,6 +184,12 @@ def interrupted_then_resumed(dep, method: str, out: Path, interrupt) -> tuple[in
     assert [r["round"] for r in after] == list(range(done + 1, ROUNDS + 1)), detail
     for r in after:  # every SuperNode took part in every round after the resume
         assert r["clients"] == N and r["failures"] == 0, (r, resumed["failure_log"])
+        assert r["bytes_up"] > 0 and r["bytes_down"] > 0, r
+    # every SuperNode really received the train messages of every round, before and after the interruption
+    # (Message-API strategies, like Flower's own, send no round number in the message)
+    for i in range(N):
+        trains = re.findall(r"Receiving: train message", dep.log(f"supernode-{i}", tail=10**9)[offsets[i]:])
+        assert len(trains) >= ROUNDS, f"supernode-{i} received {len(trains)} train messages in {ROUNDS} rounds"
     return done, resumed
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from test_resume_deployment import (  # noqa: F401  (deployment: the module-scoped fixture, one per module)
     LEARNS,
-    ROUNDS,
     RUN_CONFIGS,
     check_learns,
     deployment,
