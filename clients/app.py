@@ -23,6 +23,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from flwr_strategies.common import PARTITION_KEY
+from flwr_strategies.core.messages import numeric_metrics
 
 from .store import client_state_mod
 
@@ -47,16 +48,8 @@ def message_config(msg: Message, key: str = "config") -> dict[str, Any]:
 
 
 def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, int | float], dict[str, Any]]:
-    numeric: dict[str, int | float] = {}
-    other: dict[str, Any] = {}
-    for k, v in (metrics or {}).items():
-        if isinstance(v, (bool, np.bool_, int, np.integer)):
-            numeric[k] = int(v)
-        elif isinstance(v, (float, np.floating)):
-            numeric[k] = float(v)
-        elif isinstance(v, (str, bytes)):
-            other[k] = v
-    return numeric, other
+    """``(numeric, text)``: :func:`~flwr_strategies.core.messages.numeric_metrics` and the str/bytes entries."""
+    return numeric_metrics(metrics), {k: v for k, v in metrics.items() if isinstance(v, (str, bytes))}
 
 
 def train_reply(msg: Message, context: Context, arrays: list[np.ndarray] | ArrayRecord, num_examples: int,

@@ -508,7 +508,7 @@ class MethodAdapter:
         ``evaluate_fn`` in the rounds the method evaluates. ``(None, None)`` before round 1 of a
         resumed run: the checkpoint's round was evaluated by the run that saved it."""
         if self.core is None or (server_round == 0 and self.core.server_round == 0):
-            if self._pending_state is not None or (self.core is not None and self.round_offset):
+            if self._pending_state is not None:
                 return None, None
             return int(server_round), initial(int(server_round))
         rnd = self.method_round(server_round)

@@ -24,7 +24,8 @@ __all__ = ["FedAvgServer", "FedProxServer", "FedAdamServer"]
 Commit = Callable[[], None]
 
 
-def _no_commit() -> None:
+def no_commit() -> None:
+    """The commit of a server step that keeps no state besides the model."""
     return None
 
 
@@ -79,7 +80,7 @@ class FedAvgServer(ServerCore):
         """``(w_{t+1}, metrics, commit)``: compute only; ``commit()`` stores the method's other state,
         which the step has checked finite (:func:`~flwr_strategies.core.validation.require_finite`).
         ``w_{t+1}`` is checked by the caller. FedAvg: the weighted average, nothing else to store."""
-        return self.average(replies), {}, _no_commit
+        return self.average(replies), {}, no_commit
 
     def aggregate_train(self, server_round: int, replies: list[Reply], failed: list[int]) -> dict[str, Any]:
         if not replies:

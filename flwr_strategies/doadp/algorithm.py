@@ -28,7 +28,9 @@ from typing import Callable
 import numpy as np
 
 from ..core.validation import check_choice, check_integer, check_number
+from ..privacy.accountant import SAMPLINGS
 from .clipping import clip_per_sample
+from .config import MSG_DTYPES
 from .rng import activation_coin, draw_batch
 from .sparsify import top_k
 
@@ -96,8 +98,8 @@ class DOADPParams:
         if self.clip is not None:
             check_number("clip", self.clip, "positive and finite or None", lambda v: v > 0)
         check_integer("batch_size", self.batch_size, 1)
-        check_choice("sampling", self.sampling, ("uniform", "poisson"))
-        check_choice("msg_dtype", self.msg_dtype, ("float64", "float32"))
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_choice("msg_dtype", self.msg_dtype, MSG_DTYPES)
 
     @property
     def private(self) -> bool:

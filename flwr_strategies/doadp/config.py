@@ -263,7 +263,7 @@ class DPDDAConfig(_BaselinePrivacy):
                                   "None: ``beta0 = sigma sqrt(d) / step_noise_norm``, so the noise that reaches x "
                                   "(``z`` carries ``sqrt(t)`` steps of noise, divided by ``beta0 sqrt(t+1)``) has "
                                   "norm below ``step_noise_norm``.")
-    reg: float | None = setting(None, "> 0 or None", "paper: host paper (DO-ADP) Sec. VI-A (the shared regulariser "
+    reg: float | None = setting(None, ">= 0 or None", "paper: host paper (DO-ADP) Sec. VI-A (the shared regulariser "
                                                      "||x||^2/(2q)); None = 1/q",
                                 "Coefficient of the shared regulariser h(x) = reg ||x||^2/2; None = 1/q.")
     clip_mode: str = setting("l2", "l2, coordinate", "project: Liu, Johansson, Shi assume Lipschitz losses (a "

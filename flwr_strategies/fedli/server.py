@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..baselines.server import FedAvgServer, _no_commit
+from ..baselines.server import FedAvgServer, no_commit
 from ..core.messages import Instruction, Reply, ReplySpec
 from ..core.server import EvalFn
 from ..core.validation import ReplyError, require_finite
@@ -102,7 +102,7 @@ class FedLiLSServer(_DeltaServer):
             "client_step_mean": float(np.dot(p, steps)),
             "delta_norm": _norm(aggregate_delta(self.current, avg)),
         }
-        return new, info, _no_commit
+        return new, info, no_commit
 
 
 class FedLiLUServer(_DeltaServer):
