@@ -19,16 +19,11 @@ WEIGHTINGS = ("num_examples", "uniform")
 SKIP_KEYS = frozenset({PARTITION_KEY, "num-examples"})
 
 
-def _scaled_into(out: np.ndarray, x: np.ndarray, s: np.float64) -> np.ndarray:
-    if np.can_cast(s, out.dtype, casting="same_kind"):
-        return np.multiply(x, s, out=out)
-    return np.multiply(x, np.array(s, out.dtype), out=out)
-
-
-def _add_into(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if np.can_cast(y, x.dtype, casting="same_kind"):
-        return np.add(x, y, out=x)
-    return np.add(x, np.array(y, x.dtype), out=x)
+def _into(op: np.ufunc, out: np.ndarray, x: np.ndarray, y: Any) -> np.ndarray:
+    """``op(x, y, out=out)``, with ``y`` cast to ``out``'s dtype first where NumPy would not cast it."""
+    if not np.can_cast(y, out.dtype, casting="same_kind"):
+        y = np.array(y, out.dtype)
+    return op(x, y, out=out)
 
 
 #: elements per block of the widened products (a float64 block of 1 MiB stays in the CPU's cache)
@@ -70,14 +65,14 @@ class _Accumulator:
         """A new accumulator holding ``p x`` (in ``x``'s dtype and layout)."""
         acc = np.empty_like(x)
         if not self._widened(acc, x, p, add=False):
-            _scaled_into(acc, x, p)
+            _into(np.multiply, acc, x, p)
         return acc
 
     def add(self, acc: np.ndarray, x: np.ndarray, p: np.float64) -> None:
         """``acc += p x``."""
         if acc.dtype == x.dtype and self._widened(acc, x, p, add=True):
             return
-        _add_into(acc, _scaled_into(self._buffer(x.dtype, x.size).reshape(x.shape), x, p))
+        _into(np.add, acc, acc, _into(np.multiply, self._buffer(x.dtype, x.size).reshape(x.shape), x, p))
 
     def _widened(self, acc: np.ndarray, x: np.ndarray, p: np.float64, add: bool) -> bool:
         wide = np.result_type(x.dtype, p)  # the dtype np.multiply(x, p) computes in
