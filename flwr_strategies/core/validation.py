@@ -349,12 +349,10 @@ def screen(
 
     def fail(pos: int, rejection: Rejection) -> None:
         if on_bad_reply == "raise":
-            if not finite:  # a valid reply before this one may hold NaN: it would have been named first
-                for item in valid:
-                    if item is not None and item[0] < pos:
-                        why = nonfinite_problem(item[1].arrays)
-                        if why is not None:
-                            raise ReplyError(f"{name} round {server_round}: {Rejection(item[1].partition_id, why)}")
+            # a valid reply before this one may hold NaN: it would have been named first
+            bad = [] if finite else nonfinite_replies([item for item in valid if item is not None and item[0] < pos])
+            if bad:
+                raise ReplyError(f"{name} round {server_round}: {bad[0][1]}")
             raise ReplyError(f"{name} round {server_round}: {rejection}")
         rejected.append((pos, rejection))
 
@@ -437,9 +435,6 @@ def diverged_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejectio
 def nonfinite_replies(valid: list[tuple[int, Reply]]) -> list[tuple[int, Rejection]]:
     """``(position, rejection)`` for each reply whose arrays hold a NaN or an infinity, by position:
     the deferred half of :func:`screen` (``finite=False``)."""
-    out = []
-    for pos, reply in valid:
-        why = nonfinite_problem(reply.arrays)
-        if why is not None:
-            out.append((pos, Rejection(int(reply.partition_id), why)))
+    out = [(pos, Rejection(int(reply.partition_id), why)) for pos, reply in valid
+           if (why := nonfinite_problem(reply.arrays)) is not None]
     return sorted(out, key=lambda item: item[0])
