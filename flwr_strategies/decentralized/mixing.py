@@ -107,19 +107,16 @@ def mixing_matrix(
         in_deg = np.asarray(adj.sum(axis=0)).ravel()
         regular = bool(np.all(deg == deg[0]) and np.all(in_deg == deg[0]))
         w = "uniform" if (regular or not symmetric) else "metropolis_hastings"
+    coo = adj.tocoo()
     if w == "uniform":
-        coo = adj.tocoo()
-        vals = 1.0 / (deg[coo.row] + 1.0)
-        off = sp.csr_matrix((vals, (coo.row, coo.col)), shape=(m, m))
+        off = sp.csr_matrix((1.0 / (deg[coo.row] + 1.0), (coo.row, coo.col)), shape=(m, m))
         W = off + sp.diags(1.0 / (deg + 1.0))
     elif w == "metropolis_hastings":
         if not symmetric:
             raise MixingError("Metropolis-Hastings weights need an undirected (symmetric) graph")
-        coo = adj.tocoo()
         vals = 1.0 / (1.0 + np.maximum(deg[coo.row], deg[coo.col]))
         off = sp.csr_matrix((vals, (coo.row, coo.col)), shape=(m, m))
-        diag = 1.0 - np.asarray(off.sum(axis=1)).ravel()
-        W = off + sp.diags(diag)
+        W = off + sp.diags(1.0 - np.asarray(off.sum(axis=1)).ravel())
     else:
         raise MixingError(f"unknown weights {weights!r}; use 'auto', 'uniform' or 'metropolis_hastings'")
     W = sp.csr_matrix(W)
@@ -167,10 +164,7 @@ def second_eigenvalue_modulus(W: sp.spmatrix) -> float:
     m = A.shape[0]
     if m == 1:
         return 0.0
-    if np.allclose(A, A.T):
-        ev = np.linalg.eigvalsh(A)
-    else:
-        ev = np.linalg.eigvals(A)
+    ev = np.linalg.eigvalsh(A) if np.allclose(A, A.T) else np.linalg.eigvals(A)
     # drop one eigenvalue closest to 1 (the consensus direction)
     k = int(np.argmin(np.abs(ev - 1.0)))
     return float(np.abs(np.delete(ev, k)).max())
