@@ -97,9 +97,8 @@ def _from_edges(m: int, rows, cols, symmetric: bool = True) -> sp.csr_matrix:
 def _offsets(m: int, offsets: list[int], symmetric: bool = True) -> sp.csr_matrix:
     """``i`` linked to ``(i + o) mod m`` for every offset ``o`` (both ways when ``symmetric``)."""
     i = np.arange(m)
-    rows = np.concatenate([i for _ in offsets]) if offsets else np.array([], dtype=int)
-    cols = np.concatenate([(i + o) % m for o in offsets]) if offsets else np.array([], dtype=int)
-    return _from_edges(m, rows, cols, symmetric=symmetric)
+    cols = (i + np.asarray(offsets, dtype=np.int64).reshape(-1, 1)) % m  # one row of targets per offset
+    return _from_edges(m, np.tile(i, len(offsets)), cols.ravel(), symmetric=symmetric)
 
 
 def ring(m: int) -> sp.csr_matrix:
@@ -132,8 +131,7 @@ def exponential(m: int, symmetric: bool = False) -> sp.csr_matrix:
 def full(m: int) -> sp.csr_matrix:
     """Complete graph."""
     check_integer("number of nodes", m, 1)
-    a = np.ones((m, m)) - np.eye(m)
-    return sp.csr_matrix(a)
+    return sp.csr_matrix(np.ones((m, m)) - np.eye(m))
 
 
 def circulant(m: int, neighbours: int = 7) -> sp.csr_matrix:
@@ -318,13 +316,12 @@ class Topology:
         key = int(t) if self.time_varying else 0
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        args = self._args
-        if self._gen.random and self._gen.legacy_seed:
-            a = self._gen.fn(self.num_nodes, np.random.RandomState(self.seed + key), **args)
-        elif self._gen.random:
-            a = self._gen.fn(self.num_nodes, round_rng(self.seed, key), **args)
+        gen = self._gen
+        if gen.random:
+            rng = np.random.RandomState(self.seed + key) if gen.legacy_seed else round_rng(self.seed, key)
+            a = gen.fn(self.num_nodes, rng, **self._args)
         else:
-            a = self._gen.fn(self.num_nodes, **args)
+            a = gen.fn(self.num_nodes, **self._args)
         self._cache = (key, a)
         return a
 
