@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ..core.aggregation import fedavg_average
 from ..core.local import criterion, train_steps, watch_steps
 from ..core.validation import check_range, require_finite
-from .aggregation import is_float_array
+from .server_ls import gd_server_step
 
 #: The largest heavy-ball SGD step ``lr / (1 - momentum)`` (momentum > 0) measured to learn as FedAvg does
 #: with the correction: on Flower's quickstart-pytorch CNN (4 nodes, 5 rounds of 2 epochs, three
@@ -298,16 +298,8 @@ def scaffold_server_update(
         if total_examples is None or int(total_examples) < sum(counts):
             raise ValueError(f"total_examples ({total_examples}) must be >= the participants' {sum(counts)} examples")
     avg = fedavg_average(client_models, counts)
-    if eta_g == 1.0:
-        new_w = avg
-    else:
-        new_w = []
-        for w, a in zip(global_arrays, avg):
-            if is_float_array(w):
-                w64 = np.asarray(w, np.float64)
-                new_w.append((w64 + eta_g * (np.asarray(a, np.float64) - w64)).astype(np.asarray(w).dtype))
-            else:
-                new_w.append(np.array(a, copy=True))
+    # w + eta_g (a - w) is w - eta_g (w - a) exactly (negation is exact): FedLi-LS's server step
+    new_w = avg if eta_g == 1.0 else gd_server_step(global_arrays, avg, eta_g)
     return new_w, _control_step(c_global, client_dcs, s / float(num_clients), counts if num_examples is not None
                                 else None, total_examples)
 
