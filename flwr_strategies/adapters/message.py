@@ -94,9 +94,7 @@ def _names_problem(expected: list[str], received: list[str]) -> str:
 
 def _metrics(content: RecordDict) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for record in content.metric_records.values():
-        out.update(record)
-    for record in content.config_records.values():
+    for record in (*content.metric_records.values(), *content.config_records.values()):  # configs win a clash
         out.update(record)
     return out
 

@@ -247,12 +247,9 @@ class FedMeZOServer(LoRAServer):
     def expected_seeds(self, server_round: int, partition_id: int) -> dict[int, tuple[int, int]]:
         """Seed -> (step, direction) of every direction the client may have used this round."""
         c = self.config
-        out = {}
-        for k in range(int(c.local_steps)):
-            step_seed = derive_seed(self.seed, server_round, partition_id, k)
-            for j in range(c.num_perturbations):
-                out[direction_seed(step_seed, j)] = (k, j)
-        return out
+        steps = [derive_seed(self.seed, server_round, partition_id, k) for k in range(int(c.local_steps))]
+        return {direction_seed(step_seed, j): (k, j) for k, step_seed in enumerate(steps)
+                for j in range(c.num_perturbations)}
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         super().check_reply(server_round, reply)
