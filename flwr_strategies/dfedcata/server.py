@@ -165,14 +165,11 @@ class DFedCataServer(GossipCore):
         """The algorithm round (1-based) that Flower round ``server_round`` belongs to."""
         if not self.sequential or server_round <= 0:
             return int(server_round)
-        return (int(server_round) - 1) // self._seq_m() + 1
-
-    def _seq_m(self) -> int:
-        return int(self.num_partitions)
+        return (int(server_round) - 1) // self.num_partitions + 1
 
     def turn(self, server_round: int) -> tuple[int, int]:
         """Sequential mode: ``(t, i)``, the 0-based algorithm round and the peer of Flower round ``server_round``."""
-        return divmod(int(server_round) - 1, self._seq_m())
+        return divmod(int(server_round) - 1, self.num_partitions)
 
     def graph_round(self, server_round: int) -> int:
         return self.algorithm_round(server_round) - 1
@@ -181,7 +178,7 @@ class DFedCataServer(GossipCore):
         return self.algorithm_round(server_round)
 
     def should_evaluate(self, server_round: int) -> bool:
-        return not self.sequential or server_round % self._seq_m() == 0
+        return not self.sequential or server_round % self.num_partitions == 0
 
     def expected_peers(self, server_round: int) -> list[int]:
         """All peers; in sequential mode, the peer whose turn it is."""
@@ -221,7 +218,7 @@ class DFedCataServer(GossipCore):
             if is_real(loss):
                 metrics["train_loss"] = float(loss)
         self._seq_turn = None
-        if i == self._seq_m() - 1:  # end of the algorithm round: bookkeeping once
+        if i == self.num_partitions - 1:  # end of the algorithm round: bookkeeping once
             self.touched()
             W = self.mixing_matrix(server_round)
             metrics.update(self.round_metrics(server_round, int(W.nnz - self.num_partitions)))
