@@ -217,7 +217,6 @@ class MeZOEngine:
         grads: list[float] = []
         lp_sum = lm_sum = 0.0
         seeds = [direction_seed(seed, j) for j in range(self.num_perturbations)]
-        ok = True
         for s in seeds:
             self.perturb(s, mu)
             lp_raw = loss_fn()
@@ -232,17 +231,13 @@ class MeZOEngine:
                 g = float(((lp_raw - lm_raw) / (2 * mu)).item())  # in the losses' dtype, as the official code
             else:
                 g = (lp - lm) / (2.0 * mu)
-            if not (math.isfinite(lp) and math.isfinite(lm) and math.isfinite(g)):
-                ok = False
-                lp_sum, lm_sum = lp, lm
-                break
+            if not (math.isfinite(lp) and math.isfinite(lm) and math.isfinite(g)):  # skip the step
+                self.n_skipped += 1
+                return StepResult(lp, lm, grads, [], skipped=True)
             grads.append(g if override is None else float(override))
             lp_sum += lp
             lm_sum += lm
         n = len(seeds)
-        if not ok:
-            self.n_skipped += 1
-            return StepResult(lp_sum, lm_sum, grads, [], skipped=True)
         pairs = [(s, g / n) for s, g in zip(seeds, grads)]
         for s, c in pairs:
             self.apply_update(s, lr, c)
