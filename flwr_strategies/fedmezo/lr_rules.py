@@ -120,8 +120,7 @@ class PersonalisedLR:
         have = [c for c in ids if sig[c] is not None]
         out = {c: self.eta0 for c in ids}
         if len(have) >= 2:
-            for c, lr in zip(have, personalised_lrs([sig[c] for c in have], self.eta0, self.alpha)):
-                out[c] = lr
+            out.update(zip(have, personalised_lrs([sig[c] for c in have], self.eta0, self.alpha)))
         return {c: scale * lr for c, lr in out.items()}
 
     # ------------------------------------------------------------------ checkpoints
