@@ -323,13 +323,9 @@ class CPGTServer(_LaplaceServer):
                "cpgt_rs": c.rs, "cpgt_rn": c.rn, "cpgt_b0": self.b0, "cpgt_g_cons": c.g_cons}
         out = []
         for pid in partition_ids:
-            refs = [self.H["x"][pid], self.H["y"][pid]]
-            if not self.started[pid] or self.completion is None:
-                arrays = [self.x0] + refs
-                init = 1
-            else:
-                arrays = [tab[pid] for tab in self.completion] + refs
-                init = 0
+            init = int(not self.started[pid] or self.completion is None)
+            start = [self.x0] if init else [tab[pid] for tab in self.completion]
+            arrays = start + [self.H["x"][pid], self.H["y"][pid]]
             out.append(Instruction(pid, arrays, {**cfg, "bl_init": init}, model_layout=False))
         return out
 
@@ -365,14 +361,10 @@ class CPGTServer(_LaplaceServer):
             (ix, vx), (iy, vy) = self._messages(server_round, r)
             Q["x"][r.partition_id, ix] = vx
             Q["y"][r.partition_id, iy] = vy
-        a = self.config.a
-        W = self.mixing_of(server_round)
-        new = {}
-        for v in ("x", "y"):
-            hat = self.H[v] + Q[v]
-            new[v] = (hat, mix(W, hat), (1.0 - a) * self.H[v] + a * hat)
-        self.completion = [new["x"][0], new["x"][1], new["y"][0], new["y"][1]]
-        self.H = {v: new[v][2] for v in ("x", "y")}
+        W, a = self.mixing_of(server_round), self.config.a
+        hat = {v: self.H[v] + Q[v] for v in ("x", "y")}
+        self.completion = [hat["x"], mix(W, hat["x"]), hat["y"], mix(W, hat["y"])]
+        self.H = {v: (1.0 - a) * self.H[v] + a * hat[v] for v in ("x", "y")}
 
     def public_model(self) -> np.ndarray:
         return self.H["x"].mean(axis=0)

@@ -204,12 +204,8 @@ class DOADPServer(GaussianLedger, PublicTableCore):
                          count=max(1, int(server_round) - self._composed_through))
         C = self.consensus(self.mixing_of(server_round, partition_ids))
         cfg = {**self.round_config(server_round), **self.params_config(server_round)}
-        out = []
-        for pid in partition_ids:
-            arrays = [C[pid]] + self.start_arrays(pid)
-            out.append(Instruction(pid, arrays, {**cfg, "doadp_accepted": int(self.accepted[pid])},
-                                   model_layout=False))
-        return out
+        return [Instruction(pid, [C[pid]] + self.start_arrays(pid), {**cfg, "doadp_accepted": int(self.accepted[pid])},
+                            model_layout=False) for pid in partition_ids]
 
     def _message(self, server_round: int, reply: Reply) -> tuple[np.ndarray, np.ndarray] | None:
         cached = self._parsed.get((server_round, reply.partition_id))

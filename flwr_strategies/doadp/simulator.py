@@ -166,10 +166,8 @@ def run_doadp(problem, W, x0, params: DOADPParams, T: int, gamma: float = 0.05, 
         net.step()
         if net.t % eval_every == 0 or net.t == T:
             record(net.t, net.X.mean(axis=0), net.X)
-    hist["wall_s"] = time.perf_counter() - t0
-    hist["comm_rate"] = net.values_sent / max(1, T * net.n * net.d)
-    hist["xbar"] = net.X.mean(axis=0)
-    hist["active_steps"] = net.active_steps
+    hist.update(wall_s=time.perf_counter() - t0, comm_rate=net.values_sent / max(1, T * net.n * net.d),
+                xbar=net.X.mean(axis=0), active_steps=net.active_steps)
     return hist
 
 
@@ -197,7 +195,5 @@ def run_dmsgd(problem, W, x0, alpha: float, gamma: float, beta: float, T: int, c
         X = X - alpha * M + cons
         if (t + 1) % eval_every == 0 or t + 1 == T:
             record(t + 1, X.mean(axis=0), X)
-    hist["comm_rate"] = 1.0
-    hist["xbar"] = X.mean(axis=0)
-    hist["X"] = X
+    hist.update(comm_rate=1.0, xbar=X.mean(axis=0), X=X)
     return hist
