@@ -56,6 +56,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
+from operator import itemgetter
 
 from ..core.validation import check_choice
 from .validation import check_clip, check_delta, check_epsilon, check_positive_int
@@ -333,17 +335,13 @@ def composed_certified_epsilon(parts: Sequence[tuple[GaussianSteps, int]], delta
     mechanism). Every mechanism must use the same accountant (same sampling scheme).
     """
     delta = check_delta(delta, name="delta")
-    merged: list[list] = []
+    ran = []
     for mech, steps in parts:
         if not isinstance(mech, GaussianSteps):
             raise TypeError(f"parts must hold (GaussianSteps, steps) pairs, got {type(mech).__name__}")
-        steps = check_positive_int(steps, "steps") if int(steps) else 0
-        if not steps:
-            continue
-        if merged and merged[-1][0] == mech:
-            merged[-1][1] += steps
-        else:
-            merged.append([mech, steps])
+        if int(steps):
+            ran.append((mech, check_positive_int(steps, "steps")))
+    merged = [(mech, sum(n for _, n in run)) for mech, run in groupby(ran, key=itemgetter(0))]
     if not merged:
         return 0.0
     if len(merged) == 1:

@@ -28,6 +28,8 @@ with Flower's :class:`~flwr.serverapp.exception.PrivacyBudgetExhausted` before a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from flwr.serverapp import GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig, PrivacySpent, SamplingMethod
@@ -280,12 +282,7 @@ class AmplifiedAccountant:
         return _pld_at(self._event(pairs), delta, PLD_DISCRETIZATION, self._relation())
 
     def _epsilon(self, pairs, delta: float) -> tuple[float, float | None]:
-        merged: list[list] = []
-        for e, n in pairs:
-            if merged and merged[-1][0] == e:
-                merged[-1][1] += n
-            else:
-                merged.append([e, n])
+        merged = [(e, sum(n for _, n in run)) for e, run in groupby(pairs, key=itemgetter(0))]
         if not merged:
             return 0.0, None
         return _tightest(self._event(merged), delta, self.backend, self._relation())
