@@ -427,13 +427,10 @@ class IndexedData:
         elif isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
             self._dataset = data
         elif isinstance(data, Iterable):  # a list of batches, a generator, any iterable of (x, y) batches
-            xs, ys = [], []
-            for xb, yb in data:
-                xs.append(torch.as_tensor(xb))
-                ys.append(torch.as_tensor(yb))
-            if not xs:
+            batches = [(torch.as_tensor(xb), torch.as_tensor(yb)) for xb, yb in data]
+            if not batches:
                 raise ValueError("the client's training data is empty")
-            self._x, self._y = torch.cat(xs), torch.cat(ys)
+            self._x, self._y = (torch.cat(list(t)) for t in zip(*batches))
         else:
             raise TypeError(f"unsupported training data {type(data).__name__}: pass tensors, a Dataset or a DataLoader")
 

@@ -110,11 +110,8 @@ class MeZO(torch.optim.Optimizer):
                  seed: int | Sequence[int] = 0, variant: str = "paper") -> None:
         check_number("lr", lr, "a finite number > 0", lambda v: v > 0)
         module = params if isinstance(params, nn.Module) else None
-        if module is not None:
-            named = trainable_named_params(module)
-        else:
-            items = list(params)
-            named = [(str(p[0]), p[1]) if isinstance(p, tuple) else (f"param{i}", p) for i, p in enumerate(items)]
+        named = trainable_named_params(module) if module is not None else [
+            (str(p[0]), p[1]) if isinstance(p, tuple) else (f"param{i}", p) for i, p in enumerate(params)]
         key = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else (int(seed), 0, 0)
         if len(key) != 3 or any(s < 0 for s in key):
             raise ValueError(f"seed must be an integer >= 0 or (run_seed, server_round, partition_id), got {seed!r}")

@@ -81,9 +81,7 @@ def _partition(context: Context, config: dict[str, Any]) -> int:
 
 def _folder(context: Context, config: dict[str, Any], key: str) -> Path | None:
     root = state_dir(context.node_config)
-    if root is None:
-        return None
-    return root / key / f"partition-{_partition(context, config)}"
+    return None if root is None else root / key / f"partition-{_partition(context, config)}"
 
 
 def _rounds(folder: Path | None) -> dict[int, Path]:

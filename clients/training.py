@@ -132,10 +132,8 @@ def local_sgd(
     """
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    hooks = [h for h in (before_clip,) if h is not None]
-    if grad_clip is not None:
-        hooks.append(lambda: nn.utils.clip_grad_norm_(params, grad_clip))
-    hooks += [h for h in (before_step,) if h is not None]
+    clip = None if grad_clip is None else (lambda: nn.utils.clip_grad_norm_(params, grad_clip))
+    hooks = [h for h in (before_clip, clip, before_step) if h is not None]
     batches = batch_stream(data, epochs=epochs, steps=steps, batch_size=batch_size, generator=generator, device=device)
     return train_steps(model, batches, opt, objective=criterion(loss_fn), extra_loss=extra_loss,
                        after_backward=hooks, check_finite=check_finite)
