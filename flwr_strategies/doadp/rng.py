@@ -35,9 +35,7 @@ def check_client_seed(client_seed) -> int | None:
 def agent_generator(client_seed: int | None, t: int) -> np.random.Generator:
     """The generator of one agent in iteration ``t``: OS entropy when ``client_seed`` is None."""
     seed = check_client_seed(client_seed)
-    if seed is None:
-        return np.random.default_rng()
-    return np.random.default_rng([_AGENT, seed, int(t)])
+    return np.random.default_rng() if seed is None else np.random.default_rng([_AGENT, seed, int(t)])
 
 
 def activation_coin(rng: np.random.Generator, p: float) -> bool:

@@ -59,7 +59,6 @@ def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable, x: torch.Ten
     return torch.cat([g[n].reshape(len(x), -1) for n in names], dim=1).double().cpu().numpy()
 
 
-
 class TorchGradOracle:
     """``per_sample_grads(x_flat, idx) -> (b, d)`` float64 for one agent's data.
 
@@ -100,8 +99,7 @@ class TorchNetworkProblem:
 
     def __init__(self, model: torch.nn.Module, shards: list[tuple[torch.Tensor, torch.Tensor]], device="cpu"):
         self.oracles = [TorchGradOracle(model, x, y, device) for x, y in shards]
-        qs = {o.q for o in self.oracles}
-        self.q = min(qs)
+        self.q = min(o.q for o in self.oracles)
         self.n = len(shards)
         self.d = self.oracles[0].d
 
