@@ -124,9 +124,9 @@ class DMSGD(_Agents):
 class DPDO(_Private):
     """DPDO (Huang, Mitra, Vaidya, ICDCN 2015), baseline of DO-ADP: Laplace-perturbed broadcasts
     with geometrically decaying noise and step size; pure epsilon-DP (certified by basic composition
-    with amplification by subsampling). Arguments as :class:`DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0: federated evaluation
-    is refused),
-    hyperparameters the fields of :class:`~flwr_strategies.doadp.config.DPDOConfig`."""
+    with amplification by subsampling). Arguments as :class:`DOADP` (``fraction_evaluate`` defaults to
+    0.0, not Flower's 1.0: federated evaluation is refused), hyperparameters the fields of
+    :class:`~flwr_strategies.doadp.config.DPDOConfig`."""
 
     core_cls = DPDOServer
     hyperparameters = {"config": DPDOConfig, "graph": GRAPH}
@@ -135,9 +135,8 @@ class DPDO(_Private):
 class DPDDA(_Private):
     """DP-DDA (Liu, Johansson, Shi, Automatica 2024), baseline of DO-ADP: differentially private
     distributed dual averaging with node sampling; every node transmits every round. Arguments as
-    :class:`DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0: federated evaluation is refused),
-    hyperparameters the fields of
-    :class:`~flwr_strategies.doadp.config.DPDDAConfig`."""
+    :class:`DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0: federated evaluation is
+    refused), hyperparameters the fields of :class:`~flwr_strategies.doadp.config.DPDDAConfig`."""
 
     core_cls = DPDDAServer
     hyperparameters = {"config": DPDDAConfig, "graph": GRAPH}
@@ -146,9 +145,9 @@ class DPDDA(_Private):
 class CPGT(_Private):
     """CPGT (Xie, Yi, Wang, Cao, Ren, IFAC 2023), baseline of DO-ADP: compressed gradient tracking
     with Laplace noise on both transmitted variables before Top-k. Its epsilon is a heuristic
-    calibration, not certified. Arguments as :class:`DOADP` (``fraction_evaluate`` defaults to 0.0, not Flower's 1.0: federated evaluation
-    is refused),
-    hyperparameters the fields of :class:`~flwr_strategies.doadp.config.CPGTConfig`."""
+    calibration, not certified. Arguments as :class:`DOADP` (``fraction_evaluate`` defaults to 0.0, not
+    Flower's 1.0: federated evaluation is refused), hyperparameters the fields of
+    :class:`~flwr_strategies.doadp.config.CPGTConfig`."""
 
     core_cls = CPGTServer
     hyperparameters = {"config": CPGTConfig, "graph": GRAPH}
