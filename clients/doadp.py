@@ -171,14 +171,10 @@ def client_budget_of(state=None, node_config=None) -> ClientBudget | None:
         if missing:
             raise ValueError(f"node config sets part of the DO-ADP budget but not {missing}: give "
                              f"{BUDGET_KEYS['epsilon']} and {BUDGET_KEYS['rounds']} (delta and clip are optional)")
-        values: dict[str, Any] = {}
-        for field, key in BUDGET_KEYS.items():
-            if key not in node_config:
-                continue
-            value = node_config[key]
+        values = {field: node_config[key] for field, key in BUDGET_KEYS.items() if key in node_config}
+        for field, value in values.items():
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise ValueError(f"node config '{key}' must be a number, got {value!r}")
-            values[field] = value
+                raise ValueError(f"node config '{BUDGET_KEYS[field]}' must be a number, got {value!r}")
         try:
             return ClientBudget(**values)
         except (TypeError, ValueError) as err:

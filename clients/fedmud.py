@@ -146,8 +146,7 @@ class _StepWatch:
         self.steps += 1
         if all(bool(torch.isfinite(p).all()) for p in self.factors if id(p) in held):
             return
-        cfg = self.round.core.config
-        scale = cfg.scale
+        scale = self.round.core.config.scale
         hint = ("" if scale == "auto" else
                 f" With init_scale={scale!r} the factors' random partners scale every step of your optimizer "
                 "(for FedMUD's BKD at a=5 about 17x further than on the plain model in expectation, x10 with "

@@ -333,12 +333,10 @@ class DOADPServer(GaussianLedger, PublicTableCore):
     def _compose(self, accountant: Any, mech: Any, n: int) -> None:
         """Compose ``n`` rounds of ``mech`` into ``accountant`` (an AmplifiedAccountant also records what ran,
         activation and Top-k included, which are not credited)."""
-        if isinstance(accountant, AmplifiedAccountant):
-            ran = {"p": self.config.p, "k_frac": self.k / self.d, "clip": mech.clip, "sigma": mech.sigma,
-                   "batch_size": mech.batch_size, "dataset_size": mech.dataset_size}
-            accountant.compose(doadp_event(mech), n, ran=ran)
-        else:
-            accountant.compose(doadp_event(mech), n)
+        ran = {"p": self.config.p, "k_frac": self.k / self.d, "clip": mech.clip, "sigma": mech.sigma,
+               "batch_size": mech.batch_size, "dataset_size": mech.dataset_size}
+        extra = {"ran": ran} if isinstance(accountant, AmplifiedAccountant) else {}
+        accountant.compose(doadp_event(mech), n, **extra)
 
     def round_not_aggregated(self, server_round: int) -> None:
         """A round without a valid reply still went out: its agents may have released, so it is
