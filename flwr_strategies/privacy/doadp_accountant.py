@@ -217,11 +217,7 @@ def doadp_privacy(sigma: float, delta0: float, T: int, p: float, k: int, d: int,
     sigma = check_clip(sigma, name="sigma")
     c = _resolve(delta0, T, p, k, d, q, G, batch_size, clip_mode, mode, allow_low_p)
     eps_t = math.sqrt(2.0 * math.log(1.25 / c.delta0)) * c.sensitivity / sigma
-    r = c.rate
-    if amplification == "paper_linear":
-        eps_p = 2.0 * r * eps_t
-    else:
-        eps_p = math.log1p(r * math.expm1(eps_t))
+    eps_p = 2.0 * c.rate * eps_t if amplification == "paper_linear" else math.log1p(c.rate * math.expm1(eps_t))
     S = c.T * eps_p**2
     reasons = []
     if eps_t >= 1.0:
@@ -230,12 +226,10 @@ def doadp_privacy(sigma: float, delta0: float, T: int, p: float, k: int, d: int,
         reasons.append(f"eps'_t={eps_p:.4g} > 0.9: advanced composition (Lemma 5) needs <= 0.9")
     if S > 1.0:
         reasons.append(f"S={S:.4g} > 1")
-    dhat = math.sqrt(S) if delta_hat is None else float(delta_hat)
+    dhat = dhat_c = math.sqrt(S) if delta_hat is None else float(delta_hat)
     if not 0.0 < dhat <= 1.0:
         reasons.append(f"delta_hat={dhat:.4g} outside (0, 1]")
         dhat_c = min(max(dhat, 1e-300), 1.0)
-    else:
-        dhat_c = dhat
     eps_tilde = math.sqrt(2.0 * S * math.log(math.e + math.sqrt(S) / dhat_c)) + S
     delta_tilde = 1.0 - (1.0 - dhat_c) * (1.0 - c.p_amp * c.delta0) ** c.T
     if delta_tilde > 1e-2:

@@ -104,8 +104,5 @@ def calibrate_laplace_b0(epsilon: float, sensitivities: Sequence[float], decays:
         lo, hi = hi, hi * 10.0
     while (hi - lo) > rel_tol * hi:
         mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
-        if f(mid) <= eps:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if f(mid) <= eps else (mid, hi)
     return float(hi)
