@@ -141,14 +141,10 @@ class DOADPNetwork:
     def step(self) -> np.ndarray:
         """One synchronous iteration; returns the activation vector."""
         cons = consensus_terms(self.W, self.XHAT, self.gamma)
-        eta = np.zeros(self.n, dtype=bool)
-        new = []
-        for i, st in enumerate(self.agents):
-            nxt, res = agent_round(st, cons[i], self.params, agent_generator(self.seeds[i], self.t),
-                                   self._grad_fn(i), self.problem.q)
-            new.append(nxt)
-            eta[i] = res.active
-        self.agents = new
+        out = [agent_round(st, cons[i], self.params, agent_generator(self.seeds[i], self.t), self._grad_fn(i),
+                           self.problem.q) for i, st in enumerate(self.agents)]
+        self.agents = [nxt for nxt, _ in out]
+        eta = np.array([res.active for _, res in out], dtype=bool)
         self.values_sent += int(eta.sum()) * int(self.params.k)
         self.active_steps += eta
         self.t += 1
