@@ -19,8 +19,7 @@ def clip_per_sample(grads: np.ndarray, G: float | None, mode: str = "coordinate"
         return g
     if mode == "coordinate":
         bound = G / np.sqrt(g.shape[-1])
-        np.clip(g, -bound, bound, out=g)
-        return g
+        return np.clip(g, -bound, bound, out=g)
     if mode == "l2":
         norms = np.linalg.norm(g, axis=-1, keepdims=True)
         scale = np.minimum(1.0, G / np.maximum(norms, 1e-300))
