@@ -74,21 +74,17 @@ def count_examples(data: Any) -> int:
     return int(sum(len(batch[1]) for batch in data))
 
 
-def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    return list(model.state_dict().values())
-
-
 def get_weights(model: nn.Module) -> list[np.ndarray]:
     """All ``state_dict`` entries (parameters and buffers) as NumPy arrays, in order.
 
     The arrays are copies, so later training of ``model`` does not change them.
     """
-    return [t.detach().cpu().numpy().copy() for t in _state_tensors(model)]
+    return [t.detach().cpu().numpy().copy() for t in model.state_dict().values()]
 
 
 def set_weights(model: nn.Module, arrays: list[np.ndarray]) -> None:
     """Copy ``arrays`` into ``model``'s ``state_dict`` tensors in place (shapes must match)."""
-    tensors = _state_tensors(model)
+    tensors = list(model.state_dict().values())
     if len(arrays) != len(tensors):
         raise ValueError(f"model has {len(tensors)} state tensors but {len(arrays)} arrays were given")
     with torch.no_grad():
