@@ -47,11 +47,6 @@ def message_config(msg: Message, key: str = "config") -> dict[str, Any]:
     return dict(msg.content[key]) if key in msg.content else {}
 
 
-def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, int | float], dict[str, Any]]:
-    """``(numeric, text)``: :func:`~flwr_strategies.core.messages.numeric_metrics` and the str/bytes entries."""
-    return numeric_metrics(metrics), {k: v for k, v in metrics.items() if isinstance(v, (str, bytes))}
-
-
 def train_reply(msg: Message, context: Context, arrays: list[np.ndarray] | ArrayRecord, num_examples: int,
                 metrics: dict[str, Any] | None = None) -> Message:
     """The reply to a train message: ``arrays``, ``metrics`` (numeric) plus ``num-examples`` and
@@ -61,7 +56,8 @@ def train_reply(msg: Message, context: Context, arrays: list[np.ndarray] | Array
     :func:`flwr_strategies.adapters.message.reply_names`): a list of as many arrays as the message's
     ``"arrays"`` record held is named like that record (in order: the model comes back under the
     model's names), any other list ``"0"``, ``"1"``...; an ``ArrayRecord`` is sent as it is."""
-    numeric, other = _split_metrics(dict(metrics or {}))
+    metrics = dict(metrics or {})
+    numeric, other = numeric_metrics(metrics), {k: v for k, v in metrics.items() if isinstance(v, (str, bytes))}
     numeric[WEIGHT_KEY] = int(num_examples)
     if PARTITION_KEY in context.node_config:
         numeric[PARTITION_KEY] = int(context.node_config[PARTITION_KEY])
@@ -95,7 +91,7 @@ def numpy_client_app(client_fn: Callable[[Context], Any]) -> ClientApp:
     def evaluate(msg: Message, context: Context) -> Message:
         client = client_fn(context)
         loss, n, metrics = client.evaluate(msg.content["arrays"].to_numpy_ndarrays(), message_config(msg))
-        numeric, _ = _split_metrics(dict(metrics or {}))
+        numeric = numeric_metrics(dict(metrics or {}))
         numeric.update({"loss": float(loss), WEIGHT_KEY: int(n)})
         return Message(RecordDict({"metrics": MetricRecord(numeric)}), reply_to=msg)
 
