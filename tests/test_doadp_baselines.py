@@ -54,8 +54,8 @@ def _arrays(d=8):
 def test_dpdo_core_certifies_its_budget():
     core = DPDOServer(_arrays(), num_partitions=4, num_rounds=50, dataset_size=100, alpha=0.05, batch_size=10,
                       config=DPDOConfig(epsilon=0.7))
-    assert core.spent(50) == pytest.approx(0.7, rel=1e-4) and core.spent(50) <= 0.7
-    assert core.spent(10) < core.spent(50)
+    assert core.epsilon_at(50) == pytest.approx(0.7, rel=1e-4) and core.epsilon_at(50) <= 0.7
+    assert core.epsilon_at(10) < core.epsilon_at(50)
 
 
 def test_dpdda_sigma_is_doadp_chain_with_ps_and_kd():

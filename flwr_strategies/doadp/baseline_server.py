@@ -150,10 +150,6 @@ class DPDOServer(_LaplaceServer):
         self._sens, self._decay = np.zeros(0), np.zeros(0)
         return 2.0 * c.clip * math.sqrt(self.d) * self.alpha / self.batch_size / (c.epsilon * (c.rn - c.rs))
 
-    def spent(self, server_round: int) -> float:
-        """Pure-DP epsilon of the releases up to ``server_round``."""
-        return self.epsilon_at(server_round)
-
     def configure_train(self, server_round: int, partition_ids: list[int]) -> list[Instruction]:
         self.check_round(server_round)
         Z = mix(self.mixing_of(server_round, partition_ids), self.Y)
@@ -171,7 +167,7 @@ class DPDOServer(_LaplaceServer):
                 **self.noise_metrics(server_round)}
 
     def privacy_metrics(self, server_round: int) -> dict[str, Any]:
-        return {"dp_epsilon": self.spent(server_round), "dp_delta": 0.0}
+        return {"dp_epsilon": self.epsilon_at(server_round), "dp_delta": 0.0}
 
     def public_model(self) -> np.ndarray:
         return self.Y.mean(axis=0)
@@ -179,7 +175,7 @@ class DPDOServer(_LaplaceServer):
     def privacy_report(self) -> dict[str, Any]:
         return {"method": "dpdo", "target_epsilon": self.config.epsilon, "target_delta": 0.0, "b0": self.b0,
                 "alpha": self.alpha, "alpha_rule": self.alpha_rule,
-                "q": self.q, "q_ran": self.q_ran, "certified_epsilon_planned": self.spent(self.num_rounds),
+                "q": self.q, "q_ran": self.q_ran, "certified_epsilon_planned": self.epsilon_at(self.num_rounds),
                 "accounting": "pure DP: Laplace mechanism per release, amplified by the uniform batch draw "
                               "(replace-one), basic composition"}
 

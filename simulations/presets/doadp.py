@@ -204,7 +204,7 @@ def experiment_A(cfg, out: Path) -> dict:
     hs = [run_dpdo(prob, W, x0, b0=dpdo.b0, c=alpha, T=T, bg=bg, client_seeds=client_seeds(r), evaluate=ev,
                    eval_every=every) for r in reps]
     add("DPDO (100%)", hs, f"Laplace b0={dpdo.b0:.4g}", "pure DP, basic composition",
-        {"eps": dpdo.spent(T), "delta": 0.0, "thm_eps": None, "thm_delta": None}, 1.0)
+        {"eps": dpdo.epsilon_at(T), "delta": 0.0, "thm_eps": None, "thm_delta": None}, 1.0)
     try:
         dda = DPDDAServer(_zeros(d), config=DPDDAConfig(epsilon=eps, delta=DELTA, calibration="theorem1",
                                                         delta0=cfg["delta0_A"], beta0=1.0 / alpha), **kw)
