@@ -111,17 +111,10 @@ def _client_manager(n: int):
         def get_properties(self, ins, timeout, group_id):
             return GetPropertiesRes(Status(Code.OK, ""), {"partition-id": self.pid})
 
-        def get_parameters(self, ins, timeout, group_id):
+        def _unused(self, ins, timeout, group_id):
             raise NotImplementedError
 
-        def fit(self, ins, timeout, group_id):
-            raise NotImplementedError
-
-        def evaluate(self, ins, timeout, group_id):
-            raise NotImplementedError
-
-        def reconnect(self, ins, timeout, group_id):
-            raise NotImplementedError
+        get_parameters = fit = evaluate = reconnect = _unused
 
     manager = SimpleClientManager()
     for pid in range(n):
