@@ -199,8 +199,7 @@ def simulated_node_config(client_seed: int | None, allow_private_eval: bool, par
                             .generate_state(1, np.uint32)[0])
     if allow_private_eval:
         out[PRIVATE_EVAL_KEY] = True
-    for field, value in (budget or {}).items():
-        out[BUDGET_KEYS[field]] = value
+    out.update({BUDGET_KEYS[field]: value for field, value in (budget or {}).items()})
     return out
 
 
@@ -397,18 +396,9 @@ class ExperimentConfig:
         return cfg
 
     def train_config(self) -> TrainConfig:
-        """The local-training settings (resolved)."""
+        """The local-training settings (resolved): this config's values of :class:`TrainConfig`'s fields."""
         cfg = self if self.provenance else self.resolve()
-        return TrainConfig(
-            lr=cfg.lr,
-            local_epochs=cfg.local_epochs,
-            local_steps=cfg.local_steps,
-            batch_size=cfg.batch_size,
-            weight_decay=cfg.weight_decay,
-            momentum=cfg.momentum,
-            lr_decay=cfg.lr_decay,
-            grad_clip=cfg.grad_clip,
-        )
+        return TrainConfig(**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)})
 
     def failures(self) -> set[tuple[int | None, int]]:
         """The injected failures as ``(round or None for every round, partition)``."""
