@@ -16,6 +16,7 @@ import math
 import os
 import platform
 from importlib import metadata
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,7 @@ def lost_partitions(trained: list[dict[str, Any]]) -> dict[int, int]:
             history.setdefault(int(pid), []).append((int(rec["round"]), pid in failed))
     out: dict[int, int] = {}
     for pid, rows in sorted(history.items()):
-        trailing = 0
-        for _, bad in reversed(rows):
-            if not bad:
-                break
-            trailing += 1
+        trailing = len(list(takewhile(lambda row: row[1], reversed(rows))))
         if trailing >= 2 or (trailing and trailing == len(rows)):
             out[pid] = rows[len(rows) - trailing][0]
     return out
