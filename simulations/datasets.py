@@ -224,35 +224,32 @@ def load_mnist_bundle(data_dir: str | os.PathLike | None, seed: int = 0, test_fr
             "fetch them there with torchvision"
         )
     root = Path(data_dir)
-    files = {k: _find(root, k) for k in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+    train_images, train_labels, test_images, test_labels = (_find(root, k) for k in (
+        "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
     norm = lambda a: (torch.tensor(a, dtype=torch.float32).unsqueeze(1) / 255.0 - MNIST_MEAN) / MNIST_STD  # noqa: E731
-    notes = []
-    if files["t10k-images-idx3-ubyte"] is None or files["t10k-labels-idx1-ubyte"] is None:
+    if test_images is None or test_labels is None:
         raise DataFilesMissing(
             f"MNIST idx files not found under --data-dir {root}: expected t10k-images-idx3-ubyte[.gz] and "
             "t10k-labels-idx1-ubyte[.gz] (and optionally train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz]) "
             f"directly in it or in MNIST/raw/; `--data-dir {root} --download` fetches them there with torchvision"
         )
-    if (files["train-images-idx3-ubyte"] is None) != (files["train-labels-idx1-ubyte"] is None):
-        have, missing = (("train-images-idx3-ubyte", "train-labels-idx1-ubyte") if files["train-labels-idx1-ubyte"] is None
-                         else ("train-labels-idx1-ubyte", "train-images-idx3-ubyte"))
-        raise DataFilesMissing(f"{files[have]} found but {missing}[.gz] is missing under --data-dir {root}; "
+    if (train_images is None) != (train_labels is None):
+        have, missing = ((train_images, "train-labels-idx1-ubyte") if train_labels is None
+                         else (train_labels, "train-images-idx3-ubyte"))
+        raise DataFilesMissing(f"{have} found but {missing}[.gz] is missing under --data-dir {root}; "
                                "give both training files or neither")
-    xt, yt = read_mnist_pair(files["t10k-images-idx3-ubyte"], files["t10k-labels-idx1-ubyte"])
-    if files["train-images-idx3-ubyte"] and files["train-labels-idx1-ubyte"]:
-        xtr, ytr = read_mnist_pair(files["train-images-idx3-ubyte"], files["train-labels-idx1-ubyte"])
-        train, test = TensorData(norm(xtr), torch.tensor(ytr)), TensorData(norm(xt), torch.tensor(yt))
-        notes.append(f"MNIST official split: {len(ytr)} train / {len(yt)} test")
+    xt, yt = read_mnist_pair(test_images, test_labels)
+    if train_images and train_labels:
+        xtr, ytr = read_mnist_pair(train_images, train_labels)
+        note = f"MNIST official split: {len(ytr)} train / {len(yt)} test"
     else:
         tr, te = _seeded_split(len(yt), test_fraction, seed)
-        train = TensorData(norm(xt[tr]), torch.tensor(yt[tr]))
-        test = TensorData(norm(xt[te]), torch.tensor(yt[te]))
-        notes.append(
-            f"MNIST: only the official test split (t10k, {len(yt)} images) was found in {root}; "
-            f"carved a seeded {1 - test_fraction:.0%}/{test_fraction:.0%} train/test split from it "
-            f"({len(tr)} train / {len(te)} test, seed {seed})"
-        )
-    return DatasetBundle("mnist", train, test, 10, (1, 28, 28), notes)
+        note = (f"MNIST: only the official test split (t10k, {len(yt)} images) was found in {root}; "
+                f"carved a seeded {1 - test_fraction:.0%}/{test_fraction:.0%} train/test split from it "
+                f"({len(tr)} train / {len(te)} test, seed {seed})")
+        (xtr, ytr), (xt, yt) = (xt[tr], yt[tr]), (xt[te], yt[te])
+    return DatasetBundle("mnist", TensorData(norm(xtr), torch.tensor(ytr)), TensorData(norm(xt), torch.tensor(yt)), 10,
+                         (1, 28, 28), [note])
 
 
 # -- CIFAR -----------------------------------------------------------------------------------
