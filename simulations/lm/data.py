@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 PROMPT_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further "
                 "context. Write a response that appropriately completes the request.\n\n"
@@ -154,18 +155,11 @@ def tokenize_records(records: Sequence[dict], tokenizer, max_len: int = 320) -> 
 
 
 def collate(data: LMData, idx: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded batch ``{input_ids, attention_mask, labels}``."""
+    """Right-padded batch ``{input_ids, attention_mask, labels}`` (an example's labels are as long as its ids)."""
     seqs = [data.ids[int(i)] for i in idx]
-    labs = [data.labels[int(i)] for i in idx]
-    L = max(len(s) for s in seqs)
-    x = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    y = torch.full((len(seqs), L), -100, dtype=torch.long)
-    m = torch.zeros((len(seqs), L), dtype=torch.long)
-    for i, (s, l) in enumerate(zip(seqs, labs)):
-        x[i, : len(s)] = s
-        y[i, : len(l)] = l
-        m[i, : len(s)] = 1
-    return {"input_ids": x, "attention_mask": m, "labels": y}
+    pad = lambda ts, value: pad_sequence(ts, batch_first=True, padding_value=value)  # noqa: E731
+    return {"input_ids": pad(seqs, pad_id), "attention_mask": pad([torch.ones_like(s) for s in seqs], 0),
+            "labels": pad([data.labels[int(i)] for i in idx], -100)}
 
 
 # ----------------------------------------------------------------------------- splits
