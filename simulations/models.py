@@ -83,9 +83,7 @@ def build_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn
             raise SettingError("model", name, f"a model for this data: it needs image inputs (C, H, W), the data are {input_shape}")
         c, h, w = input_shape
         groups = [[32], [64], [128], [256]] if key != "cnn_cifar" else [[32, 32], [64, 64], [128, 128], [256, 256], [512, 512]]
-        side_h, side_w = h, w
-        for _ in groups:
-            side_h, side_w = side_h // 2, side_w // 2
+        side_h, side_w = h // 2 ** len(groups), w // 2 ** len(groups)  # each group ends in a 2x2 pool
         if side_h < 1 or side_w < 1:
             raise SettingError("model", name, f"a model for this data: it pools {len(groups)} times and needs larger inputs than {input_shape}")
         return FedMUDCNN(c, groups, groups[-1][-1] * side_h * side_w, num_classes)
