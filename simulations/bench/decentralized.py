@@ -47,8 +47,8 @@ OFFICIAL_REFERENCE_S = 2.41  # issue 15: official code, MNIST MLP, 20 clients, 1
 
 
 # ----------------------------------------------------------------------------------- memory
-def _tables(method: str) -> int:
-    return {"dfedcata": 3, "dfedavg": 2, "dpsgd": 2}[method]
+#: model tables (peers x params) each method's core keeps
+TABLES = {"dfedcata": 3, "dfedavg": 2, "dpsgd": 2}
 
 
 def measure_memory(peers: int, params: int, topology: str, rounds: int, method: str, dtype: str, seed: int = 0,
@@ -71,14 +71,11 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
     graph = GraphConfig(topology=topology, client_eval_every=0)
     kw = dict(num_partitions=peers, graph=graph, seed=seed, on_train_config=lambda r: {"lr": 0.1}, dtype=dtype)
     t0 = time.perf_counter()
-    if method == "dfedcata":
-        core = DFedCataServer([x0], config=DFedCataConfig(beta=0.99, lam=0.05), **kw)
-    elif method == "dfedavg":
-        core = DFedAvgServer([x0], **kw)
-    elif method == "dpsgd":
-        core = DPSGDServer([x0], **kw)
-    else:
+    servers = {"dfedcata": DFedCataServer, "dfedavg": DFedAvgServer, "dpsgd": DPSGDServer}
+    if method not in servers:
         raise ValueError(f"unknown method {method!r}; use dfedcata, dfedavg or dpsgd")
+    extra = {"config": DFedCataConfig(beta=0.99, lam=0.05)} if method == "dfedcata" else {}
+    core = servers[method]([x0], **extra, **kw)
     del x0
     setup_s = time.perf_counter() - t0
     table = core.models.data.nbytes
@@ -116,7 +113,7 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
         links.append(int(metrics["links"]))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"method": method, "through": through, "peers": peers, "params": params, "topology": topology,
-            "rounds": rounds, "dtype": dtype, "table_bytes": table, "tables_held": _tables(method),
+            "rounds": rounds, "dtype": dtype, "table_bytes": table, "tables_held": TABLES[method],
             "baseline_rss_bytes": base_kib * 1024, "peak_rss_bytes": peak_kib * 1024,
             "tables_worth": (peak_kib - base_kib) * 1024 / table, "setup_s": setup_s,
             "s_per_round": float(np.median(walls)), "cpu_s_per_round": float(np.median(cpus)), "wall_s_rounds": walls,
@@ -125,7 +122,7 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
 
 def cmd_memory(args: argparse.Namespace) -> dict:
     table = args.peers * args.params * np.dtype(args.dtype).itemsize
-    need = (_tables(args.method) + (3 if args.through == "legacy" else 0) + 0.3) * table
+    need = (TABLES[args.method] + (3 if args.through == "legacy" else 0) + 0.3) * table
     if args.child:
         res = measure_memory(args.peers, args.params, args.topology, args.rounds, args.method, args.dtype,
                              through=args.through)
@@ -133,7 +130,7 @@ def cmd_memory(args: argparse.Namespace) -> dict:
         return res
     avail = proc_kib("/proc/meminfo", "MemAvailable") * 1024
     if need > avail and not args.force:
-        raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({_tables(args.method)} tables of {table / 2**30:.2f} GiB) "
+        raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({TABLES[args.method]} tables of {table / 2**30:.2f} GiB) "
                          f"but only {avail / 2**30:.1f} GiB is available now; retry later, lower --peers/--params, "
                          "or pass --force")
     res = run_child(["decentralized", "memory", "--child", "--peers", str(args.peers), "--params", str(args.params),

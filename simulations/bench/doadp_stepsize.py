@@ -83,11 +83,9 @@ def run(args, alpha: float) -> dict:
                        batch_size=args.batch_size, graph=DOADPServer.default_graph(neighbours=min(7, n - 1 + n % 2)),
                        config=DOADPConfig(epsilon=args.epsilon, delta=1e-5, calibration=args.calibration,
                                           eval_every=args.rounds))
-    states = []
-    for i in range(n):
-        st = RecordDict()
+    states = [RecordDict() for _ in range(n)]
+    for i, st in enumerate(states):
         set_client_seed(st, 1000 * args.seed + i)
-        states.append(st)
     tc = TrainConfig(lr=alpha, local_epochs=None, local_steps=1, batch_size=args.batch_size)
     budget = ClientBudget(epsilon=args.epsilon, rounds=args.rounds)  # the experimenter runs every agent
     losses = []

@@ -105,10 +105,6 @@ def federated(args: argparse.Namespace, backend: str) -> dict:
                      env=child_env(), timeout=args.timeout, marker="SCALE-RESULT ")
 
 
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m simulations bench scale", description=__doc__.splitlines()[0])
     p.add_argument("--method", default=DEFAULTS["method"], help="a stateful method (default: scaffold)")
@@ -127,17 +123,16 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(1)
         print("SCALE-RESULT " + json.dumps(run_one(args, args._one)), flush=True)
         return 0
-    out = {"federated": []}
-    for backend in [b for b in args.backends.split(",") if b]:
-        out["federated"].append(federated(args, backend))
+    out = {"federated": [federated(args, backend) for backend in args.backends.split(",") if backend]}
     print(f"{args.method}, {args.dataset}, {args.clients} clients, {args.fraction:.0%} sampled per round, {args.rounds} rounds")
     print("| backend | sampled/round | round 1 s | median s/round (later rounds) | total s | final acc | failures "
           "| peak RSS, process tree MB | largest process MB | clients with state (MB) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in out["federated"]:
         state = "-" if r["contexts_with_state"] is None else f"{r['contexts_with_state']} ({r['client_state_mb']:.1f})"
+        acc = "-" if r["final_accuracy"] is None else f"{r['final_accuracy']:.3f}"
         print(f"| {r['backend']} | {r['sampled_per_round']} | {r['round1_s']:.2f} | {r['median_round_s']:.2f} | "
-              f"{r['total_s']:.1f} | {_fmt(r['final_accuracy'], '.3f')} | {r['failures']} | {r['peak_rss_tree_mb']:.0f} | "
+              f"{r['total_s']:.1f} | {acc} | {r['failures']} | {r['peak_rss_tree_mb']:.0f} | "
               f"{r['peak_rss_largest_process_mb']:.0f} | {state} |")
     write_out(args.out, out, indent=2)
     return 0
