@@ -72,10 +72,7 @@ TARGET = 0.95
 
 def first_round_at(rounds: list[dict], target: float) -> int | None:
     """First round whose network-average accuracy is >= ``target`` (None if never)."""
-    for r in rounds:
-        if r.get("accuracy") is not None and r["accuracy"] >= target:
-            return int(r["round"])
-    return None
+    return next((int(r["round"]) for r in rounds if r.get("accuracy") is not None and r["accuracy"] >= target), None)
 
 
 def speedup_table(results: list[dict], reference: str = "DFedAvg") -> str:
