@@ -635,19 +635,15 @@ def typed_value(name: str, raw: Any, where: str) -> Any:
     if isinstance(raw, str) and name in OPTIONAL and raw.strip().lower() in NONE_WORDS:
         return raw.strip().lower()
     try:
+        if isinstance(raw, bool) and name in INT_SETTINGS | FLOAT_SETTINGS:  # not a number, though Python's bool is one
+            raise ValueError
         if name in INT_SETTINGS:
-            if isinstance(raw, bool):
+            if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError
-            if isinstance(raw, float):
-                if not raw.is_integer():
-                    raise ValueError
-                return int(raw)
-            return int(str(raw).strip())
+            return int(raw) if isinstance(raw, float) else int(str(raw).strip())
         if name in FLOAT_SETTINGS:
             if name in ("client_timeout", "lr") and str(raw).strip().lower() == "auto":
                 return "auto"
-            if isinstance(raw, bool):
-                raise ValueError
             return float(raw)
     except ValueError:
         kind = "an integer" if name in INT_SETTINGS else "a number"
