@@ -133,13 +133,12 @@ def read_idx(path: Path) -> np.ndarray:
         raise DataFileError(f"{path}: cannot be read ({type(err).__name__}: {err}); the file is truncated or corrupt") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
         raise DataFileError(f"{path} is not an idx file (bad magic number)")
-    ndim = data[3]
-    read = f"magic number {data[:4].hex()}: {np.dtype(_IDX_DTYPES[data[2]])} values in {ndim} dimensions"
+    ndim, dtype = data[3], np.dtype(_IDX_DTYPES[data[2]])
+    read = f"magic number {data[:4].hex()}: {dtype} values in {ndim} dimensions"
     if len(data) < 4 + 4 * ndim:
         raise DataFileError(f"{path}: its idx header ({read}) needs {4 + 4 * ndim} bytes, the file has "
                             f"{len(data)}; the file is truncated or corrupt")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    dtype = np.dtype(_IDX_DTYPES[data[2]])
     body = len(data) - (4 + 4 * ndim)
     count = math.prod(shape)
     if body != count * dtype.itemsize:
@@ -341,24 +340,19 @@ def load_cifar_bundle(name: str, data_dir: str | os.PathLike | None, augment: bo
         )
     root = Path(data_dir) / folder
     label_keys = ("labels",) if name == "cifar10" else ("fine_labels", "labels")
-    notes = []
+    m, s = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)
 
-    def read(files: list) -> tuple[np.ndarray, np.ndarray]:
+    def read(files: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """The files' images (scaled to [0, 1], standardised per channel) and labels."""
         parts = [read_cifar_pickle(root / n, label_keys, classes) for n, _ in files]
-        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+        x = torch.from_numpy(np.concatenate([x for x, _ in parts])).float()
+        return (x / 255.0 - m) / s, torch.from_numpy(np.concatenate([y for _, y in parts]))
 
     xtr, ytr = read(cls.train_list)
     xte, yte = read(cls.test_list)
+    notes = []
     if not all(check_integrity(str(root / n), md5) for n, md5 in cls.train_list + cls.test_list):
         notes.append(f"{name}: files present but their checksums differ from the official release (a local copy)")
-    m = torch.tensor(mean).view(1, 3, 1, 1)
-    s = torch.tensor(std).view(1, 3, 1, 1)
-
-    def to_tensor(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.from_numpy(x).float() / 255.0 - m) / s, torch.from_numpy(y)
-
-    xtr, ytr = to_tensor(xtr, ytr)
-    xte, yte = to_tensor(xte, yte)
     notes.append(f"{name}: {len(ytr)} train / {len(yte)} test from {data_dir}")
     return DatasetBundle(name, TensorData(xtr, ytr, random_crop_flip() if augment else None), TensorData(xte, yte),
                          classes, (3, 32, 32), notes)
