@@ -521,17 +521,12 @@ def load_hf_bundle(name: str, num_clients: int, partition: str, seed: int = 0, *
     num_rows = probe.load_split("train").num_rows
     fds = federated(hf_partitioner(partition, num_clients, label, alpha=alpha, classes_per_client=classes_per_client,
                                    seed=seed, num_rows=num_rows))
-    xs, ys, parts, start = [], [], [], 0
-    for i in range(num_clients):
-        x, y = _hf_arrays(fds.load_partition(i, "train"), image, label, name)
-        xs.append(x)
-        ys.append(y)
-        parts.append(np.arange(start, start + len(y)))
-        start += len(y)
+    xs, ys = zip(*(_hf_arrays(fds.load_partition(i, "train"), image, label, name) for i in range(num_clients)))
     xtr, ytr = np.concatenate(xs), np.concatenate(ys)
-    if start < num_rows:
-        notes.append(f"{HF_PREFIX}{name}: {num_rows - start} of the {num_rows} training rows are in no client's partition "
-                     f"({HF_PARTITIONERS[partition]} assigns them to none)")
+    parts = np.split(np.arange(len(ytr)), np.cumsum([len(y) for y in ys])[:-1])  # client i's rows, in client order
+    if len(ytr) < num_rows:
+        notes.append(f"{HF_PREFIX}{name}: {num_rows - len(ytr)} of the {num_rows} training rows are in no client's "
+                     f"partition ({HF_PARTITIONERS[partition]} assigns them to none)")
     xte, yte = _hf_arrays(test_split, image, label, name)
     num_classes = int(classes if classes is not None else np.max(np.concatenate([ytr, yte])) + 1)
     ytr = check_labels(Path(f"{HF_PREFIX}{name}:train"), ytr, num_classes)
