@@ -174,9 +174,7 @@ def split_meta(categories: Sequence[str], num_clients: int, rng: np.random.Gener
     order = [cats[i] for i in rng.permutation(len(cats))]
     arr = np.asarray(categories)
     parts: list[list[int]] = [[] for _ in range(num_clients)]
-    for j, c in enumerate(order):
-        if legacy and j >= num_clients:
-            break
+    for j, c in enumerate(order[:num_clients] if legacy else order):
         parts[j % num_clients].extend(np.flatnonzero(arr == c).tolist())
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
