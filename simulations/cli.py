@@ -128,11 +128,7 @@ def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        value = getattr(args, name, None)
-        if value is not None:
-            out[name] = value
+    out: dict[str, Any] = {name: value for name in _FIELDS if (value := getattr(args, name, None)) is not None}
     if args.set:
         from .settings import parse_pairs
 
