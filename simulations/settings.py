@@ -205,16 +205,12 @@ def simulated_node_config(client_seed: int | None, allow_private_eval: bool, par
 
 def flag_name(setting: str) -> str:
     """The CLI flag of ``setting`` (``weight_decay`` -> ``--weight-decay``; ``params.mu`` -> ``--set``)."""
-    if setting.startswith("params."):
-        return "--set"
-    return "--" + setting.replace("_", "-")
+    return "--set" if setting.startswith("params.") else "--" + setting.replace("_", "-")
 
 
 def run_config_key(setting: str) -> str:
     """The Flower run-config key of ``setting`` (``rounds`` -> ``num-server-rounds``)."""
-    if setting.startswith("params."):
-        return "set"
-    return _RUN_CONFIG_NAMES.get(setting, setting.replace("_", "-"))
+    return "set" if setting.startswith("params.") else _RUN_CONFIG_NAMES.get(setting, setting.replace("_", "-"))
 
 
 @dataclass
