@@ -37,9 +37,7 @@ def auto_limit(slowest: float | None) -> float:
     seconds (None: none has returned yet): ``max(AUTO_FLOOR_S, AUTO_FACTOR * slowest)``, or
     ``AUTO_FIRST_S`` before the first. A client that hangs then costs about ten rounds' worth of
     its own work, not a fixed hour."""
-    if slowest is None:
-        return AUTO_FIRST_S
-    return max(AUTO_FLOOR_S, AUTO_FACTOR * float(slowest))
+    return AUTO_FIRST_S if slowest is None else max(AUTO_FLOOR_S, AUTO_FACTOR * float(slowest))
 
 
 class ClientTimeout(TimeoutError):
