@@ -367,10 +367,7 @@ class ExperimentConfig:
         for key, (driver, table) in dependent.items():
             if key in given:
                 continue
-            if driver.startswith("params."):
-                current = params[driver[len("params."):]]
-            else:
-                current = chosen[driver][0]
+            current = params[driver[len("params."):]] if driver.startswith("params.") else chosen[driver][0]
             entry = table.get(current, table.get("*"))
             if entry is not None:
                 params[key], sources[key] = entry

@@ -84,12 +84,11 @@ class ClassificationTask:
                                    partition=cfg.partition, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
                                    download=getattr(cfg, "download", False))
         kind = cfg.partition or ("natural" if self.bundle.groups is not None else "iid")
-        labels = self.bundle.train.y.cpu().numpy()
-        if self.bundle.partitions is not None:  # partitioned by the loader (Flower Datasets' partitioners)
-            self.parts = self.bundle.partitions
-        else:
-            self.parts = make_partition(kind, labels, cfg.num_clients, data_seed, alpha=cfg.alpha,
-                                        classes_per_client=cfg.classes_per_client, groups=self.bundle.groups)
+        self.parts = self.bundle.partitions  # set when the loader partitioned (Flower Datasets' partitioners)
+        if self.parts is None:
+            self.parts = make_partition(kind, self.bundle.train.y.cpu().numpy(), cfg.num_clients, data_seed,
+                                        alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
+                                        groups=self.bundle.groups)
         self.model_name = cfg.model or default_model(self.bundle.name, self.bundle.input_shape)
         self.device = torch.device(cfg.device)
         self.test = self.bundle.test.to(self.device)
