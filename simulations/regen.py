@@ -141,8 +141,8 @@ def fedli_code() -> str:
     acc = {r["label"]: 100 * r["summary"]["final_accuracy"] for r in results}
     lines = [f"{_command('fedli-code')} (the runs of `python -m simulations compare --preset fedli-code`):", "",
              "| method | paper configuration: final acc % | code configuration: final acc % |", "|---|---|---|"]
-    for method in dict.fromkeys(label.rsplit(" (", 1)[0] for label in acc):
-        lines.append(f"| {method} | {acc[method + ' (paper)']:.2f} | {acc[method + ' (code)']:.2f} |")
+    lines += [f"| {method} | {acc[method + ' (paper)']:.2f} | {acc[method + ' (code)']:.2f} |"
+              for method in dict.fromkeys(label.rsplit(" (", 1)[0] for label in acc)]
     return "\n".join(lines) + "\n"
 
 

@@ -100,12 +100,10 @@ def measure_memory(peers: int, params: int, topology: str, rounds: int, method: 
     for r in range(1, rounds + 1 if through == "core" else 1):
         w0, c0 = time.perf_counter(), time.process_time()
         pids = core.select(r, range(peers))
-        replies = []
-        for ins in core.configure_train(r, pids):
-            # the peer contracts its start point in place (its arrays are views of the server's spare
-            # row, so one message is in flight at a time and nothing is copied)
-            replies.append(Reply(ins.partition_id, _contract(ins.arrays, ins.partition_id, peers), 1,
-                                 {"train_loss": 0.0}))
+        # each peer contracts its start point in place (its arrays are views of the server's spare
+        # row, so one message is in flight at a time and nothing is copied)
+        replies = [Reply(ins.partition_id, _contract(ins.arrays, ins.partition_id, peers), 1, {"train_loss": 0.0})
+                   for ins in core.configure_train(r, pids)]
         metrics = core.train_round(r, replies, sampled=pids, on_bad_reply="drop")
         core.global_arrays()  # the model a run evaluates
         walls.append(time.perf_counter() - w0)

@@ -61,10 +61,9 @@ def run(clients: list[int], params: int, topologies: list[str], repeats: int = 3
 def table(rows: list[dict]) -> str:
     out = ["| clients | params | topology | nnz(W)/m | build W (ms) | mixing (ms/round) | plain average (ms) | "
            "mixing / average | ns per nnz x param |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {r['clients']} | {r['params'] / 1e6:.1f}M | {r['topology']} | {r['nnz_per_row']:.2f} | "
-                   f"{r['build_ms']:.1f} | {r['mix_ms']:.0f} | {r['avg_ms']:.0f} | {r['ratio']:.2f} | "
-                   f"{r['ns_per_nnz_elem']:.3f} |")
+    out += [f"| {r['clients']} | {r['params'] / 1e6:.1f}M | {r['topology']} | {r['nnz_per_row']:.2f} | "
+            f"{r['build_ms']:.1f} | {r['mix_ms']:.0f} | {r['avg_ms']:.0f} | {r['ratio']:.2f} | "
+            f"{r['ns_per_nnz_elem']:.3f} |" for r in rows]
     return "\n".join(out)
 
 

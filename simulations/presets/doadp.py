@@ -429,9 +429,8 @@ def _md(A, B, C, D, cfg) -> str:
               "b=1, eps=0.01; its Fig. 2a/3 print no numbers.", "",
               "| method | noise | calibration | certified (eps, delta) | Theorem 1 (eps, delta) | comm. rate | "
               "final f(xbar_T)-f* | wall s |", "|---|---|---|---|---|---|---|---|"]
-        for r in A["rows"]:
-            L.append(f"| {r['label']} | {r['noise']} | {r['calibration']} | {_priv(r)} | {_thm(r)} | {r['comm']:.3f} | "
-                     f"{r['final']:.4g} | {r['wall']:.0f} |")
+        L += [f"| {r['label']} | {r['noise']} | {r['calibration']} | {_priv(r)} | {_thm(r)} | {r['comm']:.3f} | "
+              f"{r['final']:.4g} | {r['wall']:.0f} |" for r in A["rows"]]
         L += ["", "Paper's expected order (Fig. 2a, best to worst): 24% < 30% < 80% < 100%; Fig. 3: DO-ADP best "
               "among DPDO, DP-DDA, CPGT.", "", "![logreg](doadp_logreg.png)", ""]
     if B:
@@ -448,8 +447,8 @@ def _md(A, B, C, D, cfg) -> str:
         L += [f"## C. p x k/d trade-off (logistic regression, eps={cfg['eps_A']:g}, T={C['T']})", "",
               "| p | k/d | comm rate | noise from | sigma | certified eps at 1e-5 | final f(xbar_T)-f* |",
               "|---|---|---|---|---|---|---|"]
-        for (p, kd), (sub, cr, s, e, cal) in sorted(C["grid"].items()):
-            L.append(f"| {p:g} | {kd:g} | {cr:.3f} | {cal} | {s:.4g} | {e:.3g} | {sub:.4g} |")
+        L += [f"| {p:g} | {kd:g} | {cr:.3f} | {cal} | {s:.4g} | {e:.3g} | {sub:.4g} |"
+              for (p, kd), (sub, cr, s, e, cal) in sorted(C["grid"].items())]
         L += ["", "*RDP* rows: Theorem 1's noise for that (p, k/d) certifies less than the target (its p^2 k/d credit "
               "is large), so DO-ADP refuses it and the accountant's noise is used."]
         L += ["", "![tradeoff](doadp_tradeoff.png)", ""]

@@ -163,9 +163,8 @@ def render_markdown(results, sweep, base, tune_rounds, tune_wall, total_wall) ->
         )
     lines += ["", "Tuning sweep (score = mean client train loss over the last 10 tuning rounds; lower wins):", "",
               "| method | setting | score | final acc | wall s |", "|---|---|---|---|---|"]
-    for s in sweep:
-        lines.append(f"| {s['method']} | {json.dumps(s['setting'], sort_keys=True)} | {s['score_train_loss']:.4f} | "
-                     f"{100 * (s['final_accuracy'] or 0):.2f} | {s['wall_s']:.1f} |")
+    lines += [f"| {s['method']} | {json.dumps(s['setting'], sort_keys=True)} | {s['score_train_loss']:.4f} | "
+              f"{100 * (s['final_accuracy'] or 0):.2f} | {s['wall_s']:.1f} |" for s in sweep]
     notes = results[0].get("data_notes", []) if results else []
     lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
