@@ -24,6 +24,7 @@ that holds another run's results, is refused before training (exit status 2) unl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -101,10 +102,8 @@ def _method_table(method: str | None) -> dict[str, tuple[str, str]]:
 
 def _add_experiment_flags(p: argparse.ArgumentParser, method: str | None = None) -> None:
     table = {}
-    try:
+    with contextlib.suppress(KeyError, ValueError):  # an unknown method is reported when the run starts
         table = _method_table(method)
-    except (KeyError, ValueError):
-        pass  # an unknown method is reported when the run starts
     title = f"experiment (defaults for {method}: value, source)" if method and table else "experiment"
     g = p.add_argument_group(title)
     for name in _FIELDS:

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -142,10 +143,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class FlowerProcesses:
@@ -218,12 +217,9 @@ class FlowerProcesses:
             proc = self.procs["superlink"]
             if proc.poll() is not None:
                 raise RuntimeError(f"flower-superlink exited with code {proc.returncode}:\n{self.log('superlink')}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 (local http)
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 (local http)
+                if r.status == 200:
+                    return
             time.sleep(0.3)
         raise TimeoutError(f"flower-superlink did not answer {url} within {self.startup_timeout} s:\n{self.log('superlink')}")
 
@@ -254,10 +250,8 @@ class FlowerProcesses:
             _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         while time.monotonic() < deadline and any(pid_alive(pid) for pid in children):
             time.sleep(0.1)
         late = self.descendants()

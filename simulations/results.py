@@ -10,6 +10,7 @@ named in :data:`OUTPUT_BASE_ENV`.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
@@ -30,10 +31,8 @@ def package_versions() -> dict[str, str]:
     """Installed versions of the packages that shape the numbers."""
     out = {"python": platform.python_version()}
     for name in PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     import flwr  # Flower's own version, also when it is installed as flwr-nightly
 
     out["flwr"] = flwr.__version__

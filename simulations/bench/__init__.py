@@ -4,6 +4,7 @@ The helpers below are shared by the benchmarks (this package's modules are the b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,13 +20,8 @@ ROOT = Path(sys.modules[__name__.split(".")[0]].__file__).resolve().parents[1]
 def proc_kib(path: str, field: str) -> int:
     """The KiB figure of ``field`` in a ``/proc`` file (``VmRSS`` in ``/proc/PID/status``,
     ``MemAvailable`` in ``/proc/meminfo``); 0 when the file or the field is not there."""
-    try:
-        with open(path, "rb") as fh:
-            for line in fh:
-                if line.startswith(field.encode() + b":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path, "rb") as fh:
+        return next((int(line.split()[1]) for line in fh if line.startswith(field.encode() + b":")), 0)
     return 0
 
 
