@@ -123,11 +123,8 @@ def _run(ctx: PresetContext) -> dict:
 
 
 def _load(folder: Path) -> dict[str, dict]:
-    out = {}
-    for f in sorted(folder.glob("*/results.json")):
-        r = json.loads(f.read_text())
-        out[r["label"]] = r
-    return out
+    runs = [json.loads(f.read_text()) for f in sorted(folder.glob("*/results.json"))]
+    return {r["label"]: r for r in runs}
 
 
 def _acc(r: dict | None) -> str:
@@ -149,10 +146,8 @@ def render(out: Path, preset: Preset) -> str:
     ref = parts["Non-IID-1"].get("FedAvg") or next((p.get("FedAvg") for p in parts.values() if p.get("FedAvg")), None)
     n = base["num_clients"] * base["fraction_fit"]
     for e in preset.entries:
-        cells = []
-        for k, p in enumerate(PARTITIONS):
-            paper = PAPER.get(e.label, (None,) * 3)[k]
-            cells.append(f"{_acc(parts[p].get(e.label))} ({paper})")
+        paper = PAPER.get(e.label, (None,) * 3)
+        cells = [f"{_acc(parts[p].get(e.label))} ({paper[k]})" for k, p in enumerate(PARTITIONS)]
         any_run = next((parts[p][e.label] for p in PARTITIONS if e.label in parts[p]), None)
         if any_run is None:
             continue
