@@ -207,12 +207,10 @@ def _compare(prepare_ours, prepare_other, repeats: int, other: str = "flower") -
         order = (("ours", prepare_ours), (other, prepare_other))
         for name, prepare in (order if i % 2 == 0 else order[::-1]):
             times[name].append(timed(prepare())[1:])
-    out: dict[str, Any] = {}
-    for name, prepare in (("ours", prepare_ours), (other, prepare_other)):
-        out[name] = {"wall_s": statistics.median(t[0] for t in times[name]),
-                     "cpu_s": statistics.median(t[1] for t in times[name]),
-                     "wall_s_runs": [t[0] for t in times[name]], "peak_bytes": _peak(prepare())}
-    return out
+    return {name: {"wall_s": statistics.median(t[0] for t in times[name]),
+                   "cpu_s": statistics.median(t[1] for t in times[name]),
+                   "wall_s_runs": [t[0] for t in times[name]], "peak_bytes": _peak(prepare())}
+            for name, prepare in (("ours", prepare_ours), (other, prepare_other))}
 
 
 def measure_fedavg(replies: int = 100, params: int = 1_000_000, arrays: int = 10, repeats: int = 7,
