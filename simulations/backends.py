@@ -36,6 +36,8 @@ from flwr.common import (Context, DisconnectRes, EvaluateIns, EvaluateRes, FitIn
     GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns)
 from flwr.server.client_proxy import ClientProxy
 
+import flwr_strategies
+
 from .driver import CoreDriver, PartitionContexts
 from .experiment import ExperimentConfig, get_experiment
 from .results import OUTPUT_BASE_ENV
@@ -158,13 +160,6 @@ node-order = "query"
 """
 
 
-def package_root() -> Path:
-    """The folder that holds the imported ``flwr_strategies`` package (a checkout or site-packages)."""
-    import flwr_strategies
-
-    return Path(flwr_strategies.__file__).resolve().parents[1]
-
-
 def write_app_dir(folder: Path | str, *, serverapp: str | None = None, clientapp: str | None = None) -> Path:
     """Write a minimal Flower app folder (a ``pyproject.toml``) whose components are the project's
     app (or the given ``module:attribute`` paths) and whose run config takes ``experiment`` (an
@@ -257,7 +252,8 @@ def run_ray(cfg: ExperimentConfig, on_round_end=None, verbose: bool = False, *, 
     work = Path(workdir or tempfile.mkdtemp(prefix="flwr-strategies-ray-"))
     out_dir = work / "out"
     app = Path(app_dir) if app_dir is not None else write_app_dir(work / "app")
-    pythonpath = os.pathsep.join(p for p in (str(package_root()), os.environ.get("PYTHONPATH", "")) if p)
+    package_root = Path(flwr_strategies.__file__).resolve().parents[1]  # a checkout or site-packages
+    pythonpath = os.pathsep.join(p for p in (str(package_root), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0", "RAY_DEDUP_LOGS": "0",
            OUTPUT_BASE_ENV: str(work),  # the ServerApp writes into this run's own folder, nowhere else
            **simulated_nodes_env(cfg)}  # the simulated SuperNodes' own settings, never in the run config
