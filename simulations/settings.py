@@ -52,50 +52,34 @@ from flwr_strategies.setup import AUTO_LR, SettingError, TrainConfig
 
 BACKENDS = ("inprocess", "ray")
 
+#: The project's default of every resolved setting and why it is what it is (the setting's ``source`` then).
+_PROJECT: dict[str, tuple[Any, str]] = {
+    "dataset": ("digits",
+                "project: scikit-learn's digits ship with the install, so the default run needs no download"),
+    "num_clients": (10, "project: 10 clients keep about 140 digits examples each"),
+    "rounds": (20, "project: a run of under a minute on 2 CPUs"),
+    "seed": (0, "project: any fixed seed; the same seed gives the same numbers"),
+    # None: auto, "natural" for datasets with client groups (synthetic), else "iid"
+    "partition": (None, "project: IID unless the dataset has natural client groups"),
+    "alpha": (0.5, "project: a moderate Dirichlet skew, used only with --partition dirichlet*"),
+    "classes_per_client": (2, "project: used only with --partition label-count"),
+    "fraction_fit": (1.0, "project: every client every round, as Flower's FedAvg (fraction_fit=1.0)"),
+    "lr": (0.1, "project: plain SGD at 0.1 learns the default models within a few rounds"),
+    "local_epochs": (1, "project: one pass over the local data, as Flower's examples"),
+    "local_steps": (None, "project: the local budget is local_epochs"),
+    "batch_size": (32, "project: 32, as Flower's examples"),
+    "weight_decay": (0.0, "project: no regulariser unless a method asks for one"),
+    "momentum": (0.0, "project: plain SGD unless a method asks for momentum"),
+    "lr_decay": (1.0, "project: a constant learning rate unless a method decays it"),
+    "grad_clip": (None, "project: no clipping unless a method clips"),
+    "model": (None, "project: the dataset's default model (simulations.models.default_model)"),
+    "synthetic_alpha": (1.0, "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic"),
+    "synthetic_beta": (1.0, "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic"),
+}
 #: The project's defaults of every resolved setting (used where neither the caller nor the method sets one).
-PROJECT_DEFAULTS: dict[str, Any] = {
-    "dataset": "digits",
-    "num_clients": 10,
-    "rounds": 20,
-    "seed": 0,
-    "partition": None,  # auto: "natural" for datasets with client groups (synthetic), else "iid"
-    "alpha": 0.5,
-    "classes_per_client": 2,
-    "fraction_fit": 1.0,
-    "lr": 0.1,
-    "local_epochs": 1,
-    "local_steps": None,  # None: the budget is local_epochs
-    "batch_size": 32,
-    "weight_decay": 0.0,
-    "momentum": 0.0,
-    "lr_decay": 1.0,
-    "grad_clip": None,  # None: no clipping
-    "model": None,  # None: the dataset's default model
-    "synthetic_alpha": 1.0,
-    "synthetic_beta": 1.0,
-}
+PROJECT_DEFAULTS: dict[str, Any] = {name: value for name, (value, _) in _PROJECT.items()}
 #: Why each project default is what it is (the ``source`` of a setting no method defaults).
-PROJECT_SOURCES: dict[str, str] = {
-    "dataset": "project: scikit-learn's digits ship with the install, so the default run needs no download",
-    "num_clients": "project: 10 clients keep about 140 digits examples each",
-    "rounds": "project: a run of under a minute on 2 CPUs",
-    "seed": "project: any fixed seed; the same seed gives the same numbers",
-    "partition": "project: IID unless the dataset has natural client groups",
-    "alpha": "project: a moderate Dirichlet skew, used only with --partition dirichlet*",
-    "classes_per_client": "project: used only with --partition label-count",
-    "fraction_fit": "project: every client every round, as Flower's FedAvg (fraction_fit=1.0)",
-    "lr": "project: plain SGD at 0.1 learns the default models within a few rounds",
-    "local_epochs": "project: one pass over the local data, as Flower's examples",
-    "local_steps": "project: the local budget is local_epochs",
-    "batch_size": "project: 32, as Flower's examples",
-    "weight_decay": "project: no regulariser unless a method asks for one",
-    "momentum": "project: plain SGD unless a method asks for momentum",
-    "lr_decay": "project: a constant learning rate unless a method decays it",
-    "grad_clip": "project: no clipping unless a method clips",
-    "model": "project: the dataset's default model (simulations.models.default_model)",
-    "synthetic_alpha": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
-    "synthetic_beta": "project: Synthetic(1, 1) of Li et al. (FedProx), used only with --dataset synthetic",
-}
+PROJECT_SOURCES: dict[str, str] = {name: source for name, (_, source) in _PROJECT.items()}
 RESOLVED: tuple[str, ...] = tuple(PROJECT_DEFAULTS)
 #: Settings a method's ``train_defaults`` may set (the seed is the user's alone).
 METHOD_SETTABLE: frozenset[str] = frozenset(RESOLVED) - {"seed"}
