@@ -120,12 +120,10 @@ class CausalLMTask:
         data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
         if cfg.dataset == "instructions":
             recs = generate_instructions(s.n_examples, seed=7 + int(data_seed))
-            name = "instructions"
         elif cfg.dataset in LM_DATASETS:
             if not cfg.data_dir:
                 raise ValueError(f"--dataset {cfg.dataset} needs --data-dir with the jsonl/json file")
             recs = load_instruction_file(find_instruction_file(cfg.data_dir), fmt=cfg.dataset)
-            name = cfg.dataset
         else:
             raise KeyError(f"causal-lm task: unknown dataset '{cfg.dataset}'; valid: {', '.join(LM_DATASETS)}")
         data = tokenize_records(recs, tok, max_len=s.max_len)
@@ -143,7 +141,7 @@ class CausalLMTask:
             if len(p) == 0:
                 raise ValueError(f"client {i} received an empty training set (partition {how}, {len(self.train)} examples)")
         self.notes = [f"causal-lm: model {self.model_dir} (base {s.base_dtype}, adapters {s.adapter_dtype})",
-                      f"data {name}: {len(self.train)} train / {len(self.test)} test, "
+                      f"data {cfg.dataset}: {len(self.train)} train / {len(self.test)} test, "
                       f"split {how} over {cfg.num_clients} clients",
                       f"LoRA r={s.lora_r} alpha={s.lora_alpha:g} dropout={s.lora_dropout:g} on {','.join(s.lora_targets)}"]
 
