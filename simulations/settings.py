@@ -423,11 +423,8 @@ def _same(a: Any, b: Any) -> bool:
 
 def _is_default(defaults: Mapping[str, Any], dependent: Mapping[str, Any], key: str, value: Any) -> bool:
     """Whether ``value`` is a default of hyperparameter ``key`` (its own or a dependent one)."""
-    if _same(defaults.get(key), value):
-        return True
-    if key in dependent:
-        return any(_same(entry[0], value) for entry in dependent[key][1].values())
-    return False
+    return _same(defaults.get(key), value) or key in dependent and any(
+        _same(entry[0], value) for entry in dependent[key][1].values())
 
 
 def _budget(given: dict, default) -> dict[str, tuple[Any, str]]:
