@@ -180,11 +180,9 @@ def official_child(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     exp = get_experiment(_modes_cfg(args, sequential=False))
     task = exp.task
-    cx, cy = [], []
-    for pid in range(args.clients):
-        data, _ = task.client_data(pid)
-        cx.append(data.x.numpy().reshape(len(data), 1, 28, 28))
-        cy.append(data.y.numpy().reshape(-1, 1).astype(np.float32))
+    shards = [task.client_data(pid)[0] for pid in range(args.clients)]
+    cx = [data.x.numpy().reshape(len(data), 1, 28, 28) for data in shards]
+    cy = [data.y.numpy().reshape(-1, 1).astype(np.float32) for data in shards]
     test = task.test
     tx, ty = test.x.numpy().reshape(len(test), 1, 28, 28), test.y.numpy().reshape(-1, 1).astype(np.float32)
     sys.path.insert(0, args.official_dir)
