@@ -88,9 +88,7 @@ def three_conv_cnn(side: int, channels: int = 1, num_classes: int = 10):
     Linear; no BatchNorm (per-sample clipping needs per-sample gradients)."""
     import torch
 
-    out = side
-    for _ in range(3):
-        out = max(1, out // 2)
+    out = max(1, side // 8)  # the side after three 2x2 pools (at least 1)
     return torch.nn.Sequential(
         torch.nn.Conv2d(channels, 16, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2, ceil_mode=side < 8),
         torch.nn.Conv2d(16, 32, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2, ceil_mode=side < 8),
