@@ -303,10 +303,9 @@ def experiment_B(cfg, configs=CONFIGS_B, eps_list=None, pld=True, name=None) -> 
 
     def accuracy(x):
         evalo.load_flat(x)
-        with torch.no_grad():
-            correct = 0
-            for s in range(0, len(yte), 2000):
-                correct += int((evalo.model(evalo.x[s:s + 2000]).argmax(1) == evalo.y[s:s + 2000]).sum())
+        with torch.no_grad():  # in batches of 2,000 test images
+            correct = sum(int((evalo.model(evalo.x[s:s + 2000]).argmax(1) == evalo.y[s:s + 2000]).sum())
+                          for s in range(0, len(yte), 2000))
         return correct / len(yte)
 
     eps_list = eps_list or cfg["eps_B"]
