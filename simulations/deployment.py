@@ -45,16 +45,11 @@ HOST = "127.0.0.1"
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports (sockets held open together so the OS cannot repeat one)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((HOST, 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
+    with contextlib.ExitStack() as held:  # every socket is closed on the way out
+        socks = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
         for s in socks:
-            s.close()
+            s.bind((HOST, 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def _toml_value(v: Any) -> str:
