@@ -95,9 +95,8 @@ def main(argv: list[str]) -> int:
           f"{cfg.rounds} rounds, device {cfg.device}; fastest of {args.repeat} runs for (a), (b), (b2)")
     from ..backends import run_inprocess
 
-    plain_loop(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))  # warm-up (torch kernels, allocator)
-    run_inprocess(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
-    message_api_inprocess(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
+    for warm_up in (plain_loop, run_inprocess, message_api_inprocess):  # torch kernels, allocator
+        warm_up(ExperimentConfig(**{**cfg.to_dict(), "rounds": 1}))
     runs: dict[str, list[tuple]] = {"a": [], "b": [], "b2": []}
     for _ in range(max(1, args.repeat)):
         runs["a"].append(timed(lambda: plain_loop(cfg)))
