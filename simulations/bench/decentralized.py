@@ -128,9 +128,9 @@ def cmd_memory(args: argparse.Namespace) -> dict:
         return res
     avail = proc_kib("/proc/meminfo", "MemAvailable") * 1024
     if need > avail and not args.force:
-        raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({TABLES[args.method]} tables of {table / 2**30:.2f} GiB) "
-                         f"but only {avail / 2**30:.1f} GiB is available now; retry later, lower --peers/--params, "
-                         "or pass --force")
+        raise SystemExit(f"needs about {need / 2**30:.1f} GiB ({TABLES[args.method]} tables of "
+                         f"{table / 2**30:.2f} GiB) but only {avail / 2**30:.1f} GiB is available now; retry later, "
+                         "lower --peers/--params, or pass --force")
     res = run_child(["decentralized", "memory", "--child", "--peers", str(args.peers), "--params", str(args.params),
                      "--topology", args.topology, "--rounds", str(args.rounds), "--method", args.method, "--dtype",
                      args.dtype, "--through", args.through], "the measurement", env=child_env(), cwd=ROOT)
