@@ -1,6 +1,9 @@
 """Server-side oracles of spec 001: O7/O8 (FedLi-LS), O14-O19 (FedLi-LU DFW), O21 (FedExP),
 O22 (SCAFFOLD), O23 (weights), and the bad-input behaviour (non-finite reports, all-zero delta)."""
 
+import itertools
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -358,3 +361,22 @@ def test_scaffold_control_step_streams_bit_identically_to_the_stacked_mean():
         assert uniform[j].dtype == np.float32 and np.array_equal(uniform[j], expect)
         terms = sum((n / float(sum(counts) + 9)) * np.asarray(dc[j], np.float64) for n, dc in zip(counts, dcs))
         assert np.array_equal(weighted[j], (cj.astype(np.float64) + terms).astype(np.float32))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("counts", [None, [0, 4, 2]])  # client 0 weighs 0: 0 x inf is NaN, still caught
+def test_scaffold_names_the_first_non_finite_reply(bad, counts):
+    """SCAFFOLD checks its two sums for finiteness and searches the replies only when one is not finite:
+    a NaN or an infinity anywhere in any model or control update is still refused, naming the first."""
+    shapes = [(3, 2), (4,)]
+    rng = np.random.default_rng(0)
+    for client, which, j in itertools.product(range(3), ("model", "control update"), range(2)):
+        models = [[rng.standard_normal(sh).astype(np.float32) for sh in shapes] for _ in range(3)]
+        dcs = [[rng.standard_normal(sh).astype(np.float32) for sh in shapes] for _ in range(3)]
+        (models if which == "model" else dcs)[client][j].flat[1] = bad
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no NumPy warning before the refusal
+            with pytest.raises(FloatingPointError, match=f"client {client} {which} array {j} is not finite"):
+                scaffold_server_update([np.zeros(sh, np.float32) for sh in shapes],
+                                       [np.zeros(sh, np.float32) for sh in shapes], models, dcs, 6,
+                                       num_examples=counts, total_examples=None if counts is None else 9)

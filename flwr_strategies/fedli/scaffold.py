@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from ..core.aggregation import fedavg_average
 from ..core.local import criterion, train_steps, watch_steps
-from ..core.validation import check_range, require_finite
+from ..core.validation import all_finite, check_range, require_finite
 from .server_ls import gd_server_step
 
 #: The largest heavy-ball SGD step ``lr / (1 - momentum)`` (momentum > 0) measured to learn as FedAvg does
@@ -286,9 +286,6 @@ def scaffold_server_update(
     if num_clients < s:
         raise ValueError(f"num_clients ({num_clients}) is smaller than the number of results ({s})")
     check_range("eta_g", eta_g, 0.0, low_open=True)
-    for i, (m, dc) in enumerate(zip(client_models, client_dcs)):
-        require_finite(f"client {i} model", m)
-        require_finite(f"client {i} control update", dc)
     if num_examples is None:
         counts = [1] * s
     else:
@@ -297,11 +294,20 @@ def scaffold_server_update(
             raise ValueError(f"num_examples must hold {s} counts >= 0, not all 0, got {list(num_examples)}")
         if total_examples is None or int(total_examples) < sum(counts):
             raise ValueError(f"total_examples ({total_examples}) must be >= the participants' {sum(counts)} examples")
-    avg = fedavg_average(client_models, counts)
+    # A NaN or an infinity in any reply reaches both sums (p x and + propagate them; 0 x inf is NaN, which
+    # NumPy would warn of before the error below), so the replies are searched, to name the first bad
+    # one, only when a sum is not finite: one pass over the two results instead of one over every reply
+    with np.errstate(invalid="ignore"):
+        avg = fedavg_average(client_models, counts)
+        new_c = _control_step(c_global, client_dcs, s / float(num_clients), counts if num_examples is not None
+                              else None, total_examples)
+    if not all(all_finite(a) for a in (*avg, *new_c)):
+        for i, (m, dc) in enumerate(zip(client_models, client_dcs)):
+            require_finite(f"client {i} model", m)
+            require_finite(f"client {i} control update", dc)
     # w + eta_g (a - w) is w - eta_g (w - a) exactly (negation is exact): FedLi-LS's server step
     new_w = avg if eta_g == 1.0 else gd_server_step(global_arrays, avg, eta_g)
-    return new_w, _control_step(c_global, client_dcs, s / float(num_clients), counts if num_examples is not None
-                                else None, total_examples)
+    return new_w, new_c
 
 
 def _control_step(c_global: Sequence[np.ndarray], client_dcs: Sequence[Sequence[np.ndarray]], share: float,
