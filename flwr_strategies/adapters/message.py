@@ -501,12 +501,10 @@ class MessageStrategy(MethodAdapter, Strategy):
         chosen = evaluation_sample(ids, rnd, self.fraction_evaluate, self.min_evaluate_nodes, self.seed)
         self.history.record(rnd)["bytes_down"] += sum(
             int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays.values()) * len(chosen)
-        out = []
-        for pid in chosen:
-            cfg = {**dict(config or {}), "server-round": rnd, PARTITION_KEY: pid}
-            out.append(Message(RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config_record(cfg)}),
-                               dst_node_id=self.node_of_partition[pid], message_type=MessageType.EVALUATE))
-        return out
+        base = {**dict(config or {}), "server-round": rnd}
+        return [Message(RecordDict({self.arrayrecord_key: arrays,
+                                    self.configrecord_key: config_record({**base, PARTITION_KEY: pid})}),
+                        dst_node_id=self.node_of_partition[pid], message_type=MessageType.EVALUATE) for pid in chosen]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The weighted mean of the evaluation metrics (or ``evaluate_metrics_aggr_fn``'s)."""
