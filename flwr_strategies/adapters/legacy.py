@@ -389,10 +389,8 @@ class LegacyStrategy(MethodAdapter, Strategy):
         n = np.array([r.num_examples for _, r in ok], dtype=np.float64)
         loss = float(np.dot(n, [r.loss for _, r in ok]) / n.sum())
         rows = [(r.num_examples, dict(r.metrics or {})) for _, r in ok]
-        if self.evaluate_metrics_aggregation_fn is not None:
-            metrics = dict(self.evaluate_metrics_aggregation_fn(rows) or {})
-        else:
-            metrics = weighted_mean_metrics(rows)
+        metrics = (weighted_mean_metrics(rows) if self.evaluate_metrics_aggregation_fn is None
+                   else dict(self.evaluate_metrics_aggregation_fn(rows) or {}))
         self.session.record(rnd, {"loss": loss, **metrics}, "federated_")
         return loss, metrics
 
