@@ -40,16 +40,11 @@ def _synthetic_reply(pid: int, t: int, d: int, k: int, p: float, seed: int):
     return [idx, rng.normal(0.0, 1e-3, size=k).astype(np.float32)], 1, {"doadp_active": 1}
 
 
-def _config(args):
-    from flwr_strategies.doadp.config import DOADPConfig
-
-    return DOADPConfig(p=args.p, k_frac=args.k_frac, sigma=1.0, epsilon=1e6, public_copy="x0", eval_every=10**9)
-
-
 def _child(args) -> dict:
     import numpy as np
 
     from flwr_strategies.core.messages import Reply
+    from flwr_strategies.doadp.config import DOADPConfig
     from flwr_strategies.doadp.server import DOADPServer
 
     import dp_accounting.pld  # noqa: F401  (imported before the baseline, as everything the run uses)
@@ -62,11 +57,12 @@ def _child(args) -> dict:
 
     n, d = args.agents, args.dim
     init = [np.zeros(d, np.float32)]
+    settings = dict(p=args.p, k_frac=args.k_frac, sigma=1.0, epsilon=1e6, public_copy="x0", eval_every=10**9)
     rss0 = rss_kib() / 1024.0  # after the imports: the tables' worth counts the run's own memory
     times = []
     if args.path == "core":
         core = DOADPServer(init, num_partitions=n, num_rounds=args.rounds, dataset_size=10**6, batch_size=1,
-                           config=_config(args))
+                           config=DOADPConfig(**settings))
         k = core.k
         rss_setup = rss_kib() / 1024.0
         for r in range(1, args.rounds + 1):
@@ -99,9 +95,8 @@ def _child(args) -> dict:
         app.query("partition")(partition_query)
         grid = InProcessGrid(app, n)
         stamps = []
-        strategy = DOADP(num_rounds=args.rounds, local_dataset_size=10**6, batch_size=1, min_available_nodes=n, p=args.p, k_frac=args.k_frac,
-                         sigma=1.0, epsilon=1e6, public_copy="x0", eval_every=10**9,
-                         on_round_end=lambda rec: stamps.append(time.perf_counter()))
+        strategy = DOADP(num_rounds=args.rounds, local_dataset_size=10**6, batch_size=1, min_available_nodes=n,
+                         **settings, on_round_end=lambda rec: stamps.append(time.perf_counter()))
         rss_setup = rss_kib() / 1024.0
         t0 = time.perf_counter()
         strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=args.rounds)
