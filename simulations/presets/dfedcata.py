@@ -194,10 +194,8 @@ def _run_code(ctx: PresetContext) -> list[dict]:
     overrides = _overrides(ctx)
     conf = merge_config(ctx.preset.base, overrides)
     T, m = int(conf["rounds"]), int(conf["num_clients"])
-    entries = []
-    for e in ctx.preset.entries:  # a sequential entry runs one Flower round per peer
-        seq = bool(e.overrides.get("params", {}).get("sequential_inplace"))
-        entries.append(RunEntry(e.label, e.method, {**e.overrides, **({"rounds": T * m} if seq else {})}))
+    entries = [RunEntry(e.label, e.method, {**e.overrides, "rounds": T * m})  # one Flower round per peer
+               if e.overrides.get("params", {}).get("sequential_inplace") else e for e in ctx.preset.entries]
     over = {k: v for k, v in overrides.items() if k != "rounds"}
     base = {**ctx.preset.base, "rounds": T}
     out = Path(ctx.out_dir)
