@@ -401,9 +401,8 @@ def measure_scaffold(replies: int = 100, params: int = 1_000_000, arrays: int = 
     (ow, oc), (rw, rc) = ours(), numpy()
     out.update({"replies": replies, "params": params, "arrays": arrays, "model_bytes": params * 4,
                 "max_abs_diff": max(max_diff(ow, rw), max_diff(oc, rc))})
-    out["time_ratio"] = out["ours"]["wall_s"] / out["numpy"]["wall_s"]
-    out["cpu_ratio"] = out["ours"]["cpu_s"] / out["numpy"]["cpu_s"]
-    out["peak_ratio"] = out["ours"]["peak_bytes"] / out["numpy"]["peak_bytes"]
+    out.update({f"{name}_ratio": out["ours"][key] / out["numpy"][key]
+                for name, key in (("time", "wall_s"), ("cpu", "cpu_s"), ("peak", "peak_bytes"))})
     return out
 
 
