@@ -32,8 +32,7 @@ class TreeMemory:
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval = interval
-        self.peak_total_mb = 0.0
-        self.peak_single_mb = 0.0
+        self.peak_total_mb = self.peak_single_mb = 0.0
         self.peak_processes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -81,9 +80,8 @@ def run_one(args: argparse.Namespace, backend: str) -> dict:
             with_state = len(states)
             state_bytes = sum(rec.count_bytes() for st in states for rec in st.array_records.values()) / 2**20
         else:
-            built = None
+            built = state_bytes = with_state = None
             outcome, timing = run_ray(cfg)
-            state_bytes, with_state = None, None
         total = time.perf_counter() - t0
     rounds = outcome.rounds
     walls = [r["wall_s"] for r in rounds if r["round"] > 0]
