@@ -171,6 +171,8 @@ def _time_run(cfg) -> dict:
 def official_child(args: argparse.Namespace) -> dict:
     """Run the official DFedCata server (imported from ``--official-dir``, not copied) on the same
     MNIST split our runs use: batch 32, 1 local epoch, its random graph with ``neighbours``."""
+    import contextlib
+    import io
     import types
 
     import torch
@@ -186,15 +188,11 @@ def official_child(args: argparse.Namespace) -> dict:
     test = task.test
     tx, ty = test.x.numpy().reshape(len(test), 1, 28, 28), test.y.numpy().reshape(-1, 1).astype(np.float32)
     sys.path.insert(0, args.official_dir)
-    cwd = os.getcwd()
-    os.chdir(args.official_dir)
-    try:
+    with contextlib.chdir(args.official_dir):
         from server import DFedCata  # noqa: the official code's module
         from utils import get_mdl_params
 
         from models import client_model  # type: ignore
-    finally:
-        os.chdir(cwd)
     data = types.SimpleNamespace(client_x=cx, client_y=cy, test_x=tx, test_y=ty)
     official_args = types.SimpleNamespace(
         dataset="mnist", model="mnist_2NN", non_iid=True, split_rule="Dirichlet", split_coef=0.3, cs="random",
@@ -208,9 +206,6 @@ def official_child(args: argparse.Namespace) -> dict:
     server = DFedCata(device=torch.device("cpu"), model_func=model_func, init_model=init,
                       init_par_list=get_mdl_params(init), datasets=data, method="DFedCata", args=official_args)
     server._save_results_ = lambda: None
-    import contextlib
-    import io
-
     with contextlib.redirect_stdout(io.StringIO()):
         _, wall, cpu = timed(server.train)
     return {"wall_s": wall, "cpu_s": cpu,
