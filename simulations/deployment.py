@@ -72,11 +72,8 @@ def interpreter_scripts() -> list[str]:
     """The folders where the running interpreter's packages put their command-line tools: the
     folder of ``sys.executable`` (a virtual environment's ``bin``) and ``sysconfig``'s scripts
     folder, without resolving symlinks (a venv's python links to the base interpreter)."""
-    out = []
-    for folder in (os.path.dirname(os.path.abspath(sys.executable)), sysconfig.get_path("scripts")):
-        if folder and folder not in out and os.path.isdir(folder):
-            out.append(folder)
-    return out
+    folders = (os.path.dirname(os.path.abspath(sys.executable)), sysconfig.get_path("scripts"))
+    return list(dict.fromkeys(f for f in folders if f and os.path.isdir(f)))  # in order, each once
 
 
 def tool_path(path: str | None = None) -> str:
