@@ -280,22 +280,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     from .partition import PARTITIONS
     from .presets import list_presets
 
-    print("methods (python -m simulations defaults METHOD shows a method's settings):")
-    for name, spec in list_methods().items():
-        print(f"  {name:<16} {spec.summary}")
-    print("datasets:")
-    for name in DATASETS:
-        print(f"  {name}")
-    print("partitions:")
-    print("  " + ", ".join(PARTITIONS))
-    print("presets:")
-    for name, preset in list_presets().items():
-        print(f"  {name:<16} {preset.summary}")
+    print("methods (python -m simulations defaults METHOD shows a method's settings):",
+          *(f"  {name:<16} {spec.summary}" for name, spec in list_methods().items()), sep="\n")
+    print("datasets:", *(f"  {name}" for name in DATASETS), sep="\n")
+    print("partitions:\n  " + ", ".join(PARTITIONS))
+    print("presets:", *(f"  {name:<16} {preset.summary}" for name, preset in list_presets().items()), sep="\n")
     import flwr_strategies.simulations.bench as bench
 
     names = [m.name for m in pkgutil.iter_modules(bench.__path__)]
-    print("benchmarks:")
-    print("  " + (", ".join(names) if names else "(none)"))
+    print("benchmarks:\n  " + (", ".join(names) if names else "(none)"))
     return 0
 
 
