@@ -177,12 +177,9 @@ def overridden_training(cfg: Any) -> dict[str, Any]:
     that the method's ``train_defaults`` set to another value: its named overrides of the class."""
     from .settings import GIVEN_SOURCES, RESOLVED
 
-    out = {}
-    for name, (default, _) in cfg.spec.declared_training().items():
-        record = cfg.provenance.get(name) if name in RESOLVED else None
-        if record and default is not None and record["value"] != default and record["source"] not in GIVEN_SOURCES:
-            out[name] = default
-    return out
+    return {name: default for name, (default, _) in cfg.spec.declared_training().items()
+            if default is not None and name in RESOLVED and (record := cfg.provenance.get(name))
+            and record["value"] != default and record["source"] not in GIVEN_SOURCES}
 
 
 def _print_overrides(cfg: Any) -> None:
