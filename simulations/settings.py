@@ -594,13 +594,10 @@ def config_from_run_config(run_config: Mapping[str, Any], *, ignore: tuple[str, 
 def parse_pairs(items: list[str], where: str, requirement: str) -> dict[str, str]:
     """``KEY=VALUE`` items as a dict (dashes in keys become underscores); an item without ``=`` is a
     :class:`SettingError` of ``where``."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SettingError(where, item, requirement)
-        k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = v.strip()
-    return out
+    bad = next((item for item in items if "=" not in item), None)
+    if bad is not None:
+        raise SettingError(where, bad, requirement)
+    return {k.strip().replace("-", "_"): v.strip() for k, v in (item.split("=", 1) for item in items)}
 
 
 def typed_value(name: str, raw: Any, where: str) -> Any:
